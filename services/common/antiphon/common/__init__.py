@@ -1,0 +1,1 @@
+"""Plumbing shared by every Antiphon service: config, logs, metrics, traces, gRPC bootstrap."""

@@ -1,0 +1,1 @@
+"""The session service: the only owner of session truth, kept in Redis."""

@@ -1,0 +1,665 @@
+"""The session actor: one per session, one mailbox, one writer of its events.
+
+Client commands and stage results enter the same mailbox and are handled
+one at a time, so wire order is mailbox order and no two handlers race on
+session state. Every server event gets the next `server_event_seq` and is
+appended to the session's Redis journal before it is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+
+from antiphon.common.ids import new_id
+from antiphon.session import session_config
+from antiphon.session.metrics import SessionMetrics
+from antiphon.session.responses import Event, ResponseOptions, ResponseState
+from antiphon.session.settings import SessionSettings
+from antiphon.session.stages import Binding
+from antiphon.session.store import SessionStore
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
+from antiphon.v1 import stage_pb2
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("antiphon.session")
+
+# Mailbox entries: (source, payload). Sources: "cmd", "stage0", "stage1",
+# "detached", "grace_expired".
+Mail = tuple[str, Any]
+
+PCM16_BYTES_PER_MS_16K = 32
+
+
+@dataclass
+class PendingItem:
+    """A committed user item whose transcript stage0 has not returned yet."""
+
+    previous_item_id: str
+    event_id: str
+
+
+class SessionActor:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        token: str,
+        incarnation: int,
+        config: cpb.SessionConfig,
+        capabilities: cpb.Capabilities,
+        store: SessionStore,
+        settings: SessionSettings,
+        metrics: SessionMetrics,
+        stage0: Binding[stage_pb2.Stage0Request],
+        stage1: Binding[stage_pb2.Stage1Request],
+        mailbox: asyncio.Queue[Mail],
+    ) -> None:
+        self.session_id = session_id
+        self._token = token
+        self._incarnation = incarnation
+        self._config = config
+        self._capabilities = capabilities
+        self._store = store
+        self._settings = settings
+        self._metrics = metrics
+        self._stage0 = stage0
+        self._stage1 = stage1
+        # Created before the stage bindings, which post their results into it.
+        self.mailbox = mailbox
+        self._outbound: asyncio.Queue[spb.ServerEvent | None] | None = None
+        self._seq = 0
+        self._epoch = 0
+        self._turn_id = 0
+        self._attachment = 0
+        self._input_bytes = 0
+        self._input_ms = 0
+        self._last_item_id = ""
+        self._speech_item_id = ""
+        self._pending: dict[str, PendingItem] = {}
+        self._response: ResponseState | None = None
+        self._deferred: ResponseOptions | None = None
+        self._closed = asyncio.Event()
+        self._grace_timer: asyncio.TimerHandle | None = None
+
+    # ----------------------------------------------------------- outside
+    def attach(self) -> tuple[asyncio.Queue[spb.ServerEvent | None], int]:
+        """A new outbound queue for the connection that now owns the socket side,
+        and its attachment generation."""
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+            self._grace_timer = None
+        self._attachment += 1
+        self._outbound = asyncio.Queue()
+        return self._outbound, self._attachment
+
+    def post(self, source: str, payload: Any) -> None:
+        self.mailbox.put_nowait((source, payload))
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def run(self) -> None:
+        """Handle mail until the session closes."""
+        try:
+            while not self._closed.is_set():
+                source, payload = await self.mailbox.get()
+                try:
+                    await self._handle(source, payload)
+                except Exception:
+                    log.exception("session handler failed", extra={"session_id": self.session_id})
+                    await self._error("server_error", "internal_error", "internal error", "")
+        finally:
+            if self._outbound is not None:
+                self._outbound.put_nowait(None)
+
+    async def start(self) -> None:
+        """Announce the session: `session.created` then `session.updated`."""
+        self._stage0.send(
+            stage_pb2.Stage0Request(
+                open=stage_pb2.Stage0Open(
+                    session_id=self.session_id,
+                    lane=session_config.lane(self._config),
+                    turn_detection=self._config.turn_detection,
+                )
+            )
+        )
+        self._stage1.send(
+            stage_pb2.Stage1Request(
+                open=stage_pb2.Stage1Open(
+                    session_id=self.session_id,
+                    voice=self._config.voice,
+                    sample_rate_hz=self._config.output_audio_format.sample_rate_hz,
+                )
+            )
+        )
+        await self._emit("session_created", self._state())
+        await self._emit("session_updated", self._state())
+
+    # ---------------------------------------------------------- dispatch
+    async def _handle(self, source: str, payload: Any) -> None:
+        if source == "cmd":
+            await self._command(payload)
+        elif source == "stage0":
+            await self._stage0_event(payload)
+        elif source == "stage1":
+            await self._stage1_event(payload)
+        elif source == "detached":
+            if payload == self._attachment:
+                self._outbound = None
+                loop = asyncio.get_running_loop()
+                self._grace_timer = loop.call_later(
+                    self._settings.disconnect_grace_s, self.post, "grace_expired", payload
+                )
+        elif source == "shutdown":
+            await self._close("server_shutdown")
+        elif source == "grace_expired":
+            if payload == self._attachment and self._outbound is None:
+                await self._close("disconnect")
+
+    async def _command(self, cmd: spb.ClientCommand) -> None:
+        kind = cmd.WhichOneof("kind")
+        self._metrics.commands.labels(kind or "none").inc()
+        if kind == "append_audio":
+            self._append(cmd.append_audio)
+        elif kind == "commit":
+            await self._commit(cmd)
+        elif kind == "clear_input":
+            self._stage0.send(
+                stage_pb2.Stage0Request(clear_input=stage_pb2.Stage0ClearInput(epoch=self._epoch))
+            )
+            self._input_bytes = 0
+            await self._emit("input_cleared", spb.InputCleared())
+        elif kind == "update":
+            await self._update(cmd)
+        elif kind == "create_response":
+            await self._create_response(cmd)
+        elif kind == "cancel_response":
+            await self._cancel_response(cmd)
+        elif kind == "heartbeat":
+            await self._emit("heartbeat_ack", spb.HeartbeatAck(session_id=self.session_id))
+        elif kind == "close":
+            await self._close("session_close")
+        else:
+            await self._error(
+                "invalid_request_error", "invalid_event", f"unexpected command {kind}", cmd.event_id
+            )
+
+    # ------------------------------------------------------------- input
+    def _append(self, audio: spb.AppendAudio) -> None:
+        self._input_bytes += len(audio.pcm16)
+        self._input_ms += len(audio.pcm16) // PCM16_BYTES_PER_MS_16K
+        self._stage0.send(
+            stage_pb2.Stage0Request(
+                audio=stage_pb2.Stage0Audio(epoch=self._epoch, pcm16=audio.pcm16)
+            )
+        )
+
+    async def _commit(self, cmd: spb.ClientCommand) -> None:
+        if cmd.commit.HasField("is_speech") and not cmd.commit.is_speech:
+            # A declared silence: no user item, the model keeps listening.
+            self._stage0.send(
+                stage_pb2.Stage0Request(clear_input=stage_pb2.Stage0ClearInput(epoch=self._epoch))
+            )
+            self._input_bytes = 0
+            await self._emit(
+                "input_committed",
+                spb.InputCommitted(
+                    previous_item_id=self._last_item_id,
+                    turn_id=self._turn_id,
+                    epoch=self._epoch,
+                    session_id=self.session_id,
+                ),
+            )
+            await self._listen("silence_commit")
+            return
+        if self._input_bytes == 0:
+            await self._error(
+                "invalid_request_error",
+                "input_audio_buffer_empty",
+                "input_audio_buffer.commit requires a non-empty input audio buffer.",
+                cmd.event_id,
+            )
+            return
+        await self._commit_audio(cmd.event_id)
+
+    async def _commit_audio(self, event_id: str, item_id: str = "") -> None:
+        """Seal the buffered audio into a user item; its transcript follows from stage0."""
+        item_id = item_id or new_id("item")
+        previous = self._last_item_id
+        self._turn_id += 1
+        self._input_bytes = 0
+        self._pending[item_id] = PendingItem(previous_item_id=previous, event_id=event_id)
+        self._last_item_id = item_id
+        self._stage0.send(
+            stage_pb2.Stage0Request(
+                commit=stage_pb2.Stage0Commit(epoch=self._epoch, item_id=item_id)
+            )
+        )
+        item = _user_audio_item(item_id, "")
+        await self._emit_all(
+            [
+                ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
+                ("item_created", spb.ItemEvent(previous_item_id=previous, item=item)),
+                ("input_committed", self._committed(previous, item_id)),
+            ]
+        )
+        await self._save_counters()
+        if self._auto_response():
+            await self._start_response(self._default_options(), eager=True)
+
+    async def _user_item_done(self, item_id: str, previous: str, transcript: str) -> None:
+        item = _user_audio_item(item_id, transcript)
+        await self._store.append_history(self.session_id, self._token, item.SerializeToString())
+        await self._emit_all(
+            [
+                (
+                    "transcription_completed",
+                    spb.TranscriptionCompleted(item_id=item_id, transcript=transcript),
+                ),
+                ("item_done", spb.ItemEvent(previous_item_id=previous, item=item)),
+            ]
+        )
+
+    def _committed(self, previous: str, item_id: str) -> spb.InputCommitted:
+        return spb.InputCommitted(
+            previous_item_id=previous,
+            item_id=item_id,
+            turn_id=self._turn_id,
+            epoch=self._epoch,
+            history_len=len(self._pending),
+            session_id=self.session_id,
+            response_create_deferred=self._response is not None,
+        )
+
+    # ------------------------------------------------------------ config
+    async def _update(self, cmd: spb.ClientCommand) -> None:
+        try:
+            merged = session_config.merge(
+                self._config,
+                cmd.update.config,
+                max_output_tokens=self._settings.max_output_tokens,
+            )
+        except session_config.ConfigError as exc:
+            await self._error("invalid_request_error", exc.code, str(exc), cmd.event_id, exc.param)
+            return
+        lane_changed = session_config.lane(merged) != session_config.lane(self._config)
+        self._config = merged
+        await self._store.set_fields(
+            self.session_id, self._token, {"config": merged.SerializeToString()}
+        )
+        if lane_changed or cmd.update.config.has_turn_detection:
+            self._stage0.send(
+                stage_pb2.Stage0Request(
+                    configure=stage_pb2.Stage0Open(
+                        session_id=self.session_id,
+                        lane=session_config.lane(merged),
+                        turn_detection=merged.turn_detection,
+                    )
+                )
+            )
+        await self._emit("session_updated", self._state())
+
+    # --------------------------------------------------------- responses
+    def _auto_response(self) -> bool:
+        lane = session_config.lane(self._config)
+        if lane == stage_pb2.LANE_SERVER_VAD:
+            return self._config.turn_detection.create_response
+        if lane == stage_pb2.LANE_NATIVE:
+            return self._config.auto_response
+        return False
+
+    def _default_options(self) -> ResponseOptions:
+        return ResponseOptions(
+            instructions=self._config.instructions,
+            output_modalities=list(self._config.output_modalities),
+            temperature=self._config.temperature,
+            max_output_tokens=self._config.max_output_tokens or self._settings.max_output_tokens,
+        )
+
+    async def _create_response(self, cmd: spb.ClientCommand) -> None:
+        if self._response is not None:
+            await self._error(
+                "invalid_request_error",
+                "conversation_already_has_active_response",
+                f"Conversation already has an active response in progress: {self._response.id}.",
+                cmd.event_id,
+            )
+            return
+        req = cmd.create_response
+        opts = self._default_options()
+        if req.HasField("instructions"):
+            opts.instructions = req.instructions
+        if req.output_modalities:
+            opts.output_modalities = list(req.output_modalities)
+        if req.HasField("temperature"):
+            opts.temperature = req.temperature
+        if req.HasField("max_output_tokens"):
+            opts.max_output_tokens = min(req.max_output_tokens, self._settings.max_output_tokens)
+        opts.metadata = dict(req.metadata)
+        await self._start_response(opts, eager=True)
+
+    async def _start_response(self, opts: ResponseOptions, *, eager: bool) -> None:
+        if self._response is not None:
+            self._deferred = opts
+            return
+        rid = new_id("resp")
+        self._response = ResponseState(
+            id=rid,
+            item_id=f"item_{rid}",
+            session_id=self.session_id,
+            epoch=self._epoch,
+            turn_id=self._turn_id,
+            previous_item_id=self._last_item_id,
+            options=opts,
+        )
+        self._last_item_id = self._response.item_id
+        if eager:
+            await self._emit_all(self._response.created_events())
+        if not self._pending:
+            await self._generate(self._response)
+
+    async def _generate(self, r: ResponseState) -> None:
+        """Ask stage0 for the answer, prompting with the committed history."""
+        r.generation_requested = True
+        messages = [cpb.ChatMessage(role="system", content=r.options.instructions)]
+        for raw in await self._store.history(self.session_id):
+            messages.extend(_history_message(raw))
+        self._stage0.send(
+            stage_pb2.Stage0Request(
+                generate=stage_pb2.Generate(
+                    epoch=r.epoch,
+                    response_id=r.id,
+                    messages=messages,
+                    temperature=r.options.temperature,
+                    max_output_tokens=r.options.max_output_tokens,
+                )
+            )
+        )
+
+    async def _cancel_response(self, cmd: spb.ClientCommand) -> None:
+        r = self._response
+        wanted = cmd.cancel_response.response_id
+        if r is None or (wanted and wanted != r.id):
+            await self._error(
+                "invalid_request_error",
+                "response_cancel_not_active",
+                "Cancellation failed: no active response found.",
+                cmd.event_id,
+            )
+            return
+        await self._cancel_active("client_cancelled")
+
+    async def _cancel_active(self, reason: str) -> None:
+        """Advance the epoch so no stale output of the old one is accepted, then end it."""
+        r = self._response
+        self._epoch += 1
+        self._stage0.send(stage_pb2.Stage0Request(cancel=stage_pb2.Stage0Cancel(epoch=self._epoch)))
+        self._stage1.send(stage_pb2.Stage1Request(cancel=stage_pb2.Stage1Cancel(epoch=self._epoch)))
+        await self._save_counters()
+        if r is not None:
+            await self._finish(r, "cancelled", reason)
+
+    async def _finish(self, r: ResponseState, status: str, reason: str = "") -> None:
+        if not r.created:
+            await self._emit_all(r.created_events())
+        await self._emit_all(
+            r.terminal_events(status, reason, with_metrics=self._config.return_stage_metrics)
+        )
+        if status == "completed":
+            await self._store.append_history(
+                self.session_id, self._token, r.item("completed").SerializeToString()
+            )
+        self._metrics.responses.labels(status).inc()
+        self._response = None
+        if self._deferred is not None:
+            opts, self._deferred = self._deferred, None
+            await self._start_response(opts, eager=True)
+
+    async def _listen(self, reason: str) -> None:
+        await self._emit(
+            "response_listen",
+            spb.Listen(session_id=self.session_id, epoch=self._epoch, reason=reason),
+        )
+
+    # ------------------------------------------------------------ stage0
+    async def _stage0_event(self, ev: stage_pb2.Stage0Event | None) -> None:
+        if ev is None:
+            await self._stage_lost("stage0")
+            return
+        kind = ev.WhichOneof("kind")
+        msg = getattr(ev, kind)
+        if getattr(msg, "epoch", self._epoch) != self._epoch:
+            self._metrics.stale_dropped.labels("stage0").inc()
+            return
+        lane = session_config.lane(self._config)
+        if kind == "speech_started" and lane == stage_pb2.LANE_SERVER_VAD:
+            self._speech_item_id = new_id("item")
+            await self._emit(
+                "speech_started",
+                spb.SpeechStarted(audio_start_ms=msg.audio_start_ms, item_id=self._speech_item_id),
+            )
+        elif kind == "speech_stopped" and lane == stage_pb2.LANE_SERVER_VAD:
+            item_id = self._speech_item_id or new_id("item")
+            self._speech_item_id = ""
+            await self._emit(
+                "speech_stopped", spb.SpeechStopped(audio_end_ms=msg.audio_end_ms, item_id=item_id)
+            )
+            if self._input_bytes:
+                await self._commit_audio("", item_id)
+        elif kind == "transcript":
+            pending = self._pending.pop(msg.item_id, None)
+            if pending is not None:
+                await self._user_item_done(msg.item_id, pending.previous_item_id, msg.text)
+            r = self._response
+            if not self._pending and r is not None and not r.generation_requested:
+                await self._generate(r)
+        elif kind == "utterance":
+            await self._utterance(msg)
+        elif kind == "unit_decision":
+            if msg.decision == stage_pb2.DECISION_LISTEN:
+                await self._listen("model_listen")
+        elif kind == "delta":
+            await self._delta(msg)
+        elif kind == "done":
+            await self._generation_done(msg)
+        elif kind == "error":
+            await self._stage_error("stage0", msg)
+
+    async def _utterance(self, msg: stage_pb2.Utterance) -> None:
+        """Native lane: the model heard a whole utterance and decided."""
+        if msg.decision != stage_pb2.DECISION_SPEAK or not msg.transcript.strip():
+            self._input_bytes = 0
+            await self._listen("model_listen")
+            return
+        item_id = new_id("item")
+        previous = self._last_item_id
+        self._turn_id += 1
+        self._input_bytes = 0
+        self._last_item_id = item_id
+        item = _user_audio_item(item_id, "")
+        await self._emit_all(
+            [
+                ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
+                ("item_created", spb.ItemEvent(previous_item_id=previous, item=item)),
+                ("input_committed", self._committed(previous, item_id)),
+            ]
+        )
+        await self._user_item_done(item_id, previous, msg.transcript)
+        await self._save_counters()
+        if self._config.auto_response:
+            await self._start_response(self._default_options(), eager=False)
+
+    def _current(self, response_id: str) -> ResponseState | None:
+        r = self._response
+        if r is None or r.id != response_id:
+            self._metrics.stale_dropped.labels("response").inc()
+            return None
+        return r
+
+    async def _delta(self, msg: stage_pb2.GenerationDelta) -> None:
+        r = self._current(msg.response_id)
+        if r is None or not msg.text:
+            return
+        if not r.created:
+            await self._emit_all(r.created_events())
+        if r.audio:
+            r.text += msg.text
+            self._stage1.send(
+                stage_pb2.Stage1Request(
+                    text=stage_pb2.SynthesizeText(epoch=r.epoch, response_id=r.id, text=msg.text)
+                )
+            )
+        else:
+            await self._emit_all(r.text_events(msg.text))
+
+    async def _generation_done(self, msg: stage_pb2.GenerationDone) -> None:
+        r = self._current(msg.response_id)
+        if r is None:
+            return
+        r.generation_done = True
+        prompt_metrics = cpb.StageMetrics()
+        prompt_metrics.CopyFrom(msg.metrics)
+        prompt_metrics.stage1_first_audio_ms = r.metrics.stage1_first_audio_ms
+        r.metrics = prompt_metrics
+        if not r.created and not r.text:
+            # Nothing visible: the model chose to stay silent.
+            self._response = None
+            await self._listen("model_listen")
+            return
+        if r.audio:
+            self._stage1.send(
+                stage_pb2.Stage1Request(
+                    text=stage_pb2.SynthesizeText(epoch=r.epoch, response_id=r.id, final=True)
+                )
+            )
+        else:
+            await self._finish(r, "completed")
+
+    # ------------------------------------------------------------ stage1
+    async def _stage1_event(self, ev: stage_pb2.Stage1Event | None) -> None:
+        if ev is None:
+            await self._stage_lost("stage1")
+            return
+        kind = ev.WhichOneof("kind")
+        msg = getattr(ev, kind)
+        if msg.epoch != self._epoch:
+            self._metrics.stale_dropped.labels("stage1").inc()
+            return
+        if kind == "audio":
+            r = self._current(msg.response_id)
+            if r is not None:
+                await self._emit_all(
+                    r.audio_events(
+                        msg.pcm16, msg.sample_rate_hz, msg.text, msg.duration_ms, list(msg.marks)
+                    )
+                )
+        elif kind == "done":
+            r = self._current(msg.response_id)
+            if r is not None:
+                r.metrics.stage1_first_audio_ms = msg.first_audio_ms
+                if r.generation_done:
+                    await self._finish(r, "completed")
+        elif kind == "error":
+            await self._stage_error("stage1", msg)
+
+    async def _stage_error(self, stage: str, msg: stage_pb2.StageError) -> None:
+        await self._error("server_error", msg.code or f"{stage}_error", msg.message, "")
+        r = self._response
+        if r is not None and (not msg.response_id or msg.response_id == r.id):
+            await self._finish(r, "failed", msg.code or f"{stage}_error")
+
+    async def _stage_lost(self, stage: str) -> None:
+        if self._closed.is_set():
+            return
+        log.warning("stage stream lost", extra={"session_id": self.session_id, "stage": stage})
+        if self._response is not None:
+            await self._finish(self._response, "failed", f"{stage}_unavailable")
+
+    # ----------------------------------------------------------- closing
+    async def _close(self, reason: str) -> None:
+        if self._response is not None:
+            await self._cancel_active("session_closed")
+        await self._emit("session_closed", spb.SessionClosed(session_id=self.session_id, reason=reason))
+        self._closed.set()
+        await self._stage0.close()
+        await self._stage1.close()
+        await self._store.expire(self.session_id, self._settings.resume_replay_ttl_s)
+        await self._store.release(self.session_id)
+
+    def shutdown(self) -> None:
+        """Drain on SIGTERM: the actor ends this session after what it already holds."""
+        self.post("shutdown", None)
+
+    # ---------------------------------------------------------- emitting
+    def _state(self) -> spb.SessionState:
+        return spb.SessionState(
+            config=self._config,
+            session_id=self.session_id,
+            incarnation=self._incarnation,
+            attachment_generation=self._attachment,
+            epoch=self._epoch,
+            turn_id=self._turn_id,
+            state="open",
+            active_response_id=self._response.id if self._response else "",
+            playback=cpb.Playback(),
+            capabilities=self._capabilities,
+        )
+
+    async def _error(
+        self, type_: str, code: str, message: str, event_id: str, param: str = ""
+    ) -> None:
+        self._metrics.errors.labels(code).inc()
+        await self._emit(
+            "error",
+            spb.ErrorEvent(type=type_, code=code, message=message, event_id=event_id, param=param),
+        )
+
+    async def _emit_all(self, events: list[Event]) -> None:
+        for kind, msg in events:
+            await self._emit(kind, msg)
+
+    async def _emit(self, kind: str, msg: Any) -> None:
+        self._seq += 1
+        ev = spb.ServerEvent(seq=self._seq, event_id=new_id("event"))
+        getattr(ev, kind).CopyFrom(msg)
+        with self._metrics.journal_latency.time():
+            await self._store.append_event(
+                self.session_id, self._token, self._seq, ev.SerializeToString()
+            )
+        self._metrics.events.labels(kind).inc()
+        if self._outbound is not None:
+            self._outbound.put_nowait(ev)
+
+    async def _save_counters(self) -> None:
+        await self._store.set_fields(
+            self.session_id,
+            self._token,
+            {"epoch": str(self._epoch), "turn_id": str(self._turn_id)},
+        )
+
+
+def _user_audio_item(item_id: str, transcript: str) -> cpb.Item:
+    return cpb.Item(
+        id=item_id,
+        type="message",
+        role="user",
+        status="completed",
+        content=[cpb.ContentPart(type="input_audio", transcript=transcript)],
+    )
+
+
+def _history_message(raw: bytes) -> list[cpb.ChatMessage]:
+    item = cpb.Item()
+    item.ParseFromString(raw)
+    text = "".join(p.text or p.transcript for p in item.content).strip()
+    if not text or item.role not in ("user", "assistant", "system"):
+        return []
+    return [cpb.ChatMessage(role=item.role, content=text)]
+

@@ -1,0 +1,66 @@
+"""Entry point: `python -m antiphon.session.main`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+
+from antiphon.common import config, logs, metrics, tracing
+from antiphon.common.grpcserver import GrpcApp
+from antiphon.session.metrics import SessionMetrics
+from antiphon.session.service import SessionService
+from antiphon.session.settings import SessionSettings
+from antiphon.session.stages import StagePool
+from antiphon.session.store import SessionStore
+from antiphon.v1 import session_pb2_grpc
+
+SERVICE_NAME = "antiphon.v1.SessionService"
+
+
+async def serve(settings: SessionSettings) -> None:
+    registry = CollectorRegistry()
+    session_metrics = SessionMetrics(registry)
+    metrics.serve(registry, settings.metrics_port)
+    client = aioredis.Redis.from_url(settings.redis_url)
+    store = SessionStore(client)
+    pool = StagePool(settings.stage0_addresses, settings.stage1_addresses)
+    service = SessionService(settings=settings, store=store, pool=pool, metrics=session_metrics)
+    app = GrpcApp(SERVICE_NAME, settings.listen)
+    session_pb2_grpc.add_SessionServiceServicer_to_server(service, app.server)
+
+    async def watch_readiness() -> None:
+        # Ready only while Redis answers and each stage has a ready worker:
+        # the gateway's /readyz reflects this.
+        while True:
+            ready = await store.ping() and await pool.refresh()
+            await app.set_ready(ready)
+            await asyncio.sleep(settings.readiness_interval_s)
+
+    watcher = asyncio.create_task(watch_readiness())
+
+    async def drain() -> None:
+        watcher.cancel()
+        await service.drain()
+
+    try:
+        await app.run(grace_s=settings.shutdown_grace_s, on_drain=drain)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await pool.close()
+        await client.aclose()
+
+
+def main() -> None:
+    settings = config.load(SessionSettings)
+    logs.configure("session", settings.log_level)
+    tracing.configure("session", settings.otlp_endpoint)
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()

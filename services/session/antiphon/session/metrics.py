@@ -1,0 +1,49 @@
+"""The session service's Prometheus metrics, on a registry it is handed."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from antiphon.common.metrics import LATENCY_BUCKETS
+
+
+class SessionMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.sessions_active = Gauge(
+            "antiphon_session_sessions_active", "Sessions owned by this replica", registry=registry
+        )
+        self.sessions_admitted = Counter(
+            "antiphon_session_sessions_admitted_total", "Sessions admitted", registry=registry
+        )
+        self.sessions_refused = Counter(
+            "antiphon_session_sessions_refused_total",
+            "Sessions refused, by reason",
+            ["reason"],
+            registry=registry,
+        )
+        self.commands = Counter(
+            "antiphon_session_commands_total", "Client commands by kind", ["kind"], registry=registry
+        )
+        self.events = Counter(
+            "antiphon_session_events_total", "Server events journaled, by kind", ["kind"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "antiphon_session_errors_total", "Error events by code", ["code"], registry=registry
+        )
+        self.responses = Counter(
+            "antiphon_session_responses_total", "Responses ended, by status", ["status"],
+            registry=registry,
+        )
+        self.stale_dropped = Counter(
+            "antiphon_session_stale_dropped_total",
+            "Stage results dropped because their epoch or response is no longer current",
+            ["source"],
+            registry=registry,
+        )
+        self.journal_latency = Histogram(
+            "antiphon_session_journal_append_seconds",
+            "Time to append one event to the Redis journal",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )

@@ -1,0 +1,168 @@
+"""One assistant response: its state and the events of its lifecycle.
+
+The normative order (reference "Normative Realtime event contract"):
+`response.created -> conversation.item.added/created -> output_item.added ->
+content_part.added -> response.speak -> (audio delta + transcript delta)* ->
+output_audio.done -> output_audio_transcript.done -> content_part.done ->
+output_item.done -> conversation.item.done -> response.done ->
+rate_limits.updated`. This module builds those events; the actor decides
+when each happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
+
+# (oneof field name, message): what the actor journals and sends.
+Event = tuple[str, object]
+
+
+@dataclass
+class ResponseOptions:
+    """Response-scoped options; they never outlive their response."""
+
+    instructions: str
+    output_modalities: list[str]
+    temperature: float
+    max_output_tokens: int
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ResponseState:
+    id: str
+    item_id: str
+    session_id: str
+    epoch: int
+    turn_id: int
+    previous_item_id: str
+    options: ResponseOptions
+    created: bool = False
+    generation_requested: bool = False
+    generation_done: bool = False
+    synthesis_done: bool = False
+    text: str = ""
+    transcript: str = ""
+    audio_ms: int = 0
+    metrics: cpb.StageMetrics = field(default_factory=cpb.StageMetrics)
+    # Stage1's audio clock, for the cumulative `audio_duration_ms`.
+    first_audio_ms: float = 0.0
+
+    @property
+    def audio(self) -> bool:
+        return "audio" in self.options.output_modalities
+
+    @property
+    def ref(self) -> spb.PartRef:
+        return spb.PartRef(response_id=self.id, item_id=self.item_id)
+
+    def item(self, status: str) -> cpb.Item:
+        content = []
+        if status != "in_progress":
+            if self.audio:
+                content.append(cpb.ContentPart(type="output_audio", transcript=self.transcript))
+            else:
+                content.append(cpb.ContentPart(type="output_text", text=self.text))
+        return cpb.Item(
+            id=self.item_id, type="message", role="assistant", status=status, content=content
+        )
+
+    def response(self, status: str, reason: str = "", with_output: bool = False) -> spb.Response:
+        return spb.Response(
+            id=self.id,
+            status=status,
+            status_reason=reason,
+            output=[self.item(_item_status(status))] if with_output else [],
+            output_modalities=self.options.output_modalities,
+            epoch=self.epoch,
+            turn_id=self.turn_id,
+            metadata=self.options.metadata,
+            session_id=self.session_id,
+            playback=cpb.Playback(generated_ms=self.audio_ms, sent_ms=self.audio_ms),
+        )
+
+    # ------------------------------------------------------------ events
+    def created_events(self) -> list[Event]:
+        """Everything up to the first delta."""
+        self.created = True
+        item = self.item("in_progress")
+        part = cpb.ContentPart(type="audio" if self.audio else "text")
+        events: list[Event] = [
+            ("response_created", spb.ResponseEvent(response=self.response("in_progress"))),
+            ("item_added", spb.ItemEvent(previous_item_id=self.previous_item_id, item=item)),
+            ("item_created", spb.ItemEvent(previous_item_id=self.previous_item_id, item=item)),
+            ("output_item_added", spb.OutputItemEvent(response_id=self.id, item=item)),
+            ("content_part_added", spb.ContentPartEvent(ref=self.ref, part=part)),
+        ]
+        if self.audio:
+            events.append(
+                ("response_speak", spb.Speak(ref=self.ref, session_id=self.session_id, epoch=self.epoch))
+            )
+        return events
+
+    def audio_events(
+        self, pcm16: bytes, rate: int, text: str, duration_ms: int, marks: list[cpb.AudioTextMark]
+    ) -> list[Event]:
+        """One audio delta and the transcript delta paired with it."""
+        self.audio_ms += duration_ms
+        self.transcript += text
+        delta = spb.AudioDelta(
+            ref=self.ref,
+            pcm16=pcm16,
+            sample_rate_hz=rate,
+            session_id=self.session_id,
+            epoch=self.epoch,
+            audio_duration_ms=self.audio_ms,
+            marks=marks,
+            playback=cpb.Playback(generated_ms=self.audio_ms, sent_ms=self.audio_ms),
+        )
+        return [
+            ("audio_delta", delta),
+            ("audio_transcript_delta", spb.TextDelta(ref=self.ref, delta=text)),
+        ]
+
+    def text_events(self, text: str) -> list[Event]:
+        self.text += text
+        return [("text_delta", spb.TextDelta(ref=self.ref, delta=text))]
+
+    def terminal_events(
+        self, status: str, reason: str = "", *, with_metrics: bool = False
+    ) -> list[Event]:
+        """The `.done` cascade, `response.done` and `rate_limits.updated`."""
+        events: list[Event] = []
+        if self.audio:
+            if self.audio_ms or self.transcript:
+                events.append(("audio_done", spb.PartDone(ref=self.ref)))
+            if self.transcript:
+                events.append(
+                    ("audio_transcript_done", spb.TextDone(ref=self.ref, text=self.transcript))
+                )
+            part = cpb.ContentPart(type="audio", transcript=self.transcript)
+        else:
+            events.append(("text_done", spb.TextDone(ref=self.ref, text=self.text)))
+            part = cpb.ContentPart(type="text", text=self.text)
+        item = self.item(_item_status(status))
+        events += [
+            ("content_part_done", spb.ContentPartEvent(ref=self.ref, part=part)),
+            ("output_item_done", spb.OutputItemEvent(response_id=self.id, item=item)),
+            ("item_done", spb.ItemEvent(previous_item_id=self.previous_item_id, item=item)),
+        ]
+        done = self.response(status, reason, with_output=True)
+        done.committed = status == "completed"
+        if with_metrics:
+            done.stage_metrics.CopyFrom(self.metrics)
+            done.has_stage_metrics = True
+        events += [
+            ("response_done", spb.ResponseEvent(response=done)),
+            ("rate_limits_updated", spb.RateLimitsUpdated()),
+        ]
+        return events
+
+
+def _item_status(response_status: str) -> str:
+    return {"completed": "completed", "cancelled": "incomplete", "failed": "incomplete"}.get(
+        response_status, "in_progress"
+    )

@@ -1,0 +1,180 @@
+"""The session's effective configuration: defaults, merging a patch, validation.
+
+A `session.update` is merged onto a copy and validated whole; only a fully
+valid result replaces the stored config, so a rejected update changes
+nothing. Server-owned limits clamp what a client asks for.
+"""
+
+from __future__ import annotations
+
+from antiphon.v1 import common_pb2 as pb
+from antiphon.v1 import stage_pb2
+
+INPUT_RATES = (16000, 24000)
+OUTPUT_RATE = 24000
+MODALITIES = ("audio", "text")
+OVERLAP_POLICIES = ("listen_only", "barge_in_on_speech")
+PLAYBACK_POLICIES = ("ack_only", "commit_all_on_done")
+DEFAULT_INSTRUCTIONS = (
+    "You are Antiphon, a friendly voice assistant. Answer in one or two short, "
+    "plain sentences that sound natural when spoken aloud."
+)
+
+
+class ConfigError(ValueError):
+    """An invalid session configuration; `param` names the offending field."""
+
+    def __init__(self, code: str, message: str, param: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.param = param
+
+
+def default_server_vad() -> pb.TurnDetection:
+    return pb.TurnDetection(
+        mode=pb.TURN_DETECTION_MODE_SERVER_VAD,
+        threshold=0.5,
+        prefix_padding_ms=300,
+        silence_duration_ms=500,
+        create_response=True,
+        interrupt_response=True,
+    )
+
+
+def defaults(model: str) -> pb.SessionConfig:
+    return pb.SessionConfig(
+        model=model,
+        instructions=DEFAULT_INSTRUCTIONS,
+        voice="joe",
+        output_modalities=["audio"],
+        input_audio_format=pb.AudioFormat(encoding="pcm16", sample_rate_hz=24000),
+        output_audio_format=pb.AudioFormat(encoding="pcm16", sample_rate_hz=OUTPUT_RATE),
+        # OpenAI's default: absent turn_detection means server VAD.
+        turn_detection=default_server_vad(),
+        temperature=0.0,
+        max_output_tokens=0,
+        native_duplex=False,
+        auto_response=True,
+        overlap_policy="listen_only",
+        playback_commit_policy="commit_all_on_done",
+    )
+
+
+def merge(
+    current: pb.SessionConfig, patch: pb.SessionConfigPatch, *, max_output_tokens: int
+) -> pb.SessionConfig:
+    """The validated result of applying `patch`; raises ConfigError and changes nothing."""
+    out = pb.SessionConfig()
+    out.CopyFrom(current)
+    for name in (
+        "model",
+        "instructions",
+        "voice",
+        "temperature",
+        "native_duplex",
+        "auto_response",
+        "overlap_policy",
+        "playback_commit_policy",
+        "return_stage_metrics",
+    ):
+        if patch.HasField(name):
+            setattr(out, name, getattr(patch, name))
+    if patch.has_output_modalities:
+        del out.output_modalities[:]
+        out.output_modalities.extend(patch.output_modalities)
+    if patch.HasField("input_audio_format"):
+        _merge_format(out.input_audio_format, patch.input_audio_format)
+    if patch.HasField("output_audio_format"):
+        _merge_format(out.output_audio_format, patch.output_audio_format)
+    if patch.has_turn_detection:
+        out.turn_detection.CopyFrom(patch.turn_detection)
+        if out.turn_detection.mode == pb.TURN_DETECTION_MODE_SERVER_VAD:
+            _fill_vad_defaults(out.turn_detection)
+    if patch.HasField("max_output_tokens"):
+        if patch.max_output_tokens < 1:
+            raise ConfigError(
+                "invalid_value", "max_output_tokens must be at least 1", "max_output_tokens"
+            )
+        # Clients can lower the server's ceiling, never raise it.
+        out.max_output_tokens = min(patch.max_output_tokens, max_output_tokens)
+    validate(out)
+    return out
+
+
+def validate(cfg: pb.SessionConfig) -> None:
+    if cfg.input_audio_format.encoding != "pcm16":
+        raise ConfigError(
+            "unsupported_audio_format",
+            f"input audio format {cfg.input_audio_format.encoding!r} is not supported; use pcm16",
+            "input_audio_format",
+        )
+    if cfg.input_audio_format.sample_rate_hz not in INPUT_RATES:
+        raise ConfigError(
+            "unsupported_audio_format",
+            f"input sample rate {cfg.input_audio_format.sample_rate_hz} Hz is not supported; "
+            f"use one of {INPUT_RATES}",
+            "audio.input.format.rate",
+        )
+    if (
+        cfg.output_audio_format.encoding != "pcm16"
+        or cfg.output_audio_format.sample_rate_hz != OUTPUT_RATE
+    ):
+        raise ConfigError(
+            "unsupported_audio_format",
+            f"output audio must be pcm16 at {OUTPUT_RATE} Hz",
+            "audio.output.format",
+        )
+    if not cfg.output_modalities or any(m not in MODALITIES for m in cfg.output_modalities):
+        raise ConfigError(
+            "invalid_value",
+            f"output_modalities must be a non-empty subset of {MODALITIES}",
+            "output_modalities",
+        )
+    if not 0.0 <= cfg.temperature <= 2.0:
+        raise ConfigError("invalid_value", "temperature must be within [0, 2]", "temperature")
+    if cfg.overlap_policy not in OVERLAP_POLICIES:
+        raise ConfigError(
+            "invalid_value", f"overlap_policy must be one of {OVERLAP_POLICIES}", "overlap_policy"
+        )
+    if cfg.playback_commit_policy not in PLAYBACK_POLICIES:
+        raise ConfigError(
+            "invalid_value",
+            f"playback_commit_policy must be one of {PLAYBACK_POLICIES}",
+            "playback_commit_policy",
+        )
+    td = cfg.turn_detection
+    if td.mode == pb.TURN_DETECTION_MODE_SERVER_VAD:
+        if not 0.0 < td.threshold < 1.0:
+            raise ConfigError(
+                "invalid_value", "turn_detection.threshold must be within (0, 1)",
+                "turn_detection.threshold",
+            )
+        if td.silence_duration_ms < 0 or td.prefix_padding_ms < 0:
+            raise ConfigError(
+                "invalid_value", "turn_detection durations must not be negative", "turn_detection"
+            )
+
+
+def lane(cfg: pb.SessionConfig) -> stage_pb2.Lane.ValueType:
+    if cfg.native_duplex:
+        return stage_pb2.LANE_NATIVE
+    if cfg.turn_detection.mode == pb.TURN_DETECTION_MODE_SERVER_VAD:
+        return stage_pb2.LANE_SERVER_VAD
+    return stage_pb2.LANE_MANUAL
+
+
+def _merge_format(into: pb.AudioFormat, patch: pb.AudioFormat) -> None:
+    if patch.encoding:
+        into.encoding = patch.encoding
+    if patch.sample_rate_hz:
+        into.sample_rate_hz = patch.sample_rate_hz
+
+
+def _fill_vad_defaults(td: pb.TurnDetection) -> None:
+    d = default_server_vad()
+    if not td.threshold:
+        td.threshold = d.threshold
+    if not td.prefix_padding_ms:
+        td.prefix_padding_ms = d.prefix_padding_ms
+    if not td.silence_duration_ms:
+        td.silence_duration_ms = d.silence_duration_ms

@@ -1,0 +1,38 @@
+"""Session service configuration, including the server-owned session limits.
+
+The limits mirror the reference's `DuplexSessionRuntimeConfig`: they come
+from the deploy profile and environment only, never from a client payload.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from antiphon.common.config import ServiceSettings
+
+
+class SessionSettings(ServiceSettings):
+    profile_section: ClassVar[str] = "session"
+
+    listen: str = "0.0.0.0:50051"
+    metrics_port: int = 9101
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    stage0_addresses: list[str] = Field(default_factory=lambda: ["127.0.0.1:50061"])
+    stage1_addresses: list[str] = Field(default_factory=lambda: ["127.0.0.1:50071"])
+    # Seconds between readiness probes of Redis and the stage workers.
+    readiness_interval_s: float = 1.0
+
+    # Server-owned limits (reference `DuplexSessionRuntimeConfig`).
+    max_sessions: int = 4
+    idle_ttl_s: float = 300.0
+    disconnect_grace_s: float = 30.0
+    reaper_interval_s: float = 5.0
+    resume_replay_ttl_s: float = 60.0
+    resume_replay_max_bytes_per_session: int = 8 * 1024 * 1024
+    max_pending_input_bytes_per_session: int = 16 * 1024 * 1024
+    max_pending_turns_per_session: int = 4
+    completed_append_cache_size: int = 256
+    # Server default and ceiling for response length in tokens.
+    max_output_tokens: int = 256

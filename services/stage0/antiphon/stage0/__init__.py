@@ -1,0 +1,1 @@
+"""Stage0 worker: VAD, ASR and LLM cores behind the session-facing gRPC servicer."""

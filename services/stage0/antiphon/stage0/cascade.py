@@ -1,0 +1,259 @@
+"""One session's state on a stage0 `cascade` worker: VAD -> utterance -> ASR -> LLM.
+
+The session service drives it with typed requests; it reports VAD events,
+transcripts, listen/speak decisions and LLM text. Work of an epoch older
+than the newest one seen is dropped or aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from antiphon.stage0.metrics import Stage0Metrics
+from antiphon.stage0.models import CascadeModels
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.vad import EndpointerConfig, SpeechStarted, SpeechStopped, VadStream
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import stage_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+BYTES_PER_MS = 32  # PCM16 mono 16 kHz
+
+
+class CascadeSession:
+    def __init__(
+        self,
+        models: CascadeModels,
+        settings: Stage0Settings,
+        emit: Callable[[pb.Stage0Event], None],
+        metrics: Stage0Metrics,
+    ) -> None:
+        self._models = models
+        self._metrics = metrics
+        self._settings = settings
+        self._emit = emit
+        self.session_id = ""
+        self._lane: pb.Lane.ValueType = pb.LANE_MANUAL
+        self._epoch = 0
+        self._vad: VadStream = models.vad.stream()
+        # Audio of the utterance being heard; its start on the stream clock.
+        self._utterance = bytearray()
+        self._utterance_start_ms = 0
+        self._received_ms = 0
+        self._next_unit_ms = 0
+        self._tasks: dict[asyncio.Task[Any], int] = {}
+
+    # ---------------------------------------------------------- requests
+    def handle(self, req: pb.Stage0Request) -> None:
+        kind = req.WhichOneof("kind")
+        if kind in ("open", "configure"):
+            self._configure(getattr(req, kind))
+            return
+        msg = getattr(req, kind)
+        if msg.epoch < self._epoch:
+            return  # fenced out: older than a cancel already seen
+        self._epoch = max(self._epoch, msg.epoch)
+        if kind == "audio":
+            self._audio(msg.pcm16)
+        elif kind == "commit":
+            pcm = self._take_utterance()
+            self._spawn(self._transcribe_commit(msg.epoch, msg.item_id, pcm))
+        elif kind == "clear_input":
+            self._take_utterance()
+            self._vad.clear()
+        elif kind == "generate":
+            self._spawn(self._generate(msg))
+        elif kind == "cancel":
+            self._cancel_before(msg.epoch)
+
+    def _configure(self, open_: pb.Stage0Open) -> None:
+        self.session_id = open_.session_id or self.session_id
+        self._lane = open_.lane
+        td = open_.turn_detection
+        silence = td.silence_duration_ms or 500
+        if self._lane == pb.LANE_NATIVE:
+            silence = self._settings.native_silence_ms
+        self._vad.configure(
+            EndpointerConfig(
+                threshold=td.threshold or 0.5,
+                prefix_padding_ms=td.prefix_padding_ms or 300,
+                silence_duration_ms=silence,
+            )
+        )
+
+    # ------------------------------------------------------------- audio
+    def _audio(self, pcm16: bytes) -> None:
+        self._utterance += pcm16
+        self._received_ms += len(pcm16) // BYTES_PER_MS
+        max_bytes = int(self._settings.max_utterance_s * 1000) * BYTES_PER_MS
+        if len(self._utterance) > max_bytes:
+            drop = len(self._utterance) - max_bytes
+            del self._utterance[:drop]
+            self._utterance_start_ms += drop // BYTES_PER_MS
+        for event in self._vad.feed(pcm16):
+            if isinstance(event, SpeechStarted):
+                self._speech_started(event)
+            elif isinstance(event, SpeechStopped):
+                self._speech_stopped(event)
+        if self._lane == pb.LANE_NATIVE and self._vad.endpointer.in_speech:
+            # A model-unit boundary inside speech: the model keeps listening.
+            while self._received_ms >= self._next_unit_ms:
+                self._next_unit_ms += self._settings.chunk_period_ms
+                self._emit(
+                    pb.Stage0Event(
+                        unit_decision=pb.UnitDecision(
+                            epoch=self._epoch,
+                            decision=pb.DECISION_LISTEN,
+                            audio_end_ms=self._received_ms,
+                        )
+                    )
+                )
+        elif self._lane != pb.LANE_MANUAL and not self._vad.endpointer.in_speech:
+            # Between utterances keep only what prefix padding may reach back to.
+            keep_ms = self._vad.endpointer.config.prefix_padding_ms + 100
+            self._trim_to(self._received_ms - keep_ms)
+
+    def _speech_started(self, ev: SpeechStarted) -> None:
+        self._trim_to(ev.audio_start_ms)
+        self._next_unit_ms = self._received_ms + self._settings.chunk_period_ms
+        self._emit(
+            pb.Stage0Event(
+                speech_started=pb.VadSpeechStarted(
+                    epoch=self._epoch, audio_start_ms=ev.audio_start_ms
+                )
+            )
+        )
+
+    def _speech_stopped(self, ev: SpeechStopped) -> None:
+        self._emit(
+            pb.Stage0Event(
+                speech_stopped=pb.VadSpeechStopped(epoch=self._epoch, audio_end_ms=ev.audio_end_ms)
+            )
+        )
+        if self._lane == pb.LANE_NATIVE:
+            pcm = self._take_utterance()
+            self._spawn(self._transcribe_utterance(self._epoch, ev.audio_end_ms, pcm))
+
+    def _trim_to(self, start_ms: int) -> None:
+        drop_ms = start_ms - self._utterance_start_ms
+        if drop_ms > 0:
+            del self._utterance[: drop_ms * BYTES_PER_MS]
+            self._utterance_start_ms = start_ms
+
+    def _take_utterance(self) -> bytes:
+        pcm = bytes(self._utterance)
+        self._utterance.clear()
+        self._utterance_start_ms = self._received_ms
+        return pcm
+
+    # ------------------------------------------------------------- tasks
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks[task] = self._epoch
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("stage0 task failed", exc_info=task.exception())
+
+    def _cancel_before(self, epoch: int) -> None:
+        for task, task_epoch in list(self._tasks.items()):
+            if task_epoch < epoch:
+                task.cancel()
+
+    async def _transcribe(self, pcm: bytes) -> str:
+        with self._metrics.asr_latency.time():
+            return await self._models.transcribe(pcm)
+
+    async def _transcribe_commit(self, epoch: int, item_id: str, pcm: bytes) -> None:
+        text = await self._transcribe(pcm)
+        self._emit(
+            pb.Stage0Event(
+                transcript=pb.Transcript(
+                    epoch=epoch, item_id=item_id, text=text, audio_ms=len(pcm) // BYTES_PER_MS
+                )
+            )
+        )
+
+    async def _transcribe_utterance(self, epoch: int, end_ms: int, pcm: bytes) -> None:
+        text = await self._transcribe(pcm)
+        # The cascade's policy: speak after any utterance with words in it.
+        decision = pb.DECISION_SPEAK if text.strip() else pb.DECISION_LISTEN
+        self._emit(
+            pb.Stage0Event(
+                utterance=pb.Utterance(
+                    epoch=epoch, transcript=text, audio_end_ms=end_ms, decision=decision
+                )
+            )
+        )
+
+    async def _generate(self, req: pb.Generate) -> None:
+        llm = self._models.llm
+        prompt = llm.build_prompt([(m.role, m.content) for m in req.messages])
+        request_id = f"{self.session_id}:{req.response_id}"
+        finish_reason = "stop"
+        metrics = cpb.StageMetrics(prompt=prompt)
+        try:
+            async for out in llm.generate(
+                request_id,
+                prompt,
+                temperature=req.temperature,
+                max_tokens=req.max_output_tokens or 256,
+            ):
+                if out.text:
+                    self._emit(
+                        pb.Stage0Event(
+                            delta=pb.GenerationDelta(
+                                epoch=req.epoch, response_id=req.response_id, text=out.text
+                            )
+                        )
+                    )
+                if out.finished:
+                    finish_reason = out.finish_reason or "stop"
+                    if out.metrics is not None:
+                        m = out.metrics
+                        metrics.ttft_ms = m.ttft_ms
+                        metrics.tpot_ms = m.tpot_ms
+                        metrics.itl_ms.extend(m.itl_ms)
+                        metrics.num_prompt_tokens = m.num_prompt_tokens
+                        metrics.num_generation_tokens = m.num_generation_tokens
+                        self._metrics.ttft.observe(m.ttft_ms / 1000)
+                        self._metrics.tpot.observe(m.tpot_ms / 1000)
+        except Exception as exc:
+            log.exception("generation failed", extra={"session_id": self.session_id})
+            self._emit(
+                pb.Stage0Event(
+                    error=pb.StageError(
+                        epoch=req.epoch,
+                        response_id=req.response_id,
+                        code="generation_failed",
+                        message=str(exc),
+                    )
+                )
+            )
+            return
+        self._metrics.generations.labels(finish_reason).inc()
+        self._emit(
+            pb.Stage0Event(
+                done=pb.GenerationDone(
+                    epoch=req.epoch,
+                    response_id=req.response_id,
+                    finish_reason=finish_reason,
+                    metrics=metrics,
+                )
+            )
+        )
+
+    async def close(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

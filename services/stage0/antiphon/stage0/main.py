@@ -1,0 +1,48 @@
+"""Entry point: `python -m antiphon.stage0.main`."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry
+
+from antiphon.common import config, logs, metrics, tracing
+from antiphon.common.grpcserver import GrpcApp
+from antiphon.stage0.metrics import Stage0Metrics
+from antiphon.stage0.models import CascadeModels
+from antiphon.stage0.service import Stage0Service
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.v1 import stage_pb2_grpc
+
+SERVICE_NAME = "antiphon.v1.Stage0Service"
+
+
+async def serve(settings: Stage0Settings) -> None:
+    if settings.backend != "cascade":
+        raise SystemExit(f"unknown stage0 backend {settings.backend!r}; available: cascade")
+    registry = CollectorRegistry()
+    stage_metrics = Stage0Metrics(registry)
+    metrics.serve(registry, settings.metrics_port)
+    app = GrpcApp(SERVICE_NAME, settings.listen)
+    service = Stage0Service(settings=settings, metrics=stage_metrics)
+    stage_pb2_grpc.add_Stage0ServiceServicer_to_server(service, app.server)
+    # Alive (and answering health checks) while the models load; ready after.
+    await app.start()
+    models = await CascadeModels.load(settings)
+    service.models = models
+    await app.set_ready(True)
+    try:
+        await app.run(grace_s=settings.shutdown_grace_s)
+    finally:
+        await models.close()
+
+
+def main() -> None:
+    settings = config.load(Stage0Settings)
+    logs.configure("stage0", settings.log_level)
+    tracing.configure("stage0", settings.otlp_endpoint)
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()

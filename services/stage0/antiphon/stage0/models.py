@@ -1,0 +1,55 @@
+"""The cascade's engines, loaded once per worker and shared by its sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from antiphon.stage0.asr import WhisperAsr
+from antiphon.stage0.assets import locate
+from antiphon.stage0.llm import LlmEngine
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.vad import SileroVad
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CascadeModels:
+    vad: SileroVad
+    asr: WhisperAsr
+    llm: LlmEngine
+    # Whisper runs off the event loop, one utterance at a time.
+    asr_executor: ThreadPoolExecutor
+
+    @classmethod
+    async def load(cls, settings: Stage0Settings) -> CascadeModels:
+        assets = locate(settings.model_cache)
+        t0 = time.perf_counter()
+        vad = SileroVad(assets.vad_onnx, threads=settings.vad_threads)
+        asr = WhisperAsr(assets.whisper_dir, threads=settings.asr_threads)
+        t1 = time.perf_counter()
+        llm = await LlmEngine.start(
+            assets.llm_dir,
+            threads=settings.llm_threads,
+            max_model_len=settings.llm_max_model_len,
+            kv_cache_gib=settings.llm_kv_cache_gib,
+        )
+        log.info(
+            "models loaded",
+            extra={"vad_asr_s": round(t1 - t0, 2), "llm_s": round(time.perf_counter() - t1, 2)},
+        )
+        return cls(vad, asr, llm, ThreadPoolExecutor(1, thread_name_prefix="asr"))
+
+    async def transcribe(self, pcm16: bytes) -> str:
+        if not pcm16:
+            return ""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.asr_executor, self.asr.transcribe, pcm16)
+
+    async def close(self) -> None:
+        await self.llm.shutdown()
+        self.asr_executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,35 @@
+"""Stage0 worker configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field
+
+from antiphon.common.assets import default_cache_dir
+from antiphon.common.config import ServiceSettings
+
+
+class Stage0Settings(ServiceSettings):
+    profile_section: ClassVar[str] = "stage0"
+
+    listen: str = "0.0.0.0:50061"
+    metrics_port: int = 9111
+    backend: str = "cascade"
+    model_cache: Path = Field(default_factory=default_cache_dir)
+    # One thread per engine: two under contention on a shared 2-core box ran
+    # 10-100x slower than one.
+    vad_threads: int = 1
+    asr_threads: int = 1
+    llm_threads: int = 1
+    llm_max_model_len: int = 2048
+    llm_kv_cache_gib: float = 1.0
+    # Sessions this worker serves in real time (measured by `make bench`).
+    capacity: int = 4
+    # Native lane: the model unit at which listen decisions are reported.
+    chunk_period_ms: int = 1000
+    # Native lane: silence after speech that ends an utterance.
+    native_silence_ms: int = 600
+    # Longest utterance kept for transcription; older audio is dropped.
+    max_utterance_s: float = 30.0

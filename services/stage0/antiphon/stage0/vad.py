@@ -1,0 +1,251 @@
+"""Silero VAD on onnxruntime, batched across sessions, and a pure endpointer.
+
+One `SileroVad` (one InferenceSession) serves every session of a worker: each
+session owns a `VadStream` holding its recurrent state, its 64-sample context
+and the samples that do not yet fill a frame. `SileroVad.step` runs one frame
+of many streams in one call, which is how a worker keeps VAD cost flat as
+sessions grow. `VadStream.feed` is the one-session convenience path.
+
+Times are on the stream's own audio clock: milliseconds of audio fed to this
+stream since it was created, which is what OpenAI's `audio_start_ms` /
+`audio_end_ms` count.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+SAMPLE_RATE = 16_000
+FRAME_SAMPLES = 512
+# Silero v5 looks at the last 64 samples of the previous frame as well.
+CONTEXT_SAMPLES = 64
+FRAME_MS = FRAME_SAMPLES * 1000 // SAMPLE_RATE
+_FRAME_BYTES = FRAME_SAMPLES * 2
+_STATE_DIMS = (2, 128)
+# Silero's own hysteresis: once in speech, only a clearly lower probability
+# counts as silence, so a soft syllable does not start the silence timer.
+_HYSTERESIS = 0.15
+
+Float32Array = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """Speech confirmed. `audio_start_ms` includes the prefix padding (OpenAI's meaning)."""
+
+    audio_start_ms: int
+    # Start of the first frame judged to be speech.
+    onset_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    """Silence confirmed. `audio_end_ms` includes the silence duration (OpenAI's meaning)."""
+
+    audio_end_ms: int
+    # End of the last frame judged to be speech.
+    offset_ms: int
+
+
+VadEvent = SpeechStarted | SpeechStopped
+
+
+@dataclass(frozen=True)
+class EndpointerConfig:
+    """OpenAI `server_vad` knobs plus a minimum speech length against clicks."""
+
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+    min_speech_ms: int = 100
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
+        for name in ("prefix_padding_ms", "silence_duration_ms", "min_speech_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+
+
+class Endpointer:
+    """Turns per-frame speech probabilities into start/stop events. Pure: no audio, no model."""
+
+    def __init__(self, config: EndpointerConfig | None = None, *, start_ms: int = 0) -> None:
+        self.config = config or EndpointerConfig()
+        self._now_ms = start_ms
+        self._in_speech = False
+        # Onset of a run of speech frames not yet long enough to count.
+        self._candidate_ms: int | None = None
+        # Start of the current silence inside speech, if any.
+        self._silence_ms: int | None = None
+        self._last_end_ms = 0
+
+    @property
+    def in_speech(self) -> bool:
+        return self._in_speech
+
+    @property
+    def now_ms(self) -> int:
+        """End of the last frame seen, on the stream clock."""
+        return self._now_ms
+
+    def update(self, probability: float, frame_ms: int = FRAME_MS) -> VadEvent | None:
+        """Advance by one frame of `frame_ms` with the given speech probability."""
+        cfg = self.config
+        start = self._now_ms
+        self._now_ms = end = start + frame_ms
+        if not self._in_speech:
+            if probability < cfg.threshold:
+                self._candidate_ms = None
+                return None
+            if self._candidate_ms is None:
+                self._candidate_ms = start
+            if end - self._candidate_ms < max(cfg.min_speech_ms, frame_ms):
+                return None
+            onset = self._candidate_ms
+            self._candidate_ms = None
+            self._in_speech = True
+            self._silence_ms = None
+            # Never reach back into the previous utterance's audio.
+            audio_start = max(onset - cfg.prefix_padding_ms, self._last_end_ms, 0)
+            return SpeechStarted(audio_start_ms=audio_start, onset_ms=onset)
+        if probability >= cfg.threshold:
+            self._silence_ms = None
+            return None
+        if probability >= max(cfg.threshold - _HYSTERESIS, 0.01):
+            # Between the two thresholds: neither resumes speech nor starts silence.
+            return None
+        if self._silence_ms is None:
+            self._silence_ms = start
+        if end - self._silence_ms < cfg.silence_duration_ms:
+            return None
+        offset = self._silence_ms
+        self._in_speech = False
+        self._silence_ms = None
+        self._last_end_ms = end
+        return SpeechStopped(audio_end_ms=end, offset_ms=offset)
+
+
+def _new_state() -> Float32Array:
+    return np.zeros(_STATE_DIMS, dtype=np.float32)
+
+
+def _new_context() -> Float32Array:
+    return np.zeros(CONTEXT_SAMPLES, dtype=np.float32)
+
+
+@dataclass(eq=False)
+class VadStream:
+    """One session's VAD: Silero's recurrent state, context, leftover audio and endpointer.
+
+    `eq=False` keeps identity semantics: two sessions are never "the same stream".
+    """
+
+    vad: SileroVad
+    endpointer: Endpointer = field(default_factory=Endpointer)
+    state: Float32Array = field(default_factory=_new_state)
+    context: Float32Array = field(default_factory=_new_context)
+    _leftover: bytearray = field(default_factory=bytearray)
+    _frames: deque[Float32Array] = field(default_factory=deque)
+
+    @property
+    def pending_frames(self) -> int:
+        """Whole frames pushed but not yet run through the model."""
+        return len(self._frames)
+
+    def push(self, pcm16: bytes) -> None:
+        """Queue PCM16 mono 16 kHz audio; whole 512-sample frames become pending."""
+        self._leftover += pcm16
+        whole = len(self._leftover) // _FRAME_BYTES * _FRAME_BYTES
+        if not whole:
+            return
+        samples = np.frombuffer(bytes(self._leftover[:whole]), dtype="<i2")
+        del self._leftover[:whole]
+        scaled = samples.astype(np.float32) / 32768.0
+        for frame in scaled.reshape(-1, FRAME_SAMPLES):
+            self._frames.append(frame)
+
+    def pop_frame(self) -> Float32Array:
+        return self._frames.popleft()
+
+    def feed(self, pcm16: bytes) -> list[VadEvent]:
+        """Push audio and run every whole frame now (a batch of one per frame)."""
+        self.push(pcm16)
+        events: list[VadEvent] = []
+        while self._frames:
+            events.extend(self.vad.step([self])[0])
+        return events
+
+    def configure(self, config: EndpointerConfig) -> None:
+        """New knobs from `session.update`; the audio clock and speech state carry on."""
+        self.endpointer.config = config
+
+    def clear(self) -> None:
+        """Drop unprocessed audio (input buffer cleared); model state and clock carry on."""
+        self._leftover.clear()
+        self._frames.clear()
+
+
+class SileroVad:
+    """One onnxruntime session of Silero VAD v5, shared by every stream of a worker."""
+
+    def __init__(self, onnx_path: Path, threads: int = 1) -> None:
+        options = ort.SessionOptions()
+        # The worker shares a small CPU with ASR and the LLM: stay on the threads given.
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self._session = ort.InferenceSession(
+            str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        names = {i.name for i in self._session.get_inputs()}
+        # The 16 kHz-only export has no `sr` input; the general one needs it.
+        self._needs_sr = "sr" in names
+
+    def stream(self, config: EndpointerConfig | None = None) -> VadStream:
+        return VadStream(vad=self, endpointer=Endpointer(config))
+
+    def infer(
+        self, windows: Float32Array, state: Float32Array
+    ) -> tuple[Float32Array, Float32Array]:
+        """Raw batched call: windows (B, 64+512) and state (2, B, 128) -> probs (B,), state."""
+        feeds: dict[str, npt.NDArray[np.generic]] = {"input": windows, "state": state}
+        if self._needs_sr:
+            feeds["sr"] = np.array(SAMPLE_RATE, dtype=np.int64)
+        probs, new_state = self._session.run(None, feeds)
+        return (
+            np.asarray(probs, dtype=np.float32).reshape(-1),
+            np.asarray(new_state, dtype=np.float32),
+        )
+
+    def step(self, streams: Sequence[VadStream]) -> list[list[VadEvent]]:
+        """Run one pending frame of each stream in one model call; events per stream, in order.
+
+        A stream may appear once per call: its next frame depends on this one's state.
+        """
+        if not streams:
+            return []
+        if len({id(s) for s in streams}) != len(streams):
+            raise ValueError("a stream may appear only once per batch")
+        if any(s.pending_frames == 0 for s in streams):
+            raise ValueError("every stream in a batch needs a pending frame")
+        frames = [s.pop_frame() for s in streams]
+        windows = np.stack(
+            [np.concatenate((s.context, f)) for s, f in zip(streams, frames, strict=True)]
+        )
+        state = np.stack([s.state for s in streams], axis=1)
+        probs, new_state = self.infer(windows, state)
+        out: list[list[VadEvent]] = []
+        for i, (s, f) in enumerate(zip(streams, frames, strict=True)):
+            s.state = np.ascontiguousarray(new_state[:, i, :])
+            s.context = f[-CONTEXT_SAMPLES:].copy()
+            event = s.endpointer.update(float(probs[i]))
+            out.append([event] if event is not None else [])
+        return out

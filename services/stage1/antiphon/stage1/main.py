@@ -1,0 +1,58 @@
+"""Entry point: `python -m antiphon.stage1.main`."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+from prometheus_client import CollectorRegistry
+
+from antiphon.common import config, logs, metrics, tracing
+from antiphon.common.grpcserver import GrpcApp
+from antiphon.stage1.assets import locate
+from antiphon.stage1.metrics import Stage1Metrics
+from antiphon.stage1.service import Stage1Service
+from antiphon.stage1.settings import Stage1Settings
+from antiphon.stage1.tts import PiperTts
+from antiphon.v1 import stage_pb2_grpc
+
+SERVICE_NAME = "antiphon.v1.Stage1Service"
+
+
+async def serve(settings: Stage1Settings) -> None:
+    if settings.backend != "piper":
+        raise SystemExit(f"unknown stage1 backend {settings.backend!r}; available: piper")
+    assets = locate()
+    tts = PiperTts(
+        assets.voice_onnx,
+        assets.voice_config,
+        threads=settings.tts_threads,
+        out_rate=settings.output_rate,
+    )
+    registry = CollectorRegistry()
+    stage_metrics = Stage1Metrics(registry)
+    metrics.serve(registry, settings.metrics_port)
+    # One synthesis at a time per worker: the voice uses the thread it is given.
+    executor = ThreadPoolExecutor(1, thread_name_prefix="tts")
+    service = Stage1Service(
+        tts=tts, executor=executor, settings=settings, metrics=stage_metrics
+    )
+    app = GrpcApp(SERVICE_NAME, settings.listen)
+    stage_pb2_grpc.add_Stage1ServiceServicer_to_server(service, app.server)
+    await app.start()
+    await app.set_ready(True)
+    try:
+        await app.run(grace_s=settings.shutdown_grace_s)
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+def main() -> None:
+    settings = config.load(Stage1Settings)
+    logs.configure("stage1", settings.log_level)
+    tracing.configure("stage1", settings.otlp_endpoint)
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""One session's speech synthesis on a stage1 worker.
+
+Text arrives as the LLM streams it; complete clauses are synthesised in
+order while later text keeps arriving, so the first clause is heard before
+the answer is finished. A cancel fences out everything of older epochs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from antiphon.stage1.clauses import ClauseSplitter
+from antiphon.stage1.metrics import Stage1Metrics
+from antiphon.stage1.tts import PiperTts, SpeechChunk
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import stage_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class _Work:
+    """A clause to speak, or the end of a response (`final`)."""
+
+    def __init__(self, epoch: int, response_id: str, text: str, final: bool) -> None:
+        self.epoch = epoch
+        self.response_id = response_id
+        self.text = text
+        self.final = final
+
+
+class SynthesisSession:
+    def __init__(
+        self,
+        tts: PiperTts,
+        executor: Executor,
+        metrics: Stage1Metrics,
+        emit: Callable[[pb.Stage1Event], None],
+    ) -> None:
+        self._tts = tts
+        self._executor = executor
+        self._metrics = metrics
+        self._emit = emit
+        self._epoch = 0
+        self._splitters: dict[str, ClauseSplitter] = {}
+        self._first_text: dict[str, float] = {}
+        self._first_audio: dict[str, float] = {}
+        self._queue: asyncio.Queue[_Work] = asyncio.Queue()
+        self._worker = asyncio.create_task(self._run())
+
+    def handle(self, req: pb.Stage1Request) -> None:
+        kind = req.WhichOneof("kind")
+        if kind == "open":
+            return
+        msg = getattr(req, kind)
+        if msg.epoch < self._epoch:
+            return
+        self._epoch = max(self._epoch, msg.epoch)
+        if kind == "cancel":
+            self._splitters.clear()
+            return
+        if kind != "text":
+            return
+        rid = msg.response_id
+        splitter = self._splitters.setdefault(rid, ClauseSplitter())
+        self._first_text.setdefault(rid, time.perf_counter())
+        for clause in splitter.feed(msg.text):
+            self._queue.put_nowait(_Work(msg.epoch, rid, clause, final=False))
+        if msg.final:
+            rest = splitter.flush()
+            if rest:
+                self._queue.put_nowait(_Work(msg.epoch, rid, rest, final=False))
+            self._queue.put_nowait(_Work(msg.epoch, rid, "", final=True))
+            del self._splitters[rid]
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            work = await self._queue.get()
+            if work.epoch < self._epoch:
+                continue
+            if work.final:
+                started = self._first_text.pop(work.response_id, time.perf_counter())
+                first = self._first_audio.pop(work.response_id, started)
+                self._emit(
+                    pb.Stage1Event(
+                        done=pb.SynthesisDone(
+                            epoch=work.epoch,
+                            response_id=work.response_id,
+                            first_audio_ms=(first - started) * 1000,
+                        )
+                    )
+                )
+                continue
+            t0 = time.perf_counter()
+            chunks = await loop.run_in_executor(self._executor, self._speak, work.text)
+            elapsed = time.perf_counter() - t0
+            if work.epoch < self._epoch:
+                continue  # cancelled while synthesising: never send it
+            total_ms = sum(c.duration_ms for c in chunks)
+            if total_ms:
+                self._metrics.rtf.observe(elapsed * 1000 / total_ms)
+            if work.response_id not in self._first_audio and chunks:
+                now = time.perf_counter()
+                self._first_audio[work.response_id] = now
+                started = self._first_text.get(work.response_id, now)
+                self._metrics.first_audio.observe(now - started)
+            for chunk in chunks:
+                self._emit(pb.Stage1Event(audio=_audio_chunk(work, chunk, self._tts.out_rate)))
+
+    def _speak(self, text: str) -> list[SpeechChunk]:
+        return list(self._tts.synthesize(text))
+
+    async def close(self) -> None:
+        self._worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._worker
+
+
+def _audio_chunk(work: _Work, chunk: SpeechChunk, rate: int) -> pb.AudioChunk:
+    return pb.AudioChunk(
+        epoch=work.epoch,
+        response_id=work.response_id,
+        pcm16=chunk.pcm16,
+        sample_rate_hz=rate,
+        text=chunk.text,
+        duration_ms=chunk.duration_ms,
+        marks=[cpb.AudioTextMark(text_chars=c, audio_end_ms=ms) for c, ms in chunk.marks],
+    )
