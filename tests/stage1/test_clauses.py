@@ -11,7 +11,7 @@ from antiphon.stage1.clauses import ClauseSplitter
 TEXTS = [
     "Hello there. How are you? I am fine, thanks for asking!",
     "It costs 3.5 dollars, e.g. a small coffee. Mr. Smith met J. Doe at 10:30 today; then left.",
-    "1. First item\n2. Second item\n\nDone...  ok \"Quoted.\" Next one",
+    '1. First item\n2. Second item\n\nDone...  ok "Quoted." Next one',
     "Well, I think so. Yes! No? Maybe... Really?! Sure.",
     "  Leading spaces, and trailing ones.   ",
     "Numbers like 1,000,000 and 3.14159 stay whole, as do URLs like example.com/a.b today.",

@@ -61,8 +61,10 @@ class GrpcApp:
             await self.server.start()
 
     async def set_ready(self, ready: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if ready else (
-            health_pb2.HealthCheckResponse.NOT_SERVING
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if ready
+            else (health_pb2.HealthCheckResponse.NOT_SERVING)
         )
         await self.health.set(self.service_name, status)
 

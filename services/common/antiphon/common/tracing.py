@@ -27,7 +27,9 @@ def configure(service: str, otlp_endpoint: str = "") -> TracerProvider:
         except ImportError:
             log.warning("otlp exporter not installed; traces are not exported")
         else:
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_endpoint)))
+            provider.add_span_processor(
+                BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_endpoint))
+            )
     trace.set_tracer_provider(provider)
     return provider
 

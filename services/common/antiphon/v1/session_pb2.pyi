@@ -73,7 +73,7 @@ class Heartbeat(_message.Message):
     def __init__(self) -> None: ...
 
 class ClientCommand(_message.Message):
-    __slots__ = ("event_id", "operation_id", "client_type", "open", "update", "append_audio", "commit", "clear_input", "create_response", "cancel_response", "close", "heartbeat")
+    __slots__ = ("event_id", "operation_id", "client_type", "open", "update", "append_audio", "commit", "clear_input", "create_response", "cancel_response", "close", "heartbeat", "rejected")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,7 @@ class ClientCommand(_message.Message):
     CANCEL_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     operation_id: str
     client_type: str
@@ -98,7 +99,8 @@ class ClientCommand(_message.Message):
     cancel_response: CancelResponse
     close: CloseSession
     heartbeat: Heartbeat
-    def __init__(self, event_id: _Optional[str] = ..., operation_id: _Optional[str] = ..., client_type: _Optional[str] = ..., open: _Optional[_Union[OpenSession, _Mapping]] = ..., update: _Optional[_Union[UpdateSession, _Mapping]] = ..., append_audio: _Optional[_Union[AppendAudio, _Mapping]] = ..., commit: _Optional[_Union[CommitInput, _Mapping]] = ..., clear_input: _Optional[_Union[ClearInput, _Mapping]] = ..., create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ..., close: _Optional[_Union[CloseSession, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+    rejected: ErrorEvent
+    def __init__(self, event_id: _Optional[str] = ..., operation_id: _Optional[str] = ..., client_type: _Optional[str] = ..., open: _Optional[_Union[OpenSession, _Mapping]] = ..., update: _Optional[_Union[UpdateSession, _Mapping]] = ..., append_audio: _Optional[_Union[AppendAudio, _Mapping]] = ..., commit: _Optional[_Union[CommitInput, _Mapping]] = ..., clear_input: _Optional[_Union[ClearInput, _Mapping]] = ..., create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ..., close: _Optional[_Union[CloseSession, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., rejected: _Optional[_Union[ErrorEvent, _Mapping]] = ...) -> None: ...
 
 class SessionState(_message.Message):
     __slots__ = ("config", "session_id", "incarnation", "attachment_generation", "resume_token", "epoch", "turn_id", "state", "active_response_id", "playback", "capabilities")

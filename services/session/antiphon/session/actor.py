@@ -186,6 +186,9 @@ class SessionActor:
             await self._emit("heartbeat_ack", spb.HeartbeatAck(session_id=self.session_id))
         elif kind == "close":
             await self._close("session_close")
+        elif kind == "rejected":
+            self._metrics.errors.labels(cmd.rejected.code).inc()
+            await self._emit("error", cmd.rejected)
         else:
             await self._error(
                 "invalid_request_error", "invalid_event", f"unexpected command {kind}", cmd.event_id
@@ -586,7 +589,9 @@ class SessionActor:
     async def _close(self, reason: str) -> None:
         if self._response is not None:
             await self._cancel_active("session_closed")
-        await self._emit("session_closed", spb.SessionClosed(session_id=self.session_id, reason=reason))
+        await self._emit(
+            "session_closed", spb.SessionClosed(session_id=self.session_id, reason=reason)
+        )
         self._closed.set()
         await self._stage0.close()
         await self._stage1.close()
@@ -662,4 +667,3 @@ def _history_message(raw: bytes) -> list[cpb.ChatMessage]:
     if not text or item.role not in ("user", "assistant", "system"):
         return []
     return [cpb.ChatMessage(role=item.role, content=text)]
-

@@ -22,17 +22,24 @@ class SessionMetrics:
             registry=registry,
         )
         self.commands = Counter(
-            "antiphon_session_commands_total", "Client commands by kind", ["kind"], registry=registry
+            "antiphon_session_commands_total",
+            "Client commands by kind",
+            ["kind"],
+            registry=registry,
         )
         self.events = Counter(
-            "antiphon_session_events_total", "Server events journaled, by kind", ["kind"],
+            "antiphon_session_events_total",
+            "Server events journaled, by kind",
+            ["kind"],
             registry=registry,
         )
         self.errors = Counter(
             "antiphon_session_errors_total", "Error events by code", ["code"], registry=registry
         )
         self.responses = Counter(
-            "antiphon_session_responses_total", "Responses ended, by status", ["status"],
+            "antiphon_session_responses_total",
+            "Responses ended, by status",
+            ["status"],
             registry=registry,
         )
         self.stale_dropped = Counter(

@@ -99,7 +99,10 @@ class ResponseState:
         ]
         if self.audio:
             events.append(
-                ("response_speak", spb.Speak(ref=self.ref, session_id=self.session_id, epoch=self.epoch))
+                (
+                    "response_speak",
+                    spb.Speak(ref=self.ref, session_id=self.session_id, epoch=self.epoch),
+                )
             )
         return events
 

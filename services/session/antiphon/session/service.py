@@ -53,7 +53,7 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         self._actors: dict[str, SessionActor] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def Connect(  # noqa: N802 - gRPC method name
+    async def Connect(
         self,
         request_iterator: AsyncIterator[spb.ClientCommand],
         context: grpc.aio.ServicerContext,

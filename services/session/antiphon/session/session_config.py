@@ -146,7 +146,8 @@ def validate(cfg: pb.SessionConfig) -> None:
     if td.mode == pb.TURN_DETECTION_MODE_SERVER_VAD:
         if not 0.0 < td.threshold < 1.0:
             raise ConfigError(
-                "invalid_value", "turn_detection.threshold must be within (0, 1)",
+                "invalid_value",
+                "turn_detection.threshold must be within (0, 1)",
                 "turn_detection.threshold",
             )
         if td.silence_duration_ms < 0 or td.prefix_padding_ms < 0:

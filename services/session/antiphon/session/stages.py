@@ -73,7 +73,9 @@ class Binding(Generic[Req]):
                 on_event(event)
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
-                log.warning("stage stream ended", extra={"address": self.address, "code": str(exc.code())})
+                log.warning(
+                    "stage stream ended", extra={"address": self.address, "code": str(exc.code())}
+                )
         except asyncio.CancelledError:
             pass
         finally:
@@ -97,7 +99,9 @@ class StagePool:
             self._ready[addr] = await check_ready(self._channels[addr], STAGE0_SERVICE)
         for addr in self._stage1:
             self._ready[addr] = await check_ready(self._channels[addr], STAGE1_SERVICE)
-        return any(self._ready[a] for a in self._stage0) and any(self._ready[a] for a in self._stage1)
+        return any(self._ready[a] for a in self._stage0) and any(
+            self._ready[a] for a in self._stage1
+        )
 
     def _pick(self, addresses: list[str], rr: itertools.cycle[int], stage: str) -> str:
         for _ in addresses:

@@ -13,18 +13,26 @@ class Stage0Metrics:
             "antiphon_stage0_sessions_active", "Sessions bound to this worker", registry=registry
         )
         self.ttft = Histogram(
-            "antiphon_stage0_ttft_seconds", "LLM time to first token", buckets=LATENCY_BUCKETS,
+            "antiphon_stage0_ttft_seconds",
+            "LLM time to first token",
+            buckets=LATENCY_BUCKETS,
             registry=registry,
         )
         self.tpot = Histogram(
-            "antiphon_stage0_tpot_seconds", "LLM time per output token", buckets=LATENCY_BUCKETS,
+            "antiphon_stage0_tpot_seconds",
+            "LLM time per output token",
+            buckets=LATENCY_BUCKETS,
             registry=registry,
         )
         self.asr_latency = Histogram(
-            "antiphon_stage0_asr_seconds", "Whisper time per utterance", buckets=LATENCY_BUCKETS,
+            "antiphon_stage0_asr_seconds",
+            "Whisper time per utterance",
+            buckets=LATENCY_BUCKETS,
             registry=registry,
         )
         self.generations = Counter(
-            "antiphon_stage0_generations_total", "Generations by finish reason", ["reason"],
+            "antiphon_stage0_generations_total",
+            "Generations by finish reason",
+            ["reason"],
             registry=registry,
         )

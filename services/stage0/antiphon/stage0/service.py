@@ -37,7 +37,7 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
             input_modes=["append_audio_chunk"],
         )
 
-    async def Describe(  # noqa: N802 - gRPC method name
+    async def Describe(
         self, request: pb.DescribeRequest, context: grpc.aio.ServicerContext
     ) -> pb.StageInfo:
         return pb.StageInfo(
@@ -47,7 +47,7 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
             active_sessions=self._active,
         )
 
-    async def Bind(  # noqa: N802 - gRPC method name
+    async def Bind(
         self,
         request_iterator: AsyncIterator[pb.Stage0Request],
         context: grpc.aio.ServicerContext,

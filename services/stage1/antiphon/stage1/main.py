@@ -34,9 +34,7 @@ async def serve(settings: Stage1Settings) -> None:
     metrics.serve(registry, settings.metrics_port)
     # One synthesis at a time per worker: the voice uses the thread it is given.
     executor = ThreadPoolExecutor(1, thread_name_prefix="tts")
-    service = Stage1Service(
-        tts=tts, executor=executor, settings=settings, metrics=stage_metrics
-    )
+    service = Stage1Service(tts=tts, executor=executor, settings=settings, metrics=stage_metrics)
     app = GrpcApp(SERVICE_NAME, settings.listen)
     stage_pb2_grpc.add_Stage1ServiceServicer_to_server(service, app.server)
     await app.start()

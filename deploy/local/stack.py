@@ -1,0 +1,201 @@
+"""The whole stack on one machine: Redis, stage0, stage1, session, gateway.
+
+`make run` uses it (Ctrl-C stops everything cleanly); the end-to-end tests
+start it once per test session. Each service is its own process, started
+exactly as a container would start it (`python -m antiphon.<tier>.main`)
+and configured through the same `ANTIPHON_*` environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_PROFILE = REPO / "deploy" / "profiles" / "local.yaml"
+REDIS_HINT = "redis-server is not installed: run `apt-get install -y redis-server` (Debian/Ubuntu)"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Ports:
+    gateway: int = 8000
+    session: int = 50051
+    stage0: int = 50061
+    stage1: int = 50071
+    redis: int = 6379
+    session_metrics: int = 9101
+    stage0_metrics: int = 9111
+    stage1_metrics: int = 9121
+
+    @classmethod
+    def free(cls) -> Ports:
+        return cls(*(free_port() for _ in range(8)))
+
+
+@dataclass
+class LocalStack:
+    ports: Ports = field(default_factory=Ports)
+    run_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="antiphon-")))
+    redis_url: str = ""
+    profile: Path = DEFAULT_PROFILE
+    extra_env: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.gateway}"
+
+    def log_path(self, name: str) -> Path:
+        return self.run_dir / f"{name}.log"
+
+    def start(self, timeout_s: float = 600.0) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not self.redis_url:
+            self._start_redis()
+        p = self.ports
+        env = {
+            "ANTIPHON_PROFILE": str(self.profile),
+            "ANTIPHON_REDIS_URL": self.redis_url,
+            "ANTIPHON_STAGE0_ADDRESSES": f'["127.0.0.1:{p.stage0}"]',
+            "ANTIPHON_STAGE1_ADDRESSES": f'["127.0.0.1:{p.stage1}"]',
+            "ANTIPHON_SESSION_ADDRESS": f"127.0.0.1:{p.session}",
+            **self.extra_env,
+        }
+        self._spawn("stage0", env | {"ANTIPHON_LISTEN": f"127.0.0.1:{p.stage0}",
+                                     "ANTIPHON_METRICS_PORT": str(p.stage0_metrics)})
+        self._spawn("stage1", env | {"ANTIPHON_LISTEN": f"127.0.0.1:{p.stage1}",
+                                     "ANTIPHON_METRICS_PORT": str(p.stage1_metrics)})
+        self._spawn("session", env | {"ANTIPHON_LISTEN": f"127.0.0.1:{p.session}",
+                                      "ANTIPHON_METRICS_PORT": str(p.session_metrics)})
+        self._spawn("gateway", env | {"ANTIPHON_HOST": "127.0.0.1", "ANTIPHON_PORT": str(p.gateway)})
+        self.wait_ready(timeout_s)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    tail = self.log_path(name).read_text(errors="replace")[-4000:]
+                    raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
+            try:
+                with urllib.request.urlopen(f"{self.gateway_url}/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"stack not ready within {timeout_s}s; logs in {self.run_dir}")
+
+    def _start_redis(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit(REDIS_HINT)
+        port = self.ports.redis
+        args = [
+            binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.run_dir),
+            # AOF like production: an acknowledged event survives a Redis restart.
+            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+        ]
+        self.procs["redis"] = subprocess.Popen(
+            args, stdout=self.log_path("redis").open("wb"), stderr=subprocess.STDOUT
+        )
+        self.redis_url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def _spawn(self, name: str, env: dict[str, str]) -> None:
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", f"antiphon.{name}.main"],
+            env={**os.environ, **env},
+            stdout=self.log_path(name).open("wb"),
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM in reverse start order (front door first), then wait; kill stragglers."""
+        for name in reversed(list(self.procs)):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Run the whole Antiphon stack locally.")
+    parser.add_argument("--port", type=int, default=8000, help="gateway port")
+    args = parser.parse_args()
+    redis_url = os.environ.get("ANTIPHON_REDIS_URL", "")
+    if not redis_url and shutil.which("redis-server") is None:
+        raise SystemExit(REDIS_HINT)
+    stack = LocalStack(ports=Ports(gateway=args.port), redis_url=redis_url,
+                       run_dir=REPO / ".run")
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    print(f"starting Antiphon (logs in {stack.run_dir}) ...", flush=True)
+    try:
+        stack.start()
+        print(
+            f"Antiphon is ready\n"
+            f"  demo:      {stack.gateway_url}/\n"
+            f"  realtime:  ws://127.0.0.1:{args.port}/v1/realtime\n"
+            f"  readiness: {stack.gateway_url}/readyz\n"
+            f"  metrics:   {stack.gateway_url}/metrics (gateway), "
+            f":{stack.ports.session_metrics} (session), :{stack.ports.stage0_metrics} (stage0), "
+            f":{stack.ports.stage1_metrics} (stage1)\n"
+            f"Ctrl-C stops everything.",
+            flush=True,
+        )
+        while not stopping:
+            for name, proc in stack.procs.items():
+                if proc.poll() is not None:
+                    print(f"{name} exited ({proc.returncode}); see {stack.log_path(name)}")
+                    stopping = True
+            time.sleep(0.5)
+    finally:
+        print("stopping ...", flush=True)
+        stack.stop()
+        print("stopped", flush=True)
+
+
+if __name__ == "__main__":
+    main()

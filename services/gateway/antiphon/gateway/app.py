@@ -1,0 +1,89 @@
+"""The Starlette application: routes, and one lifespan that owns the gRPC channel."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from antiphon.common.grpcserver import channel, check_ready
+from antiphon.gateway.connection import Connection
+from antiphon.gateway.metrics import GatewayMetrics
+from antiphon.gateway.settings import GatewaySettings
+from antiphon.v1 import session_pb2_grpc
+
+SESSION_SERVICE = "antiphon.v1.SessionService"
+STATIC = Path(__file__).parent / "static"
+CLOSE_POLICY = 1008
+
+
+def create_app(settings: GatewaySettings) -> Starlette:
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        ch = channel(settings.session_address)
+        app.state.channel = ch
+        app.state.stub = session_pb2_grpc.SessionServiceStub(ch)
+        try:
+            yield
+        finally:
+            await ch.close()
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        # The session service is ready only while Redis and a worker of each
+        # stage are reachable, so this one check covers the whole path.
+        ready = await check_ready(request.app.state.channel, SESSION_SERVICE)
+        return JSONResponse(
+            {"status": "ready" if ready else "not_ready"}, status_code=200 if ready else 503
+        )
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    async def realtime(ws: WebSocket) -> None:
+        if settings.api_key and not _authorized(ws, settings.api_key):
+            await ws.close(CLOSE_POLICY)
+            return
+        offered = ws.scope.get("subprotocols") or []
+        await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
+        metrics.connections_active.inc()
+        try:
+            conn = Connection(ws, ws.app.state.stub, metrics, settings.max_message_bytes)
+            await conn.run()
+        finally:
+            metrics.connections_active.dec()
+
+    return Starlette(
+        routes=[
+            Route("/", index),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics_endpoint),
+            WebSocketRoute("/v1/realtime", realtime),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def _authorized(ws: WebSocket, key: str) -> bool:
+    header = ws.headers.get("authorization", "")
+    if header == f"Bearer {key}":
+        return True
+    # Browsers cannot set headers on a WebSocket; OpenAI's convention is a
+    # subprotocol carrying the key.
+    return f"openai-insecure-api-key.{key}" in (ws.scope.get("subprotocols") or [])

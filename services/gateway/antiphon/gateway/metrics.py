@@ -1,0 +1,30 @@
+"""Gateway Prometheus metrics, on a registry it is handed."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.connections_active = Gauge(
+            "antiphon_gateway_connections_active", "Open WebSocket connections", registry=registry
+        )
+        self.events_in = Counter(
+            "antiphon_gateway_events_in_total",
+            "Client events received, by type",
+            ["type"],
+            registry=registry,
+        )
+        self.events_out = Counter(
+            "antiphon_gateway_events_out_total",
+            "Server events sent, by type",
+            ["type"],
+            registry=registry,
+        )
+        self.client_errors = Counter(
+            "antiphon_gateway_client_errors_total",
+            "Client events refused, by code",
+            ["code"],
+            registry=registry,
+        )

@@ -1,0 +1,343 @@
+"""Typed `ServerEvent` -> Realtime JSON, one wire event per typed event.
+
+Shapes follow `reference/realtime-duplex-api.md`: OpenAI's GA event names,
+both beta and GA session spellings at once, and the duplex extensions a
+stock client ignores. Every event carries `event_id` and `server_event_seq`.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
+
+Json = dict[str, Any]
+
+
+def project(ev: spb.ServerEvent) -> Json:
+    kind = ev.WhichOneof("kind")
+    if kind is None:
+        raise ValueError("server event without a kind")
+    wire_type, build = _PROJECTIONS[kind]
+    body = build(getattr(ev, kind))
+    return {"type": wire_type, "event_id": ev.event_id, "server_event_seq": ev.seq, **body}
+
+
+# ------------------------------------------------------------------ shapes
+def session_object(st: spb.SessionState) -> Json:
+    c = st.config
+    in_rate = c.input_audio_format.sample_rate_hz
+    out_rate = c.output_audio_format.sample_rate_hz
+    td = turn_detection(c.turn_detection)
+    max_tokens: int | str = c.max_output_tokens or "inf"
+    return {
+        "object": "realtime.session",
+        "type": "realtime",
+        "id": st.session_id,
+        "model": c.model,
+        "state": st.state,
+        "epoch": st.epoch,
+        "turn_id": st.turn_id,
+        "active_response_id": st.active_response_id or None,
+        "modalities": list(c.output_modalities),
+        "output_modalities": list(c.output_modalities),
+        "instructions": c.instructions,
+        "voice": c.voice,
+        "input_audio_format": c.input_audio_format.encoding,
+        "output_audio_format": c.output_audio_format.encoding,
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcm", "rate": in_rate},
+                "sample_rate_hz": in_rate,
+                "turn_detection": td,
+            },
+            "output": {"format": {"type": "audio/pcm", "rate": out_rate}, "voice": c.voice},
+        },
+        "turn_detection": td,
+        "temperature": c.temperature,
+        "max_output_tokens": max_tokens,
+        "max_response_output_tokens": max_tokens,
+        "overlap_policy": c.overlap_policy,
+        "playback_commit_policy": c.playback_commit_policy,
+        "playback": playback(st.playback),
+        "capabilities": capabilities(st.capabilities),
+        "extra_body": {
+            "native_duplex": c.native_duplex,
+            "auto_response": c.auto_response,
+            "return_stage_metrics": c.return_stage_metrics,
+        },
+    }
+
+
+def turn_detection(td: cpb.TurnDetection) -> Json | None:
+    if td.mode != cpb.TURN_DETECTION_MODE_SERVER_VAD:
+        return None
+    return {
+        "type": "server_vad",
+        "threshold": round(td.threshold, 4),
+        "prefix_padding_ms": td.prefix_padding_ms,
+        "silence_duration_ms": td.silence_duration_ms,
+        "create_response": td.create_response,
+        "interrupt_response": td.interrupt_response,
+    }
+
+
+def capabilities(c: cpb.Capabilities) -> Json:
+    return {
+        "implementation_level": c.implementation_level,
+        "supports_input_append": c.supports_input_append,
+        "supports_barge_in": c.supports_barge_in,
+        "supports_session_resume": c.supports_session_resume,
+        "supports_audio_truncate": c.supports_audio_truncate,
+        "chunk_period_ms": c.chunk_period_ms,
+        "input_modes": list(c.input_modes),
+    }
+
+
+def playback(p: cpb.Playback) -> Json:
+    return {
+        "generated_ms": p.generated_ms,
+        "sent_ms": p.sent_ms,
+        "played_ms": p.played_ms,
+        "committed_ms": p.committed_ms,
+    }
+
+
+def content_part(part: cpb.ContentPart) -> Json:
+    if part.type in ("input_text", "output_text", "text"):
+        return {"type": part.type, "text": part.text}
+    return {"type": part.type, "transcript": part.transcript}
+
+
+def item(it: cpb.Item) -> Json:
+    return {
+        "id": it.id,
+        "object": "realtime.item",
+        "type": it.type,
+        "role": it.role,
+        "status": it.status,
+        "content": [content_part(p) for p in it.content],
+    }
+
+
+def response_object(r: spb.Response, duplex_type: str) -> Json:
+    metadata: Json = dict(r.metadata)
+    metadata["duplex_event"] = {
+        "type": duplex_type,
+        "session_id": r.session_id,
+        "response_id": r.id,
+        "epoch": r.epoch,
+        "turn_id": r.turn_id,
+    }
+    if duplex_type == "response.done":
+        metadata["committed"] = r.committed
+        metadata["playback"] = playback(r.playback)
+    if r.has_stage_metrics:
+        m = r.stage_metrics
+        metadata["stage_metrics"] = {
+            "vllm_ttft_ms": m.ttft_ms,
+            "vllm_tpot_ms": m.tpot_ms,
+            "vllm_itls_ms": list(m.itl_ms),
+            "num_prompt_tokens": m.num_prompt_tokens,
+            "num_generation_tokens": m.num_generation_tokens,
+            "stage1_first_audio_ms": m.stage1_first_audio_ms,
+            "prompt": m.prompt,
+        }
+    details = {"type": r.status, "reason": r.status_reason} if r.status_reason else None
+    return {
+        "id": r.id,
+        "object": "realtime.response",
+        "status": r.status,
+        "status_details": details,
+        "output": [item(i) for i in r.output],
+        "modalities": list(r.output_modalities),
+        "output_modalities": list(r.output_modalities),
+        "metadata": metadata,
+    }
+
+
+def _ref(ref: spb.PartRef) -> Json:
+    return {
+        "response_id": ref.response_id,
+        "item_id": ref.item_id,
+        "output_index": ref.output_index,
+        "content_index": ref.content_index,
+    }
+
+
+def _session_state(st: spb.SessionState) -> Json:
+    return {
+        "incarnation": st.incarnation,
+        "attachment_generation": st.attachment_generation,
+        "resume_token": st.resume_token or None,
+        "session": session_object(st),
+    }
+
+
+def _error(e: spb.ErrorEvent) -> Json:
+    return {
+        "error": {
+            "type": e.type,
+            "code": e.code,
+            "message": e.message,
+            "param": e.param or None,
+            "event_id": e.event_id or None,
+        }
+    }
+
+
+def _item_event(e: spb.ItemEvent) -> Json:
+    return {"previous_item_id": e.previous_item_id or None, "item": item(e.item)}
+
+
+def _committed(e: spb.InputCommitted) -> Json:
+    event: Json = {
+        "type": "input.committed",
+        "session_id": e.session_id,
+        "turn_id": e.turn_id,
+        "epoch": e.epoch,
+        "history_len": e.history_len,
+        "realtime_item_id": e.item_id or None,
+    }
+    if e.response_create_deferred:
+        event["response_create_deferred"] = True
+    return {
+        "previous_item_id": e.previous_item_id or None,
+        "item_id": e.item_id or None,
+        "event": event,
+    }
+
+
+def _audio_delta(e: spb.AudioDelta) -> Json:
+    return {
+        **_ref(e.ref),
+        "delta": base64.b64encode(e.pcm16).decode("ascii"),
+        "format": "pcm16",
+        "sample_rate_hz": e.sample_rate_hz,
+        "metadata": {
+            "session_id": e.session_id,
+            "epoch": e.epoch,
+            "model_speak": True,
+            "end_of_turn": e.end_of_turn,
+            "audio_duration_ms": e.audio_duration_ms,
+            "audio_text_marks": [
+                {"text_chars": m.text_chars, "audio_end_ms": m.audio_end_ms} for m in e.marks
+            ],
+            "playback": playback(e.playback),
+        },
+    }
+
+
+def _listen(e: spb.Listen) -> Json:
+    body: Json = {
+        "session_id": e.session_id,
+        "epoch": e.epoch,
+        "response": {
+            "object": "realtime.response",
+            "status": "listening",
+            "metadata": {
+                "type": "response.listen",
+                "session_id": e.session_id,
+                "epoch": e.epoch,
+                "reason": e.reason,
+            },
+        },
+    }
+    if e.response_id:
+        body["response_id"] = e.response_id
+    return body
+
+
+_PROJECTIONS: dict[str, tuple[str, Callable[[Any], Json]]] = {
+    "session_created": ("session.created", _session_state),
+    "session_updated": ("session.updated", _session_state),
+    "session_closed": (
+        "session.closed",
+        lambda e: {"session_id": e.session_id, "reason": e.reason},
+    ),
+    "heartbeat_ack": ("session.heartbeat_ack", lambda e: {"session_id": e.session_id}),
+    "error": ("error", _error),
+    "speech_started": (
+        "input_audio_buffer.speech_started",
+        lambda e: {"audio_start_ms": e.audio_start_ms, "item_id": e.item_id},
+    ),
+    "speech_stopped": (
+        "input_audio_buffer.speech_stopped",
+        lambda e: {"audio_end_ms": e.audio_end_ms, "item_id": e.item_id},
+    ),
+    "input_committed": ("input_audio_buffer.committed", _committed),
+    "input_cleared": ("input_audio_buffer.cleared", lambda e: {}),
+    "item_added": ("conversation.item.added", _item_event),
+    "item_created": ("conversation.item.created", _item_event),
+    "item_done": ("conversation.item.done", _item_event),
+    "transcription_completed": (
+        "conversation.item.input_audio_transcription.completed",
+        lambda e: {
+            "item_id": e.item_id,
+            "content_index": e.content_index,
+            "transcript": e.transcript,
+        },
+    ),
+    "response_created": (
+        "response.created",
+        lambda e: {
+            "response_id": e.response.id,
+            "response": response_object(e.response, "response.created"),
+        },
+    ),
+    "output_item_added": (
+        "response.output_item.added",
+        lambda e: {
+            "response_id": e.response_id,
+            "output_index": e.output_index,
+            "item": item(e.item),
+        },
+    ),
+    "content_part_added": (
+        "response.content_part.added",
+        lambda e: {**_ref(e.ref), "part": content_part(e.part)},
+    ),
+    "response_speak": (
+        "response.speak",
+        lambda e: {
+            **_ref(e.ref),
+            "metadata": {"session_id": e.session_id, "epoch": e.epoch, "model_speak": True},
+        },
+    ),
+    "audio_delta": ("response.output_audio.delta", _audio_delta),
+    "audio_transcript_delta": (
+        "response.output_audio_transcript.delta",
+        lambda e: {**_ref(e.ref), "delta": e.delta},
+    ),
+    "text_delta": ("response.output_text.delta", lambda e: {**_ref(e.ref), "delta": e.delta}),
+    "audio_done": ("response.output_audio.done", lambda e: _ref(e.ref)),
+    "audio_transcript_done": (
+        "response.output_audio_transcript.done",
+        lambda e: {**_ref(e.ref), "transcript": e.text},
+    ),
+    "text_done": ("response.output_text.done", lambda e: {**_ref(e.ref), "text": e.text}),
+    "content_part_done": (
+        "response.content_part.done",
+        lambda e: {**_ref(e.ref), "part": content_part(e.part)},
+    ),
+    "output_item_done": (
+        "response.output_item.done",
+        lambda e: {
+            "response_id": e.response_id,
+            "output_index": e.output_index,
+            "item": item(e.item),
+        },
+    ),
+    "response_done": (
+        "response.done",
+        lambda e: {
+            "response_id": e.response.id,
+            "response": response_object(e.response, "response.done"),
+        },
+    ),
+    "rate_limits_updated": ("rate_limits.updated", lambda e: {"rate_limits": []}),
+    "response_listen": ("response.listen", _listen),
+}

@@ -1,0 +1,370 @@
+"""Client JSON -> typed `ClientCommand`: alias normalisation and input validation.
+
+The translator accepts both generations of OpenAI's Realtime spellings (the
+beta `input_audio_format: "pcm16"` and the GA `audio.input.format` object)
+and the reference's duplex extensions. Base64 audio is decoded here, once,
+and resampled to the 16 kHz stage0 listens at; past this module audio is
+raw bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from typing import Any
+
+from antiphon.common.audio import StreamResampler
+from antiphon.gateway.errors import ClientError
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
+
+STAGE0_RATE = 16000
+INPUT_RATES = (16000, 24000)
+
+# Alias -> canonical type (reference: "Normative Realtime event contract").
+ALIASES = {
+    "input.audio.append": "input_audio_buffer.append",
+    "push_chunk": "input_audio_buffer.append",
+    "input.commit": "input_audio_buffer.commit",
+    "close_session": "session.close",
+    "close": "session.close",
+    "session_close": "session.close",
+}
+
+# Reference events the next releases implement; refused with a typed error.
+NOT_YET = {
+    "session.event_ack",
+    "session.resume",
+    "input.cancel",
+    "input.text.append",
+    "input_text.append",
+    "push_text",
+    "conversation.item.create",
+    "conversation.item.retrieve",
+    "conversation.item.delete",
+    "conversation.item.truncate",
+    "output_audio_buffer.clear",
+    "barge_in",
+    "turn.signal",
+    "signal_turn",
+    "playback.ack",
+    "audio.playback_ack",
+}
+
+_BETA_AUDIO_FORMATS = {"pcm16": "pcm16"}
+_GA_AUDIO_TYPES = {"audio/pcm": "pcm16"}
+
+
+def canonical_type(event: dict[str, Any]) -> str:
+    t = event.get("type")
+    if not isinstance(t, str) or not t:
+        raise ClientError("invalid_event", "every event needs a string `type`", param="type")
+    return ALIASES.get(t, t)
+
+
+class Translator:
+    """One connection's translator; it keeps the input resampler's state."""
+
+    def __init__(self, input_rate: int = 24000) -> None:
+        self.input_rate = input_rate
+        self._resampler: StreamResampler | None = None
+
+    def translate(self, event: dict[str, Any]) -> spb.ClientCommand:
+        """The typed command for one client event; raises ClientError."""
+        etype = canonical_type(event)
+        handler = self._handlers().get(etype)
+        if handler is None:
+            if etype in NOT_YET:
+                raise ClientError(
+                    "unsupported_event",
+                    f"{etype} is not supported by this server yet",
+                    param="type",
+                )
+            raise ClientError("invalid_event", f"unknown event type {etype!r}", param="type")
+        cmd = handler(event)
+        cmd.client_type = etype
+        event_id = event.get("event_id")
+        if isinstance(event_id, str):
+            cmd.event_id = event_id
+        op = event.get("operation_id")
+        if isinstance(op, str):
+            cmd.operation_id = op
+        return cmd
+
+    def open(self, event: dict[str, Any], query: dict[str, str]) -> spb.ClientCommand:
+        """The open handshake: the first `session.update`, with URL query defaults."""
+        if canonical_type(event) != "session.update":
+            raise ClientError(
+                "session_not_open",
+                "the first event must be session.update (the open handshake)",
+                param="type",
+            )
+        patch = self._session_patch(event)
+        if not patch.HasField("model") and query.get("model"):
+            patch.model = query["model"]
+        if not patch.HasField("session_id") and query.get("session_id"):
+            patch.session_id = query["session_id"]
+        native = query.get("native_duplex") or query.get("minicpmo45_native_duplex")
+        if not patch.HasField("native_duplex") and native:
+            patch.native_duplex = native.lower() in ("1", "true", "yes")
+        cmd = spb.ClientCommand(client_type="session.update", open=spb.OpenSession(config=patch))
+        if isinstance(event.get("event_id"), str):
+            cmd.event_id = event["event_id"]
+        return cmd
+
+    def _handlers(self) -> dict[str, Callable[[dict[str, Any]], spb.ClientCommand]]:
+        return {
+            "session.update": self._update,
+            "input_audio_buffer.append": self._append,
+            "input_audio_buffer.commit": self._commit,
+            "input_audio_buffer.clear": lambda e: spb.ClientCommand(clear_input=spb.ClearInput()),
+            "response.create": self._response_create,
+            "response.cancel": self._response_cancel,
+            "session.close": lambda e: spb.ClientCommand(close=spb.CloseSession()),
+            "session.heartbeat": lambda e: spb.ClientCommand(heartbeat=spb.Heartbeat()),
+        }
+
+    # ------------------------------------------------------------- input
+    def _append(self, event: dict[str, Any]) -> spb.ClientCommand:
+        audio = event.get("audio", event.get("chunk"))
+        if not isinstance(audio, str):
+            raise ClientError("invalid_value", "`audio` must be a base64 string", param="audio")
+        try:
+            pcm = base64.b64decode(audio, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ClientError(
+                "invalid_audio", "`audio` is not valid base64", param="audio"
+            ) from exc
+        if len(pcm) % 2:
+            raise ClientError(
+                "invalid_audio", "pcm16 audio must have an even number of bytes", param="audio"
+            )
+        rate = event.get("sample_rate_hz", self.input_rate)
+        if rate not in INPUT_RATES:
+            raise ClientError(
+                "unsupported_audio_format",
+                f"sample_rate_hz must be one of {INPUT_RATES}",
+                param="sample_rate_hz",
+            )
+        append = spb.AppendAudio(pcm16=self._to_stage0_rate(pcm, rate))
+        is_speech = event.get("is_speech")
+        if is_speech is not None:
+            append.is_speech = _bool(is_speech, "is_speech")
+        return spb.ClientCommand(append_audio=append)
+
+    def _to_stage0_rate(self, pcm: bytes, rate: int) -> bytes:
+        if rate == STAGE0_RATE:
+            return pcm
+        if self._resampler is None or self._resampler.in_rate != rate:
+            self._resampler = StreamResampler(rate, STAGE0_RATE)
+        return self._resampler.process(pcm)
+
+    def _commit(self, event: dict[str, Any]) -> spb.ClientCommand:
+        commit = spb.CommitInput()
+        if event.get("is_speech") is not None:
+            commit.is_speech = _bool(event["is_speech"], "is_speech")
+        return spb.ClientCommand(commit=commit)
+
+    # --------------------------------------------------------- responses
+    def _response_create(self, event: dict[str, Any]) -> spb.ClientCommand:
+        body = event.get("response") or {}
+        if not isinstance(body, dict):
+            raise ClientError("invalid_value", "`response` must be an object", param="response")
+        req = spb.CreateResponse()
+        if "instructions" in body:
+            req.instructions = _str(body["instructions"], "response.instructions")
+        modalities = body.get("output_modalities", body.get("modalities"))
+        if modalities is not None:
+            req.output_modalities.extend(_modalities(modalities, "response.output_modalities"))
+        if body.get("temperature") is not None:
+            req.temperature = _number(body["temperature"], "response.temperature")
+        tokens = body.get("max_output_tokens", body.get("max_response_output_tokens"))
+        if tokens is not None and tokens != "inf":
+            req.max_output_tokens = _positive_int(tokens, "response.max_output_tokens")
+        metadata = body.get("metadata")
+        if metadata is not None:
+            if not isinstance(metadata, dict):
+                raise ClientError(
+                    "invalid_value", "`metadata` must be an object", param="response.metadata"
+                )
+            req.metadata.update({str(k): str(v) for k, v in metadata.items()})
+        return spb.ClientCommand(create_response=req)
+
+    def _response_cancel(self, event: dict[str, Any]) -> spb.ClientCommand:
+        rid = event.get("response_id") or ""
+        return spb.ClientCommand(
+            cancel_response=spb.CancelResponse(response_id=_str(rid, "response_id"))
+        )
+
+    # ----------------------------------------------------------- session
+    def _update(self, event: dict[str, Any]) -> spb.ClientCommand:
+        return spb.ClientCommand(update=spb.UpdateSession(config=self._session_patch(event)))
+
+    def _session_patch(self, event: dict[str, Any]) -> cpb.SessionConfigPatch:
+        s = event.get("session") or {}
+        if not isinstance(s, dict):
+            raise ClientError("invalid_value", "`session` must be an object", param="session")
+        stype = s.get("type")
+        if stype is not None and stype != "realtime":
+            raise ClientError(
+                "unsupported_session_type",
+                f"session.type {stype!r} is not supported; use 'realtime'",
+                param="session.type",
+            )
+        p = cpb.SessionConfigPatch()
+        for key in (
+            "model",
+            "instructions",
+            "session_id",
+            "overlap_policy",
+            "playback_commit_policy",
+        ):
+            if s.get(key) is not None:
+                setattr(p, key, _str(s[key], f"session.{key}"))
+        audio = _obj(s.get("audio"), "session.audio")
+        audio_in = _obj(audio.get("input"), "session.audio.input")
+        audio_out = _obj(audio.get("output"), "session.audio.output")
+        voice = audio_out.get("voice", s.get("voice"))
+        if voice is not None:
+            p.voice = _str(voice, "session.voice")
+        modalities = s.get("output_modalities", s.get("modalities"))
+        if modalities is not None:
+            p.output_modalities.extend(_modalities(modalities, "session.output_modalities"))
+            p.has_output_modalities = True
+        in_fmt = _audio_format(
+            audio_in.get("format", s.get("input_audio_format")),
+            audio_in.get("sample_rate_hz", s.get("sample_rate_hz")),
+            "session.audio.input.format",
+        )
+        if in_fmt is not None:
+            p.input_audio_format.CopyFrom(in_fmt)
+            if in_fmt.sample_rate_hz:
+                # Appends that follow at once are already at the new rate.
+                self.input_rate = in_fmt.sample_rate_hz
+        out_fmt = _audio_format(
+            audio_out.get("format", s.get("output_audio_format")),
+            None,
+            "session.audio.output.format",
+        )
+        if out_fmt is not None:
+            p.output_audio_format.CopyFrom(out_fmt)
+        for where, holder in (("session.audio.input", audio_in), ("session", s)):
+            if "turn_detection" in holder:
+                p.turn_detection.CopyFrom(
+                    _turn_detection(holder["turn_detection"], f"{where}.turn_detection")
+                )
+                p.has_turn_detection = True
+                break
+        if s.get("temperature") is not None:
+            p.temperature = _number(s["temperature"], "session.temperature")
+        tokens = s.get("max_output_tokens", s.get("max_response_output_tokens"))
+        if tokens is not None and tokens != "inf":
+            p.max_output_tokens = _positive_int(tokens, "session.max_output_tokens")
+        extra = _obj(s.get("extra_body"), "session.extra_body")
+        native = extra.get("native_duplex", extra.get("minicpmo45_native_duplex"))
+        if native is not None:
+            p.native_duplex = _bool(native, "session.extra_body.native_duplex")
+        for key in ("auto_response", "return_stage_metrics"):
+            if extra.get(key) is not None:
+                setattr(p, key, _bool(extra[key], f"session.extra_body.{key}"))
+        return p
+
+
+# ---------------------------------------------------------------- parsing
+def _obj(value: Any, param: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ClientError("invalid_value", f"`{param}` must be an object", param=param)
+    return value
+
+
+def _str(value: Any, param: str) -> str:
+    if not isinstance(value, str):
+        raise ClientError("invalid_value", f"`{param}` must be a string", param=param)
+    return value
+
+
+def _bool(value: Any, param: str) -> bool:
+    if not isinstance(value, bool):
+        raise ClientError("invalid_value", f"`{param}` must be a boolean", param=param)
+    return value
+
+
+def _number(value: Any, param: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ClientError("invalid_value", f"`{param}` must be a number", param=param)
+    return float(value)
+
+
+def _positive_int(value: Any, param: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ClientError(
+            "invalid_value", f"`{param}` must be a positive integer or 'inf'", param=param
+        )
+    return value
+
+
+def _modalities(value: Any, param: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        raise ClientError("invalid_value", f"`{param}` must be a list of strings", param=param)
+    return list(value)
+
+
+def _audio_format(value: Any, rate: Any, param: str) -> cpb.AudioFormat | None:
+    """Beta string (`"pcm16"`) or GA object (`{"type": "audio/pcm", "rate": 24000}`)."""
+    if value is None and rate is None:
+        return None
+    fmt = cpb.AudioFormat()
+    if isinstance(value, str):
+        if value not in _BETA_AUDIO_FORMATS:
+            raise ClientError(
+                "unsupported_audio_format", f"audio format {value!r} is not supported", param=param
+            )
+        fmt.encoding = _BETA_AUDIO_FORMATS[value]
+    elif isinstance(value, dict):
+        ftype = value.get("type", "audio/pcm")
+        if ftype not in _GA_AUDIO_TYPES:
+            raise ClientError(
+                "unsupported_audio_format", f"audio format {ftype!r} is not supported", param=param
+            )
+        fmt.encoding = _GA_AUDIO_TYPES[ftype]
+        if value.get("rate") is not None:
+            fmt.sample_rate_hz = _positive_int(value["rate"], f"{param}.rate")
+    elif value is not None:
+        raise ClientError("invalid_value", f"`{param}` must be a string or object", param=param)
+    if rate is not None:
+        fmt.sample_rate_hz = _positive_int(rate, "sample_rate_hz")
+    return fmt
+
+
+def _turn_detection(value: Any, param: str) -> cpb.TurnDetection:
+    if value is None:
+        return cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_NONE)
+    td = _obj(value, param)
+    kind = td.get("type", "server_vad")
+    if kind != "server_vad":
+        raise ClientError(
+            "unsupported_turn_detection",
+            f"turn_detection.type {kind!r} is unsupported; use 'server_vad' or null",
+            param=param,
+        )
+    out = cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_SERVER_VAD)
+    if td.get("threshold") is not None:
+        out.threshold = _number(td["threshold"], f"{param}.threshold")
+    for key in ("prefix_padding_ms", "silence_duration_ms"):
+        if td.get(key) is not None:
+            v = td[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ClientError(
+                    "invalid_value",
+                    f"`{param}.{key}` must be a non-negative integer",
+                    param=f"{param}.{key}",
+                )
+            setattr(out, key, v)
+    out.create_response = _bool(td.get("create_response", True), f"{param}.create_response")
+    out.interrupt_response = _bool(
+        td.get("interrupt_response", True), f"{param}.interrupt_response"
+    )
+    return out

