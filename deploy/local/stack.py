@@ -78,13 +78,33 @@ class LocalStack:
             "ANTIPHON_SESSION_ADDRESS": f"127.0.0.1:{p.session}",
             **self.extra_env,
         }
-        self._spawn("stage0", env | {"ANTIPHON_LISTEN": f"127.0.0.1:{p.stage0}",
-                                     "ANTIPHON_METRICS_PORT": str(p.stage0_metrics)})
-        self._spawn("stage1", env | {"ANTIPHON_LISTEN": f"127.0.0.1:{p.stage1}",
-                                     "ANTIPHON_METRICS_PORT": str(p.stage1_metrics)})
-        self._spawn("session", env | {"ANTIPHON_LISTEN": f"127.0.0.1:{p.session}",
-                                      "ANTIPHON_METRICS_PORT": str(p.session_metrics)})
-        self._spawn("gateway", env | {"ANTIPHON_HOST": "127.0.0.1", "ANTIPHON_PORT": str(p.gateway)})
+        self._spawn(
+            "stage0",
+            env
+            | {
+                "ANTIPHON_LISTEN": f"127.0.0.1:{p.stage0}",
+                "ANTIPHON_METRICS_PORT": str(p.stage0_metrics),
+            },
+        )
+        self._spawn(
+            "stage1",
+            env
+            | {
+                "ANTIPHON_LISTEN": f"127.0.0.1:{p.stage1}",
+                "ANTIPHON_METRICS_PORT": str(p.stage1_metrics),
+            },
+        )
+        self._spawn(
+            "session",
+            env
+            | {
+                "ANTIPHON_LISTEN": f"127.0.0.1:{p.session}",
+                "ANTIPHON_METRICS_PORT": str(p.session_metrics),
+            },
+        )
+        self._spawn(
+            "gateway", env | {"ANTIPHON_HOST": "127.0.0.1", "ANTIPHON_PORT": str(p.gateway)}
+        )
         self.wait_ready(timeout_s)
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -109,9 +129,20 @@ class LocalStack:
             raise SystemExit(REDIS_HINT)
         port = self.ports.redis
         args = [
-            binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.run_dir),
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.run_dir),
             # AOF like production: an acknowledged event survives a Redis restart.
-            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
         ]
         self.procs["redis"] = subprocess.Popen(
             args, stdout=self.log_path("redis").open("wb"), stderr=subprocess.STDOUT
@@ -161,8 +192,7 @@ def main() -> None:
     redis_url = os.environ.get("ANTIPHON_REDIS_URL", "")
     if not redis_url and shutil.which("redis-server") is None:
         raise SystemExit(REDIS_HINT)
-    stack = LocalStack(ports=Ports(gateway=args.port), redis_url=redis_url,
-                       run_dir=REPO / ".run")
+    stack = LocalStack(ports=Ports(gateway=args.port), redis_url=redis_url, run_dir=REPO / ".run")
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:

@@ -150,3 +150,8 @@ def prepare(cache_dir: Path) -> Stage0Assets:
             log.info("preparing %s at %s", what, target)
             _build_atomically(target, build)
     return locate(cache_dir)
+
+
+def locate_vad() -> Path:
+    """Only the VAD model (the synthetic backend needs no other asset)."""
+    return _vad_onnx()

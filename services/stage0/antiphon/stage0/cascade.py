@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from antiphon.stage0.metrics import Stage0Metrics
-from antiphon.stage0.models import CascadeModels
+from antiphon.stage0.models import Engines
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.vad import EndpointerConfig, SpeechStarted, SpeechStopped, VadStream
 from antiphon.v1 import common_pb2 as cpb
@@ -28,7 +28,7 @@ BYTES_PER_MS = 32  # PCM16 mono 16 kHz
 class CascadeSession:
     def __init__(
         self,
-        models: CascadeModels,
+        models: Engines,
         settings: Stage0Settings,
         emit: Callable[[pb.Stage0Event], None],
         metrics: Stage0Metrics,

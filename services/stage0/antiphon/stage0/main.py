@@ -9,17 +9,24 @@ from prometheus_client import CollectorRegistry
 from antiphon.common import config, logs, metrics, tracing
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage0.metrics import Stage0Metrics
-from antiphon.stage0.models import CascadeModels
+from antiphon.stage0.models import CascadeModels, Engines
 from antiphon.stage0.service import Stage0Service
 from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.synthetic import SyntheticEngines
 from antiphon.v1 import stage_pb2_grpc
 
 SERVICE_NAME = "antiphon.v1.Stage0Service"
 
 
+async def load_engines(settings: Stage0Settings) -> Engines:
+    if settings.backend == "cascade":
+        return await CascadeModels.load(settings)
+    if settings.backend == "synthetic":
+        return SyntheticEngines(settings)
+    raise SystemExit(f"unknown stage0 backend {settings.backend!r}; use cascade or synthetic")
+
+
 async def serve(settings: Stage0Settings) -> None:
-    if settings.backend != "cascade":
-        raise SystemExit(f"unknown stage0 backend {settings.backend!r}; available: cascade")
     registry = CollectorRegistry()
     stage_metrics = Stage0Metrics(registry)
     metrics.serve(registry, settings.metrics_port)
@@ -28,7 +35,7 @@ async def serve(settings: Stage0Settings) -> None:
     stage_pb2_grpc.add_Stage0ServiceServicer_to_server(service, app.server)
     # Alive (and answering health checks) while the models load; ready after.
     await app.start()
-    models = await CascadeModels.load(settings)
+    models = await load_engines(settings)
     service.models = models
     await app.set_ready(True)
     try:

@@ -5,16 +5,40 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
-from antiphon.stage0.llm import LlmEngine
+from antiphon.stage0.llm import LlmEngine, LlmOutput
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.vad import SileroVad
 
 log = logging.getLogger(__name__)
+
+
+class TextGenerator(Protocol):
+    def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str: ...
+
+    def generate(
+        self, request_id: str, prompt: str, *, temperature: float, max_tokens: int
+    ) -> AsyncIterator[LlmOutput]: ...
+
+
+class Engines(Protocol):
+    """What a stage0 session needs from its backend's engines."""
+
+    @property
+    def vad(self) -> SileroVad: ...
+
+    @property
+    def llm(self) -> TextGenerator: ...
+
+    async def transcribe(self, pcm16: bytes) -> str: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass

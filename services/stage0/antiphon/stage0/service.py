@@ -12,7 +12,7 @@ from opentelemetry import trace
 from antiphon.common import tracing
 from antiphon.stage0.cascade import CascadeSession
 from antiphon.stage0.metrics import Stage0Metrics
-from antiphon.stage0.models import CascadeModels
+from antiphon.stage0.models import Engines
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
@@ -24,7 +24,7 @@ tracer = trace.get_tracer("antiphon.stage0")
 class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
     def __init__(self, *, settings: Stage0Settings, metrics: Stage0Metrics) -> None:
         # Set once the engines have loaded; until then Bind answers UNAVAILABLE.
-        self.models: CascadeModels | None = None
+        self.models: Engines | None = None
         self._settings = settings
         self._metrics = metrics
         self._active = 0

@@ -16,6 +16,7 @@ class Stage0Settings(ServiceSettings):
 
     listen: str = "0.0.0.0:50061"
     metrics_port: int = 9111
+    # "cascade" (real models) or "synthetic" (scripted; load and fault tests only).
     backend: str = "cascade"
     model_cache: Path = Field(default_factory=default_cache_dir)
     # One thread per engine: two under contention on a shared 2-core box ran
@@ -31,5 +32,9 @@ class Stage0Settings(ServiceSettings):
     chunk_period_ms: int = 1000
     # Native lane: silence after speech that ends an utterance.
     native_silence_ms: int = 600
+    # `synthetic` backend clock (load and fault tests only).
+    synthetic_ttft_ms: float = 50.0
+    synthetic_token_ms: float = 20.0
+    synthetic_asr_ms: float = 30.0
     # Longest utterance kept for transcription; older audio is dropped.
     max_utterance_s: float = 30.0

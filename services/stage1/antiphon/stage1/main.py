@@ -13,22 +13,34 @@ from antiphon.stage1.assets import locate
 from antiphon.stage1.metrics import Stage1Metrics
 from antiphon.stage1.service import Stage1Service
 from antiphon.stage1.settings import Stage1Settings
+from antiphon.stage1.synthesis import Voice
+from antiphon.stage1.synthetic import SyntheticTts
 from antiphon.stage1.tts import PiperTts
 from antiphon.v1 import stage_pb2_grpc
 
 SERVICE_NAME = "antiphon.v1.Stage1Service"
 
 
+def load_voice(settings: Stage1Settings) -> Voice:
+    if settings.backend == "piper":
+        assets = locate()
+        return PiperTts(
+            assets.voice_onnx,
+            assets.voice_config,
+            threads=settings.tts_threads,
+            out_rate=settings.output_rate,
+        )
+    if settings.backend == "synthetic":
+        return SyntheticTts(
+            out_rate=settings.output_rate,
+            ms_per_char=settings.synthetic_ms_per_char,
+            compute_ratio=settings.synthetic_compute_ratio,
+        )
+    raise SystemExit(f"unknown stage1 backend {settings.backend!r}; use piper or synthetic")
+
+
 async def serve(settings: Stage1Settings) -> None:
-    if settings.backend != "piper":
-        raise SystemExit(f"unknown stage1 backend {settings.backend!r}; available: piper")
-    assets = locate()
-    tts = PiperTts(
-        assets.voice_onnx,
-        assets.voice_config,
-        threads=settings.tts_threads,
-        out_rate=settings.output_rate,
-    )
+    tts = load_voice(settings)
     registry = CollectorRegistry()
     stage_metrics = Stage1Metrics(registry)
     metrics.serve(registry, settings.metrics_port)

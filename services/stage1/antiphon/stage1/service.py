@@ -13,8 +13,7 @@ from opentelemetry import trace
 from antiphon.common import tracing
 from antiphon.stage1.metrics import Stage1Metrics
 from antiphon.stage1.settings import Stage1Settings
-from antiphon.stage1.synthesis import SynthesisSession
-from antiphon.stage1.tts import PiperTts
+from antiphon.stage1.synthesis import SynthesisSession, Voice
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
@@ -24,7 +23,7 @@ tracer = trace.get_tracer("antiphon.stage1")
 
 class Stage1Service(stage_pb2_grpc.Stage1ServiceServicer):
     def __init__(
-        self, *, tts: PiperTts, executor: Executor, settings: Stage1Settings, metrics: Stage1Metrics
+        self, *, tts: Voice, executor: Executor, settings: Stage1Settings, metrics: Stage1Metrics
     ) -> None:
         self._tts = tts
         self._executor = executor

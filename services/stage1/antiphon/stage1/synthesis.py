@@ -11,16 +11,25 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
+from typing import Protocol
 
 from antiphon.stage1.clauses import ClauseSplitter
 from antiphon.stage1.metrics import Stage1Metrics
-from antiphon.stage1.tts import PiperTts, SpeechChunk
+from antiphon.stage1.tts import SpeechChunk
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+
+class Voice(Protocol):
+    """What a stage1 backend provides: blocking synthesis at a fixed output rate."""
+
+    out_rate: int
+
+    def synthesize(self, text: str) -> Iterator[SpeechChunk]: ...
 
 
 class _Work:
@@ -36,7 +45,7 @@ class _Work:
 class SynthesisSession:
     def __init__(
         self,
-        tts: PiperTts,
+        tts: Voice,
         executor: Executor,
         metrics: Stage1Metrics,
         emit: Callable[[pb.Stage1Event], None],

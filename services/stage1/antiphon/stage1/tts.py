@@ -32,6 +32,7 @@ _LOGGER = logging.getLogger(__name__)
 
 DEFAULT_OUT_RATE = 24000
 _WORD = re.compile(r"\S+")
+_SPACE = re.compile(r"\s*")
 # A word that ends a sentence: terminal punctuation, then maybe closing quotes.
 _SENTENCE_END = re.compile(r"[.!?\u2026][\"')\]}\u201d\u2019\u00bb*_]*$")
 
@@ -51,7 +52,9 @@ class SpeechChunk:
 
 
 @dataclass(frozen=True)
-class _Word:
+class TextWord:
+    """A word's span in some text, and how many sounds it takes to say."""
+
     start: int
     end: int
     weight: int
@@ -66,24 +69,25 @@ def phoneme_weight(phonemes: Sequence[str]) -> int:
     return sum(1 for p in phonemes if p and unicodedata.category(p[0]) in ("Ll", "Lu", "Lo"))
 
 
-def text_words(text: str, weigh: Callable[[str], int]) -> list[_Word]:
+def text_words(text: str, weigh: Callable[[str], int]) -> list[TextWord]:
     """Words of `text` with their weights; a word without letters or digits is silent."""
     words = []
     for m in _WORD.finditer(text):
         token = m.group()
         weight = weigh(token) if any(ch.isalnum() for ch in token) else 0
-        words.append(_Word(m.start(), m.end(), weight))
+        words.append(TextWord(m.start(), m.end(), weight))
     return words
 
 
-def _ends_sentence(text: str, word: _Word) -> bool:
-    return (
-        bool(_SENTENCE_END.search(text, word.start, word.end))
-        or "\n" in text[word.end : word.end + 2]
+def _ends_sentence(text: str, word: TextWord) -> bool:
+    """Terminal punctuation, or a line break after the word (espeak breaks there too)."""
+    gap = _SPACE.match(text, word.end)
+    return bool(_SENTENCE_END.search(text, word.start, word.end)) or (
+        gap is not None and "\n" in gap.group()
     )
 
 
-def split_text(text: str, words: Sequence[_Word], sentence_weights: Sequence[int]) -> list[str]:
+def split_text(text: str, words: Sequence[TextWord], sentence_weights: Sequence[int]) -> list[str]:
     """Share `text` among Piper's sentences, cutting only after a whole word.
 
     Piper (espeak) decides the sentence breaks and does not report them in
@@ -138,7 +142,7 @@ def sound_ends(
 
 def chunk_marks(
     chunk_text: str,
-    words: Sequence[_Word],
+    words: Sequence[TextWord],
     ends: Sequence[int],
     voice_rate: int,
     chunk_ms: int,
@@ -193,7 +197,8 @@ def _with_alignment_output(voice_onnx: Path) -> str | bytes:
     except ValueError as exc:  # already patched on disk, or an unusual export
         _LOGGER.info("voice not patched for alignments: %s", exc)
         return str(voice_onnx)
-    return model.SerializeToString()
+    serialized: bytes = model.SerializeToString()
+    return serialized
 
 
 class PiperTts:
@@ -248,7 +253,7 @@ class PiperTts:
                 alignment = [(a.phoneme, int(a.num_samples)) for a in audio.phoneme_alignments]
             ends = sound_ends(alignment, audio.phonemes, len(audio.audio_float_array))
             local = [
-                _Word(w.start - offset, w.end - offset, w.weight)
+                TextWord(w.start - offset, w.end - offset, w.weight)
                 for w in words
                 if offset <= w.start < offset + len(piece)
             ]

@@ -1,0 +1,86 @@
+"""Shared fixtures: a real Redis per test session, and the local stacks.
+
+Expensive things start once per test session and are shared: the Redis
+server, the synthetic stack (serving-path tests) and the real-model stack
+(end-to-end tests with Silero, Whisper, SmolLM2 on vLLM and Piper).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "deploy" / "local"))
+
+from stack import LocalStack, Ports, free_port  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real redis-server on a free port, with AOF as in production."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed: apt-get install -y redis-server")
+    port = free_port()
+    data = tempfile.mkdtemp(prefix="antiphon-redis-")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", data,
+         "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("redis-server did not start")
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def _stack(redis_url: str, **env: str) -> LocalStack:
+    return LocalStack(ports=Ports.free(), redis_url=redis_url, extra_env=env)
+
+
+@pytest.fixture(scope="session")
+def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
+    """Gateway, session and the `synthetic` stage backends: the serving path alone."""
+    stack = _stack(
+        redis_url,
+        ANTIPHON_BACKEND="synthetic",
+        ANTIPHON_MAX_SESSIONS="3",
+        ANTIPHON_DISCONNECT_GRACE_S="2",
+    )
+    stack.start(timeout_s=180)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="session")
+def model_stack(redis_url: str) -> Iterator[LocalStack]:
+    """The whole stack with the real models (the default backends)."""
+    stack = _stack(redis_url)
+    stack.start(timeout_s=600)
+    try:
+        yield stack
+    finally:
+        stack.stop()
