@@ -10,18 +10,12 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "deploy" / "local"))
-
-from stack import LocalStack, Ports, free_port  # noqa: E402
+from stack import LocalStack, Ports, free_port
 
 
 @pytest.fixture(scope="session")
@@ -33,8 +27,21 @@ def redis_url() -> Iterator[str]:
     port = free_port()
     data = tempfile.mkdtemp(prefix="antiphon-redis-")
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", data,
-         "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            data,
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -55,8 +62,10 @@ def redis_url() -> Iterator[str]:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def _stack(redis_url: str, **env: str) -> LocalStack:
-    return LocalStack(ports=Ports.free(), redis_url=redis_url, extra_env=env)
+def _stack(redis_url: str, db: int, **env: str) -> LocalStack:
+    # Each stack gets its own Redis database: admission counts are per deployment.
+    url = f"{redis_url.rsplit('/', 1)[0]}/{db}"
+    return LocalStack(ports=Ports.free(), redis_url=url, extra_env=env)
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +73,7 @@ def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
     """Gateway, session and the `synthetic` stage backends: the serving path alone."""
     stack = _stack(
         redis_url,
+        1,
         ANTIPHON_BACKEND="synthetic",
         ANTIPHON_MAX_SESSIONS="3",
         ANTIPHON_DISCONNECT_GRACE_S="2",
@@ -78,7 +88,7 @@ def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
 @pytest.fixture(scope="session")
 def model_stack(redis_url: str) -> Iterator[LocalStack]:
     """The whole stack with the real models (the default backends)."""
-    stack = _stack(redis_url)
+    stack = _stack(redis_url, 2)
     stack.start(timeout_s=600)
     try:
         yield stack

@@ -162,13 +162,20 @@ class LlmEngine:
     def count_tokens(self, prompt: str) -> int:
         return len(self._tokenizer.encode(prompt, add_special_tokens=False))
 
+    @property
+    def num_active_requests(self) -> int:
+        """Requests vLLM is still working on (load reporting, and proof that aborts land)."""
+        return self._engine.get_num_unfinished_requests()
+
     async def generate(
         self, request_id: str, prompt: str, *, temperature: float, max_tokens: int
     ) -> AsyncIterator[LlmOutput]:
         """Stream text deltas of one request; the last item is finished and has metrics.
 
-        temperature 0 is greedy. Cancelling (or closing) the consumer aborts the
-        request in vLLM; the cancellation itself propagates.
+        temperature 0 is greedy. Cancelling the consumer's task, or closing this
+        generator (`contextlib.aclosing`), aborts the request in vLLM; the
+        cancellation itself propagates. A consumer that just stops iterating
+        leaves the request running until the generator is garbage-collected.
         """
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
@@ -206,6 +213,14 @@ class LlmEngine:
 
     async def shutdown(self) -> None:
         """Stop the engine-core and worker processes."""
+        # Stop reading outputs first: otherwise the reader sees the engine die
+        # under it and logs a spurious EngineDeadError traceback.
+        handler = self._engine.output_handler
+        if handler is not None and not handler.done():
+            handler.cancel()
+            # wait() rather than await: a cancellation of *this* task must still propagate.
+            await asyncio.wait([handler])
+        # Joining the processes takes seconds; keep the event loop serving meanwhile.
         await asyncio.to_thread(self._engine.shutdown)
 
 

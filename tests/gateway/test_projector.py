@@ -1,0 +1,555 @@
+"""Typed ServerEvent -> Realtime JSON: wire names, envelope, and the documented shapes."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from google.protobuf.message import Message
+
+from antiphon.gateway.projector import project
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
+
+# The server->client catalogue of reference/realtime-duplex-api.md (42 types).
+REFERENCE_SERVER_TYPES = {
+    "session.created",
+    "session.updated",
+    "session.heartbeat_ack",
+    "session.closed",
+    "session.resumed",
+    "session.replaced",
+    "session.expired",
+    "session.resync_required",
+    "input_audio_buffer.speech_started",
+    "input_audio_buffer.speech_stopped",
+    "input_audio_buffer.committed",
+    "input_audio_buffer.cleared",
+    "conversation.item.added",
+    "conversation.item.created",
+    "conversation.item.done",
+    "conversation.item.input_audio_transcription.completed",
+    "conversation.item.deleted",
+    "conversation.item.retrieved",
+    "conversation.item.truncated",
+    "response.created",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.speak",
+    "response.output_audio.delta",
+    "response.output_audio_transcript.delta",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.output_audio.done",
+    "response.output_audio_transcript.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.done",
+    "rate_limits.updated",
+    "response.listen",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "duplex.function_call.done",
+    "output_audio_buffer.cleared",
+    "playback.acknowledged",
+    "overlap.decision",
+    "runtime.control",
+    "error",
+}
+
+# ServerEvent oneof field -> the wire type the reference names for it.
+WIRE_TYPE = {
+    "session_created": "session.created",
+    "session_updated": "session.updated",
+    "session_closed": "session.closed",
+    "heartbeat_ack": "session.heartbeat_ack",
+    "error": "error",
+    "speech_started": "input_audio_buffer.speech_started",
+    "speech_stopped": "input_audio_buffer.speech_stopped",
+    "input_committed": "input_audio_buffer.committed",
+    "input_cleared": "input_audio_buffer.cleared",
+    "item_added": "conversation.item.added",
+    "item_created": "conversation.item.created",
+    "item_done": "conversation.item.done",
+    "transcription_completed": "conversation.item.input_audio_transcription.completed",
+    "response_created": "response.created",
+    "output_item_added": "response.output_item.added",
+    "content_part_added": "response.content_part.added",
+    "response_speak": "response.speak",
+    "audio_delta": "response.output_audio.delta",
+    "audio_transcript_delta": "response.output_audio_transcript.delta",
+    "text_delta": "response.output_text.delta",
+    "audio_done": "response.output_audio.done",
+    "audio_transcript_done": "response.output_audio_transcript.done",
+    "text_done": "response.output_text.done",
+    "content_part_done": "response.content_part.done",
+    "output_item_done": "response.output_item.done",
+    "response_done": "response.done",
+    "rate_limits_updated": "rate_limits.updated",
+    "response_listen": "response.listen",
+}
+
+KINDS = [f.name for f in spb.ServerEvent.DESCRIPTOR.oneofs_by_name["kind"].fields]
+
+REF = spb.PartRef(response_id="resp_01", item_id="item_resp_01", output_index=0, content_index=0)
+
+
+def _event(kind: str, body: Message | None = None, *, seq: int = 7) -> spb.ServerEvent:
+    ev = spb.ServerEvent(seq=seq, event_id=f"event_{kind}")
+    if body is None:
+        getattr(ev, kind).SetInParent()
+    else:
+        getattr(ev, kind).CopyFrom(body)
+    return ev
+
+
+def _state(**config: Any) -> spb.SessionState:
+    cfg = cpb.SessionConfig(
+        model="antiphon-cascade",
+        instructions="Be brief.",
+        voice="joe",
+        output_modalities=["audio", "text"],
+        input_audio_format=cpb.AudioFormat(encoding="pcm16", sample_rate_hz=16000),
+        output_audio_format=cpb.AudioFormat(encoding="pcm16", sample_rate_hz=24000),
+        turn_detection=cpb.TurnDetection(
+            mode=cpb.TURN_DETECTION_MODE_SERVER_VAD,
+            threshold=0.5,
+            prefix_padding_ms=300,
+            silence_duration_ms=500,
+            create_response=True,
+            interrupt_response=True,
+        ),
+        temperature=0.7,
+        overlap_policy="listen_only",
+        playback_commit_policy="ack_only",
+        native_duplex=True,
+        auto_response=True,
+    )
+    for k, v in config.items():
+        if isinstance(v, Message):
+            getattr(cfg, k).CopyFrom(v)
+        else:
+            setattr(cfg, k, v)
+    return spb.SessionState(
+        config=cfg,
+        session_id="sess_demo_01",
+        incarnation=0,
+        attachment_generation=1,
+        resume_token="rt_3f9c",
+        epoch=0,
+        turn_id=0,
+        state="open",
+        capabilities=cpb.Capabilities(
+            implementation_level="cascade",
+            supports_input_append=True,
+            chunk_period_ms=100,
+            input_modes=["append_audio_chunk"],
+        ),
+    )
+
+
+def _assistant_item(status: str = "completed") -> cpb.Item:
+    return cpb.Item(
+        id="item_resp_01",
+        type="message",
+        role="assistant",
+        status=status,
+        content=[cpb.ContentPart(type="output_audio", transcript="It is sunny.")],
+    )
+
+
+def _response(status: str = "completed", reason: str = "") -> spb.Response:
+    return spb.Response(
+        id="resp_01",
+        status=status,
+        status_reason=reason,
+        output=[_assistant_item()],
+        output_modalities=["audio"],
+        epoch=2,
+        turn_id=1,
+        session_id="sess_demo_01",
+        committed=True,
+        playback=cpb.Playback(generated_ms=2400, sent_ms=2400, played_ms=1000, committed_ms=1000),
+        metadata={"trace": "turn-3"},
+    )
+
+
+# ---------------------------------------------------------------- wire names
+def test_every_server_event_kind_has_a_reference_wire_type() -> None:
+    """A new oneof kind without a projection entry here fails this test."""
+    assert set(KINDS) == set(WIRE_TYPE)
+    assert set(WIRE_TYPE.values()) <= REFERENCE_SERVER_TYPES
+    # Distinct kinds never collapse onto one wire name.
+    assert len(set(WIRE_TYPE.values())) == len(WIRE_TYPE)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_projects_to_its_wire_type_with_envelope(kind: str) -> None:
+    wire = project(_event(kind, seq=41))
+    assert wire["type"] == WIRE_TYPE[kind]
+    assert wire["event_id"] == f"event_{kind}"
+    assert wire["server_event_seq"] == 41
+    # What the gateway writes is plain JSON (no bytes or protobuf values leak).
+    json.dumps(wire)
+
+
+def test_event_without_kind_is_refused() -> None:
+    with pytest.raises(ValueError):
+        project(spb.ServerEvent(seq=1, event_id="event_x"))
+
+
+# ------------------------------------------------------------------ session
+@pytest.mark.parametrize("kind", ["session_created", "session_updated"])
+def test_session_object_carries_beta_and_ga_spellings(kind: str) -> None:
+    wire = project(_event(kind, _state()))
+    assert (wire["incarnation"], wire["attachment_generation"]) == (0, 1)
+    assert wire["resume_token"] == "rt_3f9c"
+    s = wire["session"]
+    assert s["object"] == "realtime.session"
+    assert s["type"] == "realtime"
+    assert s["id"] == "sess_demo_01"
+    # Beta and GA spellings side by side.
+    assert s["modalities"] == s["output_modalities"] == ["audio", "text"]
+    assert s["input_audio_format"] == "pcm16"
+    assert s["output_audio_format"] == "pcm16"
+    assert s["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 16000}
+    assert s["audio"]["input"]["sample_rate_hz"] == 16000
+    assert s["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    assert s["audio"]["output"]["voice"] == s["voice"] == "joe"
+    td = {
+        "type": "server_vad",
+        "threshold": 0.5,
+        "prefix_padding_ms": 300,
+        "silence_duration_ms": 500,
+        "create_response": True,
+        "interrupt_response": True,
+    }
+    assert s["turn_detection"] == s["audio"]["input"]["turn_detection"] == td
+    # Duplex extensions.
+    assert s["max_output_tokens"] == s["max_response_output_tokens"] == "inf"
+    assert s["active_response_id"] is None
+    assert s["playback"] == {"generated_ms": 0, "sent_ms": 0, "played_ms": 0, "committed_ms": 0}
+    assert s["capabilities"]["implementation_level"] == "cascade"
+    assert s["capabilities"]["input_modes"] == ["append_audio_chunk"]
+    assert s["extra_body"] == {
+        "native_duplex": True,
+        "auto_response": True,
+        "return_stage_metrics": False,
+    }
+    assert (s["overlap_policy"], s["playback_commit_policy"]) == ("listen_only", "ack_only")
+
+
+def test_turn_detection_mode_none_projects_to_null() -> None:
+    s = project(
+        _event(
+            "session_updated",
+            _state(turn_detection=cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_NONE)),
+        )
+    )["session"]
+    assert s["turn_detection"] is None
+    assert s["audio"]["input"]["turn_detection"] is None
+
+
+def test_session_limits_project_as_numbers_when_set() -> None:
+    s = project(_event("session_created", _state(max_output_tokens=64)))["session"]
+    assert s["max_output_tokens"] == s["max_response_output_tokens"] == 64
+
+
+def test_empty_resume_token_projects_to_null() -> None:
+    st = _state()
+    st.resume_token = ""
+    assert project(_event("session_created", st))["resume_token"] is None
+
+
+def test_session_closed_and_heartbeat_ack_name_the_session() -> None:
+    closed = project(_event("session_closed", spb.SessionClosed(session_id="s", reason="timeout")))
+    assert (closed["session_id"], closed["reason"]) == ("s", "timeout")
+    ack = project(_event("heartbeat_ack", spb.HeartbeatAck(session_id="s")))
+    assert ack["session_id"] == "s"
+
+
+# ------------------------------------------------------------------- errors
+def test_error_envelope_shape() -> None:
+    wire = project(
+        _event(
+            "error",
+            spb.ErrorEvent(
+                type="invalid_request_error",
+                code="unsupported_turn_detection",
+                message="semantic_vad is unsupported",
+                event_id="evt_0001",
+                param="turn_detection",
+            ),
+        )
+    )
+    assert wire["error"] == {
+        "type": "invalid_request_error",
+        "code": "unsupported_turn_detection",
+        "message": "semantic_vad is unsupported",
+        "param": "turn_detection",
+        "event_id": "evt_0001",
+    }
+
+
+def test_error_envelope_uses_null_for_empty_param_and_event_id() -> None:
+    wire = project(
+        _event(
+            "error", spb.ErrorEvent(type="server_error", code="runtime_append_failed", message="m")
+        )
+    )
+    assert set(wire["error"]) == {"type", "code", "message", "param", "event_id"}
+    assert wire["error"]["param"] is None
+    assert wire["error"]["event_id"] is None
+    # The event's own id is the server's, not the client's.
+    assert wire["event_id"] == "event_error"
+
+
+# -------------------------------------------------------------------- input
+def test_speech_events_carry_their_offsets() -> None:
+    started = project(_event("speech_started", spb.SpeechStarted(audio_start_ms=1040, item_id="i")))
+    assert (started["audio_start_ms"], started["item_id"]) == (1040, "i")
+    stopped = project(_event("speech_stopped", spb.SpeechStopped(audio_end_ms=2860, item_id="i")))
+    assert (stopped["audio_end_ms"], stopped["item_id"]) == (2860, "i")
+
+
+def test_committed_wraps_the_native_event() -> None:
+    wire = project(
+        _event(
+            "input_committed",
+            spb.InputCommitted(
+                previous_item_id="",
+                item_id="item_9b2d",
+                turn_id=1,
+                epoch=0,
+                history_len=1,
+                session_id="sess_demo_01",
+            ),
+        )
+    )
+    assert wire["previous_item_id"] is None
+    assert wire["item_id"] == "item_9b2d"
+    assert wire["event"] == {
+        "type": "input.committed",
+        "session_id": "sess_demo_01",
+        "turn_id": 1,
+        "epoch": 0,
+        "history_len": 1,
+        "realtime_item_id": "item_9b2d",
+    }
+    deferred = project(
+        _event("input_committed", spb.InputCommitted(item_id="x", response_create_deferred=True))
+    )
+    assert deferred["event"]["response_create_deferred"] is True
+
+
+@pytest.mark.parametrize("kind", ["item_added", "item_created", "item_done"])
+def test_item_events_carry_a_realtime_item(kind: str) -> None:
+    user = cpb.Item(
+        id="item_9b2d",
+        type="message",
+        role="user",
+        status="completed",
+        content=[cpb.ContentPart(type="input_audio", transcript="what is the weather")],
+    )
+    wire = project(_event(kind, spb.ItemEvent(previous_item_id="", item=user)))
+    assert wire["previous_item_id"] is None
+    assert wire["item"] == {
+        "id": "item_9b2d",
+        "object": "realtime.item",
+        "type": "message",
+        "role": "user",
+        "status": "completed",
+        "content": [{"type": "input_audio", "transcript": "what is the weather"}],
+    }
+    chained = project(_event(kind, spb.ItemEvent(previous_item_id="item_a", item=user)))
+    assert chained["previous_item_id"] == "item_a"
+
+
+def test_transcription_completed_shape() -> None:
+    wire = project(
+        _event(
+            "transcription_completed",
+            spb.TranscriptionCompleted(item_id="i", content_index=0, transcript="hello"),
+        )
+    )
+    assert (wire["item_id"], wire["content_index"], wire["transcript"]) == ("i", 0, "hello")
+
+
+# ---------------------------------------------------------------- responses
+def test_response_created_carries_top_level_response_id_and_duplex_metadata() -> None:
+    r = _response(status="in_progress")
+    wire = project(_event("response_created", spb.ResponseEvent(response=r)))
+    assert wire["response_id"] == "resp_01"
+    resp = wire["response"]
+    assert resp["id"] == "resp_01"
+    assert resp["object"] == "realtime.response"
+    assert resp["status"] == "in_progress"
+    assert resp["status_details"] is None
+    assert resp["modalities"] == resp["output_modalities"] == ["audio"]
+    assert resp["metadata"]["trace"] == "turn-3"
+    assert resp["metadata"]["duplex_event"] == {
+        "type": "response.created",
+        "session_id": "sess_demo_01",
+        "response_id": "resp_01",
+        "epoch": 2,
+        "turn_id": 1,
+    }
+
+
+def test_response_done_completed_has_null_status_details_and_the_ledger() -> None:
+    wire = project(_event("response_done", spb.ResponseEvent(response=_response())))
+    resp = wire["response"]
+    assert resp["status"] == "completed"
+    assert resp["status_details"] is None
+    assert resp["metadata"]["committed"] is True
+    assert resp["metadata"]["playback"] == {
+        "generated_ms": 2400,
+        "sent_ms": 2400,
+        "played_ms": 1000,
+        "committed_ms": 1000,
+    }
+    assert resp["output"][0]["content"] == [{"type": "output_audio", "transcript": "It is sunny."}]
+    assert "stage_metrics" not in resp["metadata"]
+
+
+def test_response_done_cancelled_has_typed_status_details() -> None:
+    wire = project(
+        _event("response_done", spb.ResponseEvent(response=_response("cancelled", "barge_in")))
+    )
+    assert wire["response"]["status_details"] == {"type": "cancelled", "reason": "barge_in"}
+
+
+def test_stage_metrics_ride_response_metadata_only_when_asked() -> None:
+    r = _response()
+    r.has_stage_metrics = True
+    r.stage_metrics.CopyFrom(
+        cpb.StageMetrics(ttft_ms=12.5, tpot_ms=3.0, itl_ms=[3.0, 4.0], num_generation_tokens=2)
+    )
+    m = project(_event("response_done", spb.ResponseEvent(response=r)))["response"]["metadata"]
+    assert m["stage_metrics"]["vllm_ttft_ms"] == 12.5
+    assert m["stage_metrics"]["vllm_itls_ms"] == [3.0, 4.0]
+    assert m["stage_metrics"]["num_generation_tokens"] == 2
+
+
+def test_output_item_events_shape() -> None:
+    for kind in ("output_item_added", "output_item_done"):
+        wire = project(
+            _event(
+                kind,
+                spb.OutputItemEvent(response_id="resp_01", output_index=0, item=_assistant_item()),
+            )
+        )
+        assert (wire["response_id"], wire["output_index"]) == ("resp_01", 0)
+        assert wire["item"]["object"] == "realtime.item"
+        assert wire["item"]["role"] == "assistant"
+
+
+@pytest.mark.parametrize("kind", ["content_part_added", "content_part_done"])
+def test_content_part_events_carry_the_part_address(kind: str) -> None:
+    audio = project(
+        _event(
+            kind, spb.ContentPartEvent(ref=REF, part=cpb.ContentPart(type="audio", transcript="t"))
+        )
+    )
+    assert {k: audio[k] for k in ("response_id", "item_id", "output_index", "content_index")} == {
+        "response_id": "resp_01",
+        "item_id": "item_resp_01",
+        "output_index": 0,
+        "content_index": 0,
+    }
+    assert audio["part"] == {"type": "audio", "transcript": "t"}
+    text = project(
+        _event(kind, spb.ContentPartEvent(ref=REF, part=cpb.ContentPart(type="text", text="x")))
+    )
+    assert text["part"] == {"type": "text", "text": "x"}
+
+
+def test_speak_rides_the_response_envelope() -> None:
+    wire = project(_event("response_speak", spb.Speak(ref=REF, session_id="s", epoch=3)))
+    assert (wire["response_id"], wire["item_id"]) == ("resp_01", "item_resp_01")
+    assert wire["metadata"] == {"session_id": "s", "epoch": 3, "model_speak": True}
+
+
+def test_audio_delta_is_base64_pcm_with_format_rate_and_metadata() -> None:
+    pcm = bytes(range(256)) * 4
+    wire = project(
+        _event(
+            "audio_delta",
+            spb.AudioDelta(
+                ref=REF,
+                pcm16=pcm,
+                sample_rate_hz=24000,
+                session_id="sess_demo_01",
+                epoch=1,
+                end_of_turn=False,
+                audio_duration_ms=1000,
+                marks=[cpb.AudioTextMark(text_chars=11, audio_end_ms=1000)],
+                playback=cpb.Playback(generated_ms=1000, sent_ms=1000),
+            ),
+        )
+    )
+    assert base64.b64decode(wire["delta"], validate=True) == pcm
+    assert wire["format"] == "pcm16"
+    assert wire["sample_rate_hz"] == 24000
+    assert (wire["response_id"], wire["item_id"], wire["output_index"], wire["content_index"]) == (
+        "resp_01",
+        "item_resp_01",
+        0,
+        0,
+    )
+    assert wire["metadata"] == {
+        "session_id": "sess_demo_01",
+        "epoch": 1,
+        "model_speak": True,
+        "end_of_turn": False,
+        "audio_duration_ms": 1000,
+        "audio_text_marks": [{"text_chars": 11, "audio_end_ms": 1000}],
+        "playback": {"generated_ms": 1000, "sent_ms": 1000, "played_ms": 0, "committed_ms": 0},
+    }
+
+
+def test_text_and_transcript_deltas_and_dones() -> None:
+    assert (
+        project(_event("audio_transcript_delta", spb.TextDelta(ref=REF, delta="It")))["delta"]
+        == "It"
+    )
+    assert project(_event("text_delta", spb.TextDelta(ref=REF, delta="To")))["delta"] == "To"
+    done = project(_event("audio_transcript_done", spb.TextDone(ref=REF, text="It is sunny.")))
+    assert done["transcript"] == "It is sunny."
+    text_done = project(_event("text_done", spb.TextDone(ref=REF, text="Tomorrow.")))
+    assert text_done["text"] == "Tomorrow."
+    audio_done = project(_event("audio_done", spb.PartDone(ref=REF)))
+    assert set(audio_done) == {
+        "type",
+        "event_id",
+        "server_event_seq",
+        "response_id",
+        "item_id",
+        "output_index",
+        "content_index",
+    }
+
+
+def test_rate_limits_updated_is_an_empty_list() -> None:
+    assert project(_event("rate_limits_updated"))["rate_limits"] == []
+
+
+def test_listen_carries_response_id_only_when_it_ends_a_precreated_response() -> None:
+    bare = project(
+        _event("response_listen", spb.Listen(session_id="s", epoch=0, reason="model_listen"))
+    )
+    assert "response_id" not in bare
+    assert bare["response"] == {
+        "object": "realtime.response",
+        "status": "listening",
+        "metadata": {
+            "type": "response.listen",
+            "session_id": "s",
+            "epoch": 0,
+            "reason": "model_listen",
+        },
+    }
+    ending = project(_event("response_listen", spb.Listen(session_id="s", response_id="resp_9")))
+    assert ending["response_id"] == "resp_9"

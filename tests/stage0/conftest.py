@@ -1,0 +1,79 @@
+"""Shared, expensive stage0 fixtures: prepared assets, one vLLM engine, spoken audio."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import wave
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+# Before anything imports huggingface_hub: tests must never reach a model hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+
+from antiphon.common.assets import default_cache_dir
+from antiphon.stage0.assets import Stage0Assets, prepare
+
+if TYPE_CHECKING:
+    from antiphon.stage0.llm import LlmEngine
+
+SAMPLE_RATE = 16_000
+
+
+@pytest.fixture(scope="session")
+def model_cache() -> Path:
+    """The real cache (`ANTIPHON_MODEL_CACHE` or the default), so `make models` is reused."""
+    return default_cache_dir()
+
+
+@pytest.fixture(scope="session")
+def assets(model_cache: Path) -> Stage0Assets:
+    return prepare(model_cache)
+
+
+@pytest.fixture(scope="session")
+async def llm_engine(assets: Stage0Assets) -> AsyncIterator[LlmEngine]:
+    # Imported here: vLLM's import is slow and only the LLM tests need it.
+    from antiphon.stage0.llm import LlmEngine
+
+    engine = await LlmEngine.start(assets.llm_dir, threads=1, max_model_len=2048)
+    try:
+        yield engine
+    finally:
+        await engine.shutdown()
+
+
+def _resample(samples: np.ndarray, rate: int) -> np.ndarray:
+    # Linear interpolation is plenty for synthetic speech fed to VAD and Whisper.
+    n = len(samples) * SAMPLE_RATE // rate
+    positions = np.arange(n) * (rate / SAMPLE_RATE)
+    return np.interp(positions, np.arange(len(samples)), samples)
+
+
+@pytest.fixture(scope="session")
+def say() -> Callable[[str], bytes]:
+    """Text -> PCM16 mono 16 kHz speech, spoken by espeak-ng."""
+    espeak = shutil.which("espeak-ng")
+    if espeak is None:
+        pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
+
+    def speak(text: str) -> bytes:
+        wav = subprocess.run(
+            [espeak, "-v", "en-us", "-s", "150", "--stdout", text],
+            check=True,
+            capture_output=True,
+        ).stdout
+        with wave.open(io.BytesIO(wav)) as w:
+            rate = w.getframerate()
+            raw = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+        pcm = _resample(raw.astype(np.float64), rate)
+        return np.clip(pcm, -32768, 32767).astype("<i2").tobytes()
+
+    return speak
