@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+import typing
+from typing import Any, cast
 
 import pytest
 from google.protobuf.message import Message
+from openai._models import construct_type_unchecked
+from openai.types.realtime import RealtimeServerEvent
 
 from antiphon.gateway.projector import project
 from antiphon.v1 import common_pb2 as cpb
@@ -90,6 +93,9 @@ WIRE_TYPE = {
     "rate_limits_updated": "rate_limits.updated",
     "response_listen": "response.listen",
 }
+
+# Duplex-only (tier 3) kinds: no OpenAI model exists for them.
+TIER3_KINDS = {"session_closed", "heartbeat_ack", "response_speak", "response_listen"}
 
 KINDS = [f.name for f in spb.ServerEvent.DESCRIPTOR.oneofs_by_name["kind"].fields]
 
@@ -553,3 +559,70 @@ def test_listen_carries_response_id_only_when_it_ends_a_precreated_response() ->
     }
     ending = project(_event("response_listen", spb.Listen(session_id="s", response_id="resp_9")))
     assert ending["response_id"] == "resp_9"
+
+
+# ------------------------------------------------------- official openai SDK
+def _sdk_parse(wire: dict[str, Any]) -> Any:
+    """What `openai`'s `RealtimeConnection.parse_event` makes of one wire event."""
+    return construct_type_unchecked(
+        value=json.loads(json.dumps(wire)), type_=cast(Any, RealtimeServerEvent)
+    )
+
+
+def _examples() -> dict[str, Message]:
+    user = cpb.Item(
+        id="item_9b2d",
+        type="message",
+        role="user",
+        status="completed",
+        content=[cpb.ContentPart(type="input_audio", transcript="hi")],
+    )
+    return {
+        # OpenAI's default input rate: its SDK types only 24 kHz PCM.
+        "session_created": _state(
+            input_audio_format=cpb.AudioFormat(encoding="pcm16", sample_rate_hz=24000)
+        ),
+        "session_updated": _state(
+            input_audio_format=cpb.AudioFormat(encoding="pcm16", sample_rate_hz=24000),
+            turn_detection=cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_NONE),
+        ),
+        "error": spb.ErrorEvent(type="invalid_request_error", code="c", message="m"),
+        "speech_started": spb.SpeechStarted(audio_start_ms=10, item_id="item_9b2d"),
+        "speech_stopped": spb.SpeechStopped(audio_end_ms=900, item_id="item_9b2d"),
+        "input_committed": spb.InputCommitted(item_id="item_9b2d", turn_id=1),
+        "item_added": spb.ItemEvent(item=user),
+        "item_created": spb.ItemEvent(item=user),
+        "item_done": spb.ItemEvent(previous_item_id="item_9b2d", item=_assistant_item()),
+        "output_item_added": spb.OutputItemEvent(
+            response_id="resp_01", item=_assistant_item("in_progress")
+        ),
+        "output_item_done": spb.OutputItemEvent(response_id="resp_01", item=_assistant_item()),
+        "content_part_added": spb.ContentPartEvent(
+            ref=REF, part=cpb.ContentPart(type="audio", transcript="")
+        ),
+        "content_part_done": spb.ContentPartEvent(
+            ref=REF, part=cpb.ContentPart(type="audio", transcript="It is sunny.")
+        ),
+        "audio_delta": spb.AudioDelta(ref=REF, pcm16=b"\x01\x00" * 4, sample_rate_hz=24000),
+        "audio_transcript_delta": spb.TextDelta(ref=REF, delta="It"),
+        "text_delta": spb.TextDelta(ref=REF, delta="It"),
+        "audio_done": spb.PartDone(ref=REF),
+        "audio_transcript_done": spb.TextDone(ref=REF, text="It is sunny."),
+        "text_done": spb.TextDone(ref=REF, text="It is sunny."),
+    }
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k not in TIER3_KINDS])
+def test_openai_sdk_parses_every_openai_named_event_into_its_model(kind: str) -> None:
+    """A stock `openai` client dispatches each OpenAI-named event to the model of that name."""
+    parsed = _sdk_parse(project(_event(kind, _examples().get(kind))))
+    type_field = type(parsed).model_fields["type"].annotation
+    assert typing.get_args(type_field) == (WIRE_TYPE[kind],)
+
+
+@pytest.mark.parametrize("kind", [*sorted(_examples()), "input_cleared", "rate_limits_updated"])
+def test_tier1_events_validate_strictly_against_openai_sdk_models(kind: str) -> None:
+    """Tier 1/2 shapes are OpenAI's: the SDK's own pydantic models accept them as they are."""
+    wire = project(_event(kind, _examples().get(kind)))
+    model = type(_sdk_parse(wire))
+    model.model_validate(wire)

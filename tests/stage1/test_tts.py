@@ -181,10 +181,9 @@ def test_unspeakable_text_still_reaches_the_transcript(piper_tts: PiperTts, text
 
 
 @pytest.mark.models
-def test_word_marks_follow_the_alignment(piper_tts: PiperTts) -> None:
-    # A long word then a short one: its mark must sit well past the middle,
-    # which even character spacing would also give, but a number read out
-    # ("twenty-three thousand") must take far more time than its 5 characters.
+def test_word_marks_follow_the_spoken_words(piper_tts: PiperTts) -> None:
+    # "23000" is read as "twenty-three thousand": far longer than its 5 of
+    # 29 characters suggest. Weighing words by their phonemes gives it that time.
     text = "We counted 23000 birds today."
     (chunk,) = piper_tts.synthesize(text)
     marks = dict(chunk.marks)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -27,6 +27,8 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import StatLoggerBase
 
 _GIB = 1 << 30
+
+LlmDtype = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ class LlmEngine:
         max_model_len: int = 2048,
         kv_cache_gib: float = 1.0,
         max_num_seqs: int = 16,
-        dtype: str = "float32",
+        dtype: LlmDtype = "float32",
     ) -> LlmEngine:
         """Start the engine (its processes load the weights); returns when it can serve."""
         if threads < 1:
@@ -169,7 +171,7 @@ class LlmEngine:
 
     async def generate(
         self, request_id: str, prompt: str, *, temperature: float, max_tokens: int
-    ) -> AsyncIterator[LlmOutput]:
+    ) -> AsyncGenerator[LlmOutput, None]:
         """Stream text deltas of one request; the last item is finished and has metrics.
 
         temperature 0 is greedy. Cancelling the consumer's task, or closing this

@@ -1,0 +1,165 @@
+"""A spoken conversation through all four tiers with the real models.
+
+Silero VAD, Whisper base (CTranslate2), SmolLM2-135M-Instruct on vLLM and
+the Piper voice, behind the gateway and session service, state in Redis.
+The first test drives the stack with the official `openai` SDK, unmodified.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from openai import AsyncOpenAI
+
+from antiphon.common.assets import default_cache_dir
+from antiphon.common.audio import resample_pcm16
+from antiphon.stage0.asr import WhisperAsr
+from antiphon.stage0.assets import locate
+from antiphon.v1 import common_pb2 as cpb
+from stack import LocalStack
+from tests.support.realtime import RealtimeClient, audio_bytes, of_type
+from tests.support.speech import silence, spoken
+
+pytestmark = pytest.mark.models
+
+QUESTION = "What is the capital of France?"
+PCM16_24K_BYTES_PER_S = 48000
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
+@pytest.fixture(scope="module")
+def whisper() -> WhisperAsr:
+    return WhisperAsr(locate(default_cache_dir()).whisper_dir, threads=1)
+
+
+def _dump(event: Any) -> dict[str, Any]:
+    return event.model_dump() if hasattr(event, "model_dump") else dict(event)
+
+
+@pytest.fixture
+async def openai_client(model_stack: LocalStack) -> AsyncIterator[AsyncOpenAI]:
+    port = model_stack.ports.gateway
+    client = AsyncOpenAI(
+        api_key="sk-test",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        websocket_base_url=f"ws://127.0.0.1:{port}/v1",
+    )
+    yield client
+    await client.close()
+
+
+async def test_openai_sdk_spoken_question_gets_exactly_one_spoken_answer(
+    openai_client: AsyncOpenAI, whisper: WhisperAsr
+) -> None:
+    question = spoken(QUESTION, 24000)
+    async with openai_client.realtime.connect(model="antiphon-cascade") as conn:
+        await conn.session.update(
+            session={
+                "type": "realtime",
+                "output_modalities": ["audio"],
+                "instructions": "You are a helpful assistant. Answer in one short sentence.",
+                "audio": {
+                    "input": {
+                        "format": {"type": "audio/pcm", "rate": 24000},
+                        "turn_detection": None,
+                    },
+                    "output": {"format": {"type": "audio/pcm", "rate": 24000}},
+                },
+            }
+        )
+        for i in range(0, len(question), 9600):
+            await conn.input_audio_buffer.append(
+                audio=base64.b64encode(question[i : i + 9600]).decode()
+            )
+        await conn.input_audio_buffer.commit()
+        await conn.response.create()
+        events: list[dict[str, Any]] = []
+        done_seen = False
+        async for event in conn:
+            e = _dump(event)
+            events.append(e)
+            assert e["type"] != "error", e
+            done_seen = done_seen or e["type"] == "response.done"
+            if done_seen and e["type"] == "rate_limits.updated":
+                break
+    types = [e["type"] for e in events]
+    assert types.count("response.created") == 1
+    first = types.index("response.created")
+    assert types.index("response.output_audio.delta") > first
+    assert types[-2:] == ["response.done", "rate_limits.updated"]
+    pcm = audio_bytes(events)
+    assert len(pcm) >= PCM16_24K_BYTES_PER_S, "less than 1 s of answer audio"
+    deltas = "".join(e["delta"] for e in of_type(events, "response.output_audio_transcript.delta"))
+    transcript = of_type(events, "response.output_audio_transcript.done")[0]["transcript"]
+    assert deltas == transcript and transcript.strip()
+    assert of_type(events, "response.done")[0]["response"]["status"] == "completed"
+    # The answer is real speech: Whisper hears the words of the transcript.
+    heard = whisper.transcribe(resample_pcm16(pcm, 24000, 16000))
+    assert heard.strip()
+    overlap = words(heard) & words(transcript)
+    assert len(overlap) >= max(1, len(words(transcript)) // 2), (heard, transcript)
+
+
+async def test_native_lane_answers_speech_followed_by_silence_with_no_commit(
+    model_stack: LocalStack,
+) -> None:
+    url = f"ws://127.0.0.1:{model_stack.ports.gateway}/v1/realtime?duplex=1"
+    client = await RealtimeClient.connect(url)
+    try:
+        await client.open(type="realtime", turn_detection=None, extra_body={"native_duplex": True})
+        await client.append(silence(300) + spoken(QUESTION) + silence(1500))
+        events = await client.response_cycle(timeout=180)
+        types = [e["type"] for e in events]
+        assert "input_audio_buffer.commit" not in types
+        assert types.count("response.created") == 1
+        user = of_type(events, "conversation.item.input_audio_transcription.completed")[0]
+        assert {"capital", "france"} <= words(user["transcript"])
+        assert of_type(events, "response.done")[0]["response"]["status"] == "completed"
+        assert len(audio_bytes(events)) >= PCM16_24K_BYTES_PER_S
+    finally:
+        await client.close()
+
+
+async def test_second_turn_prompt_and_history_hold_the_first_turn(
+    model_stack: LocalStack,
+) -> None:
+    client = await RealtimeClient.connect(f"ws://127.0.0.1:{model_stack.ports.gateway}/v1/realtime")
+    try:
+        created = await client.open(
+            type="realtime",
+            audio={"input": {"turn_detection": None}},
+            extra_body={"return_stage_metrics": True},
+        )
+        session_id = created["session"]["id"]
+        turns = []
+        for question in (QUESTION, "And what is the capital of Italy?"):
+            await client.append(spoken(question))
+            await client.send("input_audio_buffer.commit")
+            await client.send("response.create")
+            turns.append(await client.response_cycle(timeout=180))
+        user1 = of_type(turns[0], "conversation.item.input_audio_transcription.completed")[0]
+        answer1 = of_type(turns[0], "response.output_audio_transcript.done")[0]["transcript"]
+        done2 = of_type(turns[1], "response.done")[0]["response"]
+        prompt = done2["metadata"]["stage_metrics"]["prompt"]
+        assert user1["transcript"].strip() in prompt
+        assert answer1.strip() in prompt
+        assert done2["metadata"]["stage_metrics"]["vllm_ttft_ms"] > 0
+        r = aioredis.Redis.from_url(model_stack.redis_url)
+        try:
+            raw = await r.lrange(f"ap:{{{session_id}}}:history", 0, -1)
+        finally:
+            await r.aclose()
+        items = [cpb.Item.FromString(x) for x in raw]
+        assert [i.role for i in items] == ["user", "assistant", "user", "assistant"]
+        assert items[0].content[0].transcript == user1["transcript"]
+        assert items[1].content[0].transcript == answer1
+    finally:
+        await client.close()

@@ -1,0 +1,269 @@
+"""Session config: defaults, merging a patch whole-or-nothing, server-owned limits, lanes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from antiphon.gateway.translator import Translator
+from antiphon.session import session_config
+from antiphon.session.session_config import ConfigError, defaults, lane, merge
+from antiphon.v1 import common_pb2 as pb
+from antiphon.v1 import stage_pb2
+
+CEILING = 256
+
+
+def _merge(
+    patch: pb.SessionConfigPatch, current: pb.SessionConfig | None = None
+) -> pb.SessionConfig:
+    return merge(current or defaults("m"), patch, max_output_tokens=CEILING)
+
+
+def _from_wire(session: dict[str, Any]) -> pb.SessionConfigPatch:
+    """The patch the gateway builds from a client's `session.update`."""
+    return Translator().translate({"type": "session.update", "session": session}).update.config
+
+
+def test_defaults_are_valid_and_openai_like() -> None:
+    cfg = defaults("antiphon-cascade")
+    session_config.validate(cfg)
+    assert cfg.model == "antiphon-cascade"
+    assert cfg.turn_detection.mode == pb.TURN_DETECTION_MODE_SERVER_VAD
+    assert cfg.input_audio_format == pb.AudioFormat(encoding="pcm16", sample_rate_hz=24000)
+    assert cfg.output_audio_format == pb.AudioFormat(encoding="pcm16", sample_rate_hz=24000)
+    assert list(cfg.output_modalities) == ["audio"]
+    assert cfg.max_output_tokens == 0  # "inf": the server's default
+
+
+def test_empty_patch_changes_nothing() -> None:
+    current = defaults("m")
+    assert _merge(pb.SessionConfigPatch(), current) == current
+
+
+def test_merge_keeps_every_unset_field() -> None:
+    current = defaults("m")
+    current.voice = "amy"
+    current.temperature = 0.4
+    current.native_duplex = True
+    out = _merge(pb.SessionConfigPatch(instructions="Speak French."), current)
+    expected = pb.SessionConfig()
+    expected.CopyFrom(current)
+    expected.instructions = "Speak French."
+    assert out == expected
+
+
+def test_explicit_false_and_zero_values_are_applied() -> None:
+    """Optional patch fields distinguish "not sent" from false/zero."""
+    current = defaults("m")
+    current.native_duplex = True
+    current.temperature = 0.8
+    out = _merge(
+        pb.SessionConfigPatch(native_duplex=False, auto_response=False, temperature=0.0), current
+    )
+    assert (out.native_duplex, out.auto_response, out.temperature) == (False, False, 0.0)
+
+
+def test_merge_does_not_mutate_its_input() -> None:
+    current = defaults("m")
+    before = current.SerializeToString(deterministic=True)
+    _merge(
+        pb.SessionConfigPatch(
+            instructions="x", has_output_modalities=True, output_modalities=["text"]
+        ),
+        current,
+    )
+    assert current.SerializeToString(deterministic=True) == before
+
+
+def test_output_modalities_replace_only_when_flagged() -> None:
+    unflagged = _merge(pb.SessionConfigPatch(output_modalities=["text"]))
+    assert list(unflagged.output_modalities) == ["audio"]
+    flagged = _merge(pb.SessionConfigPatch(output_modalities=["text"], has_output_modalities=True))
+    assert list(flagged.output_modalities) == ["text"]
+
+
+def test_partial_audio_format_patch_keeps_the_other_part() -> None:
+    out = _merge(pb.SessionConfigPatch(input_audio_format=pb.AudioFormat(sample_rate_hz=16000)))
+    assert out.input_audio_format == pb.AudioFormat(encoding="pcm16", sample_rate_hz=16000)
+
+
+def test_turn_detection_null_switches_to_manual_and_absent_keeps_it() -> None:
+    manual = _merge(
+        pb.SessionConfigPatch(
+            has_turn_detection=True,
+            turn_detection=pb.TurnDetection(mode=pb.TURN_DETECTION_MODE_NONE),
+        )
+    )
+    assert manual.turn_detection.mode == pb.TURN_DETECTION_MODE_NONE
+    # A later patch without turn_detection leaves manual mode alone.
+    kept = _merge(pb.SessionConfigPatch(instructions="x"), manual)
+    assert kept.turn_detection.mode == pb.TURN_DETECTION_MODE_NONE
+
+
+def test_server_vad_patch_fills_unset_params_with_defaults() -> None:
+    out = _merge(
+        pb.SessionConfigPatch(
+            has_turn_detection=True,
+            turn_detection=pb.TurnDetection(
+                mode=pb.TURN_DETECTION_MODE_SERVER_VAD,
+                silence_duration_ms=800,
+                create_response=True,
+            ),
+        ),
+        _merge(_from_wire({"turn_detection": None})),
+    )
+    td = out.turn_detection
+    assert td.mode == pb.TURN_DETECTION_MODE_SERVER_VAD
+    assert td.silence_duration_ms == 800
+    assert td.threshold == pytest.approx(0.5)
+    assert td.prefix_padding_ms == 300
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: TurnDetection int fields have no presence; merge's _fill_vad_defaults turns an "
+    "explicit prefix_padding_ms=0 into 300",
+)
+def test_explicit_zero_prefix_padding_is_kept() -> None:
+    """`prefix_padding_ms: 0` is a valid client choice (no pre-roll), not "unset"."""
+    out = _merge(_from_wire({"turn_detection": {"type": "server_vad", "prefix_padding_ms": 0}}))
+    assert out.turn_detection.prefix_padding_ms == 0
+
+
+# ------------------------------------------------------------ server limits
+@pytest.mark.parametrize(
+    ("asked", "effective"), [(10_000, CEILING), (CEILING, CEILING), (40, 40), (1, 1)]
+)
+def test_clients_cannot_raise_max_output_tokens_above_the_server_ceiling(
+    asked: int, effective: int
+) -> None:
+    out = _merge(pb.SessionConfigPatch(max_output_tokens=asked))
+    assert out.max_output_tokens == effective
+
+
+def test_max_output_tokens_from_the_wire_is_clamped_too() -> None:
+    out = _merge(_from_wire({"max_response_output_tokens": 4096}))
+    assert out.max_output_tokens == CEILING
+
+
+# --------------------------------------------------------------- rejection
+REJECTED: list[tuple[pb.SessionConfigPatch, str, str]] = [
+    (pb.SessionConfigPatch(max_output_tokens=0), "invalid_value", "max_output_tokens"),
+    (pb.SessionConfigPatch(max_output_tokens=-5), "invalid_value", "max_output_tokens"),
+    (pb.SessionConfigPatch(temperature=2.5), "invalid_value", "temperature"),
+    (pb.SessionConfigPatch(temperature=-0.1), "invalid_value", "temperature"),
+    (
+        pb.SessionConfigPatch(has_output_modalities=True, output_modalities=["video"]),
+        "invalid_value",
+        "output_modalities",
+    ),
+    (
+        pb.SessionConfigPatch(has_output_modalities=True, output_modalities=[]),
+        "invalid_value",
+        "output_modalities",
+    ),
+    (
+        pb.SessionConfigPatch(input_audio_format=pb.AudioFormat(sample_rate_hz=8000)),
+        "unsupported_audio_format",
+        "audio.input.format.rate",
+    ),
+    (
+        pb.SessionConfigPatch(input_audio_format=pb.AudioFormat(sample_rate_hz=44100)),
+        "unsupported_audio_format",
+        "audio.input.format.rate",
+    ),
+    (
+        pb.SessionConfigPatch(input_audio_format=pb.AudioFormat(encoding="g711_ulaw")),
+        "unsupported_audio_format",
+        "input_audio_format",
+    ),
+    (
+        pb.SessionConfigPatch(output_audio_format=pb.AudioFormat(sample_rate_hz=16000)),
+        "unsupported_audio_format",
+        "audio.output.format",
+    ),
+    (
+        pb.SessionConfigPatch(output_audio_format=pb.AudioFormat(encoding="pcm_f32le")),
+        "unsupported_audio_format",
+        "audio.output.format",
+    ),
+    (pb.SessionConfigPatch(overlap_policy="shout"), "invalid_value", "overlap_policy"),
+    (
+        pb.SessionConfigPatch(playback_commit_policy="never"),
+        "invalid_value",
+        "playback_commit_policy",
+    ),
+    (
+        pb.SessionConfigPatch(
+            has_turn_detection=True,
+            turn_detection=pb.TurnDetection(mode=pb.TURN_DETECTION_MODE_SERVER_VAD, threshold=1.5),
+        ),
+        "invalid_value",
+        "turn_detection.threshold",
+    ),
+    (
+        pb.SessionConfigPatch(
+            has_turn_detection=True,
+            turn_detection=pb.TurnDetection(
+                mode=pb.TURN_DETECTION_MODE_SERVER_VAD, silence_duration_ms=-1
+            ),
+        ),
+        "invalid_value",
+        "turn_detection",
+    ),
+]
+
+
+@pytest.mark.parametrize(("patch", "code", "param"), REJECTED)
+def test_rejected_patch_raises_config_error_with_param_and_changes_nothing(
+    patch: pb.SessionConfigPatch, code: str, param: str
+) -> None:
+    current = defaults("m")
+    current.instructions = "keep me"
+    before = current.SerializeToString(deterministic=True)
+    with pytest.raises(ConfigError) as info:
+        _merge(patch, current)
+    assert (info.value.code, info.value.param) == (code, param)
+    assert current.SerializeToString(deterministic=True) == before
+
+
+def test_a_valid_field_next_to_an_invalid_one_is_not_applied() -> None:
+    """Validation is of the merged result whole: nothing of a rejected patch lands."""
+    current = defaults("m")
+    patch = pb.SessionConfigPatch(instructions="new", voice="amy", temperature=9.0)
+    with pytest.raises(ConfigError):
+        _merge(patch, current)
+    assert current.instructions == session_config.DEFAULT_INSTRUCTIONS
+    assert current.voice == "joe"
+
+
+def test_16k_and_24k_input_rates_are_accepted() -> None:
+    for rate in session_config.INPUT_RATES:
+        out = _merge(pb.SessionConfigPatch(input_audio_format=pb.AudioFormat(sample_rate_hz=rate)))
+        assert out.input_audio_format.sample_rate_hz == rate
+
+
+# -------------------------------------------------------------------- lanes
+def test_lane_native_duplex_wins_over_turn_detection() -> None:
+    cfg = defaults("m")
+    cfg.native_duplex = True
+    assert lane(cfg) == stage_pb2.LANE_NATIVE
+    cfg.turn_detection.mode = pb.TURN_DETECTION_MODE_NONE
+    assert lane(cfg) == stage_pb2.LANE_NATIVE
+
+
+def test_lane_server_vad_and_manual() -> None:
+    cfg = defaults("m")
+    assert lane(cfg) == stage_pb2.LANE_SERVER_VAD
+    cfg.turn_detection.mode = pb.TURN_DETECTION_MODE_NONE
+    assert lane(cfg) == stage_pb2.LANE_MANUAL
+
+
+def test_lanes_from_client_updates() -> None:
+    assert lane(_merge(_from_wire({"turn_detection": None}))) == stage_pb2.LANE_MANUAL
+    assert lane(_merge(_from_wire({}))) == stage_pb2.LANE_SERVER_VAD
+    assert (
+        lane(_merge(_from_wire({"extra_body": {"native_duplex": True}}))) == stage_pb2.LANE_NATIVE
+    )

@@ -1,0 +1,62 @@
+"""The gateway and session tiers never load model code, however they are imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = {
+    "antiphon.gateway": REPO / "services" / "gateway" / "antiphon" / "gateway",
+    "antiphon.session": REPO / "services" / "session" / "antiphon" / "session",
+}
+FORBIDDEN = (
+    "torch",
+    "vllm",
+    "onnxruntime",
+    "ctranslate2",
+    "faster_whisper",
+    "piper",
+    "transformers",
+)
+
+_PROBE = """
+import importlib, json, sys
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+forbidden = json.loads(sys.argv[1])
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in forbidden)
+print(json.dumps(loaded))
+"""
+
+
+def _modules(package: str) -> list[str]:
+    folder = PACKAGES[package]
+    names = [package]
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(folder).with_suffix("")
+        parts = [p for p in rel.parts if p != "__init__"]
+        if parts:
+            names.append(".".join([package, *parts]))
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_importing_every_module_loads_no_model_library(package: str) -> None:
+    modules = _modules(package)
+    assert len(modules) > 3, modules  # the walk found the package's modules
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(FORBIDDEN), *modules],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert loaded == [], f"{package} pulled in model libraries: {loaded}"
