@@ -8,6 +8,7 @@ loopback, WebSockets, the session journal.
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections.abc import AsyncIterator
 
@@ -127,7 +128,9 @@ async def test_server_event_seq_strictly_increases_and_every_event_is_journaled(
     session_id = created["session"]["id"]
     r = aioredis.Redis.from_url(synthetic_stack.redis_url)
     try:
-        entries = await r.xrange(f"ap:{{{session_id}}}:journal")
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = await r.xrange(  # type: ignore[assignment]
+            f"ap:{{{session_id}}}:journal"
+        )
     finally:
         await r.aclose()
     journaled = {}
@@ -179,6 +182,25 @@ async def test_invalid_events_get_the_error_envelope_and_change_nothing(
     updated = await client.until(lambda e: e["type"] == "session.updated")
     assert updated["session"]["temperature"] == 0.0
     assert updated["session"]["instructions"] == "Be brief."
+
+
+async def test_an_input_rate_change_applies_to_the_very_next_append(
+    client: RealtimeClient,
+) -> None:
+    """The session resamples in mailbox order: no append is read at a stale rate."""
+    await client.open(**MANUAL)
+    await client.send(
+        "session.update",
+        session={"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}},
+    )
+    await client.append(silence(1000, 16000), chunk_bytes=6400)
+    await client.send("input_audio_buffer.commit")
+    done = await client.until(
+        lambda e: e["type"] == "conversation.item.input_audio_transcription.completed"
+    )
+    # The synthetic ASR reports how much 16 kHz audio it was given.
+    heard = re.search(r"(\d+) milliseconds", done["transcript"])
+    assert heard is not None and int(heard.group(1)) == 1000
 
 
 async def test_text_only_response_streams_text_and_no_audio(client: RealtimeClient) -> None:

@@ -212,11 +212,6 @@ def test_different_sessions_get_different_tags() -> None:
     assert _hash_tag(keys.session(a)) != _hash_tag(keys.session(b))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: client-chosen session ids are not validated; '' and ids starting with '}' "
-    "give keys with no hash tag, so one session's keys span Redis Cluster slots",
-)
 @pytest.mark.parametrize("session_id", ["", "}abc"])
 def test_a_client_chosen_session_id_is_refused_or_maps_to_one_slot(session_id: str) -> None:
     """Either the gateway refuses the id at open, or every key of the session shares one slot."""

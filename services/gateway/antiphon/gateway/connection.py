@@ -140,10 +140,6 @@ class Connection:
         try:
             async for ev in call:
                 kind = ev.WhichOneof("kind")
-                if kind in ("session_created", "session_updated"):
-                    # The session owns the effective input rate; follow it.
-                    state = getattr(ev, kind)
-                    self._translator.input_rate = state.config.input_audio_format.sample_rate_hz
                 self._outbox.put_nowait(project(ev))
                 if kind == "session_closed" or (kind == "error" and ev.seq == 0):
                     break

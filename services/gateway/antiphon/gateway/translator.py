@@ -2,9 +2,9 @@
 
 The translator accepts both generations of OpenAI's Realtime spellings (the
 beta `input_audio_format: "pcm16"` and the GA `audio.input.format` object)
-and the reference's duplex extensions. Base64 audio is decoded here, once,
-and resampled to the 16 kHz stage0 listens at; past this module audio is
-raw bytes.
+and the reference's duplex extensions. Base64 audio is decoded here, once;
+past this module audio is raw bytes. It keeps no session state: the session
+service owns the effective configuration (and resamples input to it).
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ import binascii
 from collections.abc import Callable
 from typing import Any
 
-from antiphon.common.audio import StreamResampler
+from antiphon.common.ids import valid_session_id
 from antiphon.gateway.errors import ClientError
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 
-STAGE0_RATE = 16000
 INPUT_RATES = (16000, 24000)
 
 # Alias -> canonical type (reference: "Normative Realtime event contract").
@@ -64,11 +63,7 @@ def canonical_type(event: dict[str, Any]) -> str:
 
 
 class Translator:
-    """One connection's translator; it keeps the input resampler's state."""
-
-    def __init__(self, input_rate: int = 24000) -> None:
-        self.input_rate = input_rate
-        self._resampler: StreamResampler | None = None
+    """Translates one connection's client events."""
 
     def translate(self, event: dict[str, Any]) -> spb.ClientCommand:
         """The typed command for one client event; raises ClientError."""
@@ -105,6 +100,12 @@ class Translator:
             patch.model = query["model"]
         if not patch.HasField("session_id") and query.get("session_id"):
             patch.session_id = query["session_id"]
+        if patch.HasField("session_id") and not valid_session_id(patch.session_id):
+            raise ClientError(
+                "invalid_value",
+                "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : -",
+                param="session.session_id",
+            )
         native = query.get("native_duplex") or query.get("minicpmo45_native_duplex")
         if not patch.HasField("native_duplex") and native:
             patch.native_duplex = native.lower() in ("1", "true", "yes")
@@ -140,25 +141,14 @@ class Translator:
             raise ClientError(
                 "invalid_audio", "pcm16 audio must have an even number of bytes", param="audio"
             )
-        rate = event.get("sample_rate_hz", self.input_rate)
-        if rate not in INPUT_RATES:
-            raise ClientError(
-                "unsupported_audio_format",
-                f"sample_rate_hz must be one of {INPUT_RATES}",
-                param="sample_rate_hz",
-            )
-        append = spb.AppendAudio(pcm16=self._to_stage0_rate(pcm, rate))
+        append = spb.AppendAudio(pcm16=pcm)
+        rate = event.get("sample_rate_hz")
+        if rate is not None:
+            append.sample_rate_hz = _input_rate(rate, "sample_rate_hz")
         is_speech = event.get("is_speech")
         if is_speech is not None:
             append.is_speech = _bool(is_speech, "is_speech")
         return spb.ClientCommand(append_audio=append)
-
-    def _to_stage0_rate(self, pcm: bytes, rate: int) -> bytes:
-        if rate == STAGE0_RATE:
-            return pcm
-        if self._resampler is None or self._resampler.in_rate != rate:
-            self._resampler = StreamResampler(rate, STAGE0_RATE)
-        return self._resampler.process(pcm)
 
     def _commit(self, event: dict[str, Any]) -> spb.ClientCommand:
         commit = spb.CommitInput()
@@ -180,8 +170,8 @@ class Translator:
         if body.get("temperature") is not None:
             req.temperature = _number(body["temperature"], "response.temperature")
         tokens = body.get("max_output_tokens", body.get("max_response_output_tokens"))
-        if tokens is not None and tokens != "inf":
-            req.max_output_tokens = _positive_int(tokens, "response.max_output_tokens")
+        if tokens is not None:
+            req.max_output_tokens = _max_tokens(tokens, "response.max_output_tokens")
         metadata = body.get("metadata")
         if metadata is not None:
             if not isinstance(metadata, dict):
@@ -238,10 +228,9 @@ class Translator:
             "session.audio.input.format",
         )
         if in_fmt is not None:
-            p.input_audio_format.CopyFrom(in_fmt)
             if in_fmt.sample_rate_hz:
-                # Appends that follow at once are already at the new rate.
-                self.input_rate = in_fmt.sample_rate_hz
+                _input_rate(in_fmt.sample_rate_hz, "session.audio.input.format.rate")
+            p.input_audio_format.CopyFrom(in_fmt)
         out_fmt = _audio_format(
             audio_out.get("format", s.get("output_audio_format")),
             None,
@@ -259,8 +248,8 @@ class Translator:
         if s.get("temperature") is not None:
             p.temperature = _number(s["temperature"], "session.temperature")
         tokens = s.get("max_output_tokens", s.get("max_response_output_tokens"))
-        if tokens is not None and tokens != "inf":
-            p.max_output_tokens = _positive_int(tokens, "session.max_output_tokens")
+        if tokens is not None:
+            p.max_output_tokens = _max_tokens(tokens, "session.max_output_tokens")
         extra = _obj(s.get("extra_body"), "session.extra_body")
         native = extra.get("native_duplex", extra.get("minicpmo45_native_duplex"))
         if native is not None:
@@ -304,6 +293,22 @@ def _positive_int(value: Any, param: str) -> int:
             "invalid_value", f"`{param}` must be a positive integer or 'inf'", param=param
         )
     return value
+
+
+def _max_tokens(value: Any, param: str) -> int:
+    """A positive limit, or 0 for "inf" (the server's ceiling)."""
+    return 0 if value == "inf" else _positive_int(value, param)
+
+
+def _input_rate(value: Any, param: str) -> int:
+    rate = _positive_int(value, param)
+    if rate not in INPUT_RATES:
+        raise ClientError(
+            "unsupported_audio_format",
+            f"input sample rate {rate} Hz is not supported; use one of {INPUT_RATES}",
+            param=param,
+        )
+    return rate
 
 
 def _modalities(value: Any, param: str) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from antiphon.common.audio import StreamResampler
 from antiphon.common.ids import new_id
 from antiphon.session import session_config
 from antiphon.session.metrics import SessionMetrics
@@ -33,6 +34,7 @@ tracer = trace.get_tracer("antiphon.session")
 # "detached", "grace_expired".
 Mail = tuple[str, Any]
 
+STAGE0_RATE = 16000
 PCM16_BYTES_PER_MS_16K = 32
 
 
@@ -79,6 +81,7 @@ class SessionActor:
         self._attachment = 0
         self._input_bytes = 0
         self._input_ms = 0
+        self._resampler: StreamResampler | None = None
         self._last_item_id = ""
         self._speech_item_id = ""
         self._pending: dict[str, PendingItem] = {}
@@ -167,7 +170,7 @@ class SessionActor:
         kind = cmd.WhichOneof("kind")
         self._metrics.commands.labels(kind or "none").inc()
         if kind == "append_audio":
-            self._append(cmd.append_audio)
+            await self._append(cmd)
         elif kind == "commit":
             await self._commit(cmd)
         elif kind == "clear_input":
@@ -195,13 +198,27 @@ class SessionActor:
             )
 
     # ------------------------------------------------------------- input
-    def _append(self, audio: spb.AppendAudio) -> None:
-        self._input_bytes += len(audio.pcm16)
-        self._input_ms += len(audio.pcm16) // PCM16_BYTES_PER_MS_16K
-        self._stage0.send(
-            stage_pb2.Stage0Request(
-                audio=stage_pb2.Stage0Audio(epoch=self._epoch, pcm16=audio.pcm16)
+    async def _append(self, cmd: spb.ClientCommand) -> None:
+        audio = cmd.append_audio
+        rate = audio.sample_rate_hz or self._config.input_audio_format.sample_rate_hz
+        if rate not in session_config.INPUT_RATES:
+            await self._error(
+                "invalid_request_error",
+                "unsupported_audio_format",
+                f"sample_rate_hz must be one of {session_config.INPUT_RATES}",
+                cmd.event_id,
+                "sample_rate_hz",
             )
+            return
+        # Resampled here, once, in mailbox order: an append right after a
+        # session.update is read at the rate that update made effective.
+        if self._resampler is None or self._resampler.in_rate != rate:
+            self._resampler = StreamResampler(rate, STAGE0_RATE)
+        pcm = self._resampler.process(audio.pcm16)
+        self._input_bytes += len(pcm)
+        self._input_ms += len(pcm) // PCM16_BYTES_PER_MS_16K
+        self._stage0.send(
+            stage_pb2.Stage0Request(audio=stage_pb2.Stage0Audio(epoch=self._epoch, pcm16=pcm))
         )
 
     async def _commit(self, cmd: spb.ClientCommand) -> None:
@@ -344,7 +361,8 @@ class SessionActor:
         if req.HasField("temperature"):
             opts.temperature = req.temperature
         if req.HasField("max_output_tokens"):
-            opts.max_output_tokens = min(req.max_output_tokens, self._settings.max_output_tokens)
+            ceiling = self._settings.max_output_tokens
+            opts.max_output_tokens = min(req.max_output_tokens or ceiling, ceiling)
         opts.metadata = dict(req.metadata)
         await self._start_response(opts, eager=True)
 

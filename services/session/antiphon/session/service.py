@@ -16,7 +16,7 @@ import grpc
 from opentelemetry import trace
 
 from antiphon.common import tracing
-from antiphon.common.ids import new_id
+from antiphon.common.ids import new_id, valid_session_id
 from antiphon.session import session_config
 from antiphon.session.actor import Mail, SessionActor
 from antiphon.session.metrics import SessionMetrics
@@ -97,6 +97,13 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
             )
         patch = first.open.config
         session_id = patch.session_id if patch.HasField("session_id") else new_id("sess")
+        if not valid_session_id(session_id):
+            raise Refused(
+                "invalid_request_error",
+                "invalid_value",
+                "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : -",
+                "session.session_id",
+            )
         live = self._actors.get(session_id)
         if live is not None and not live.closed:
             raise Refused(

@@ -91,11 +91,12 @@ def merge(
         if out.turn_detection.mode == pb.TURN_DETECTION_MODE_SERVER_VAD:
             _fill_vad_defaults(out.turn_detection)
     if patch.HasField("max_output_tokens"):
-        if patch.max_output_tokens < 1:
+        if patch.max_output_tokens < 0:
             raise ConfigError(
-                "invalid_value", "max_output_tokens must be at least 1", "max_output_tokens"
+                "invalid_value", "max_output_tokens must be positive or 'inf'", "max_output_tokens"
             )
-        # Clients can lower the server's ceiling, never raise it.
+        # Clients can lower the server's ceiling, never raise it; 0 ("inf")
+        # means the ceiling itself.
         out.max_output_tokens = min(patch.max_output_tokens, max_output_tokens)
     validate(out)
     return out
@@ -156,7 +157,7 @@ def validate(cfg: pb.SessionConfig) -> None:
             )
 
 
-def lane(cfg: pb.SessionConfig) -> stage_pb2.Lane.ValueType:
+def lane(cfg: pb.SessionConfig) -> stage_pb2.Lane:
     if cfg.native_duplex:
         return stage_pb2.LANE_NATIVE
     if cfg.turn_detection.mode == pb.TURN_DETECTION_MODE_SERVER_VAD:
@@ -173,9 +174,12 @@ def _merge_format(into: pb.AudioFormat, patch: pb.AudioFormat) -> None:
 
 def _fill_vad_defaults(td: pb.TurnDetection) -> None:
     d = default_server_vad()
-    if not td.threshold:
-        td.threshold = d.threshold
-    if not td.prefix_padding_ms:
-        td.prefix_padding_ms = d.prefix_padding_ms
-    if not td.silence_duration_ms:
-        td.silence_duration_ms = d.silence_duration_ms
+    for name in (
+        "threshold",
+        "prefix_padding_ms",
+        "silence_duration_ms",
+        "create_response",
+        "interrupt_response",
+    ):
+        if not td.HasField(name):
+            setattr(td, name, getattr(d, name))

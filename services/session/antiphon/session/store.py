@@ -9,6 +9,7 @@ events' `server_event_seq` (`<seq>-0`), so replay is a plain XRANGE.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -86,7 +87,9 @@ class Opened:
 
 class SessionStore:
     def __init__(self, client: aioredis.Redis, *, journal_max_entries: int = 100_000) -> None:
-        self._r = client
+        # redis-py's return types are unions over its decode modes; this store
+        # always runs with bytes responses.
+        self._r: Any = client
         self._journal_max = journal_max_entries
         self._admit = client.register_script(_ADMIT)
         self._open = client.register_script(_OPEN)
@@ -113,7 +116,7 @@ class SessionStore:
 
     # ----------------------------------------------------------- session
     async def open(self, session_id: str, token: str, fields: dict[str, bytes | str]) -> Opened:
-        args: list[bytes | str] = [token]
+        args: list[Any] = [token]
         for k, v in fields.items():
             args += [k, v]
         inc = await self._open(
@@ -128,7 +131,7 @@ class SessionStore:
         return Opened(incarnation=int(inc))
 
     async def set_fields(self, session_id: str, token: str, fields: dict[str, bytes | str]) -> None:
-        args: list[bytes | str] = [token]
+        args: list[Any] = [token]
         for k, v in fields.items():
             args += [k, v]
         await self._fenced(
@@ -168,9 +171,9 @@ class SessionStore:
             await self._r.pexpire(key, ms)
         await self._r.delete(keys.owner(session_id))
 
-    async def _fenced(self, script: object, key_list: list[str], args: list[object]) -> object:
+    async def _fenced(self, script: Any, key_list: list[str], args: list[Any]) -> Any:
         try:
-            return await script(keys=key_list, args=args)  # type: ignore[operator]
+            return await script(keys=key_list, args=args)
         except aioredis.ResponseError as exc:
             if "NOT_OWNER" in str(exc) or "SEQ_CONFLICT" in str(exc):
                 raise NotOwnerError(str(exc)) from exc

@@ -38,7 +38,7 @@ class CascadeSession:
         self._settings = settings
         self._emit = emit
         self.session_id = ""
-        self._lane: pb.Lane.ValueType = pb.LANE_MANUAL
+        self._lane: pb.Lane = pb.LANE_MANUAL
         self._epoch = 0
         self._vad: VadStream = models.vad.stream()
         # Audio of the utterance being heard; its start on the stream clock.
@@ -75,13 +75,24 @@ class CascadeSession:
         self.session_id = open_.session_id or self.session_id
         self._lane = open_.lane
         td = open_.turn_detection
-        silence = td.silence_duration_ms or 500
+        # Without server VAD (manual and native lanes) the VAD still runs,
+        # on the endpointer's defaults.
+        defaults = EndpointerConfig()
+        silence = (
+            td.silence_duration_ms
+            if td.HasField("silence_duration_ms")
+            else defaults.silence_duration_ms
+        )
         if self._lane == pb.LANE_NATIVE:
             silence = self._settings.native_silence_ms
         self._vad.configure(
             EndpointerConfig(
-                threshold=td.threshold or 0.5,
-                prefix_padding_ms=td.prefix_padding_ms or 300,
+                threshold=td.threshold if td.HasField("threshold") else defaults.threshold,
+                prefix_padding_ms=(
+                    td.prefix_padding_ms
+                    if td.HasField("prefix_padding_ms")
+                    else defaults.prefix_padding_ms
+                ),
                 silence_duration_ms=silence,
             )
         )

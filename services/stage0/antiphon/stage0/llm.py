@@ -213,8 +213,8 @@ class LlmEngine:
         """Stop a request; its `generate` then ends with finish_reason "abort"."""
         await self._engine.abort(request_id)
 
-    async def shutdown(self) -> None:
-        """Stop the engine-core and worker processes."""
+    async def shutdown(self, timeout_s: float = 20.0) -> None:
+        """Stop the engine-core and worker processes, gracefully within `timeout_s`."""
         # Stop reading outputs first: otherwise the reader sees the engine die
         # under it and logs a spurious EngineDeadError traceback.
         handler = self._engine.output_handler
@@ -222,8 +222,11 @@ class LlmEngine:
             handler.cancel()
             # wait() rather than await: a cancellation of *this* task must still propagate.
             await asyncio.wait([handler])
-        # Joining the processes takes seconds; keep the event loop serving meanwhile.
-        await asyncio.to_thread(self._engine.shutdown)
+        # vLLM's default grace (5 s) equals the engine core's own wait for its worker,
+        # which on a busy CPU takes about that long: the two race and vLLM SIGKILLs
+        # the tree, leaking shared memory. A longer grace lets both exit cleanly
+        # (~9 s here). Joining takes seconds, so the event loop keeps serving meanwhile.
+        await asyncio.to_thread(self._engine.shutdown, timeout_s)
 
 
 class _Timing:
