@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from openai import AsyncOpenAI
+from stack import LocalStack
 
 from antiphon.common.assets import default_cache_dir
 from antiphon.common.audio import resample_pcm16
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
 from antiphon.v1 import common_pb2 as cpb
-from stack import LocalStack
 from tests.support.realtime import RealtimeClient, audio_bytes, of_type
 from tests.support.speech import silence, spoken
 
