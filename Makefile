@@ -49,3 +49,7 @@ run: install models
 
 clean:
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
+
+# Spoken turns on the real stack: commit->first audio, stage0 TTFT, peak RSS.
+bench: install models
+	$(PY) bench/turns.py --turns 5

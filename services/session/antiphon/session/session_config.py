@@ -15,10 +15,10 @@ OUTPUT_RATE = 24000
 MODALITIES = ("audio", "text")
 OVERLAP_POLICIES = ("listen_only", "barge_in_on_speech")
 PLAYBACK_POLICIES = ("ack_only", "commit_all_on_done")
-DEFAULT_INSTRUCTIONS = (
-    "You are Antiphon, a friendly voice assistant. Answer in one or two short, "
-    "plain sentences that sound natural when spoken aloud."
-)
+# SmolLM2-135M is very sensitive to its system prompt: longer or more
+# stylistic instructions sent it into French and repetition loops, this one
+# answered five test questions correctly and briefly (bench/turns.py).
+DEFAULT_INSTRUCTIONS = "You are a helpful voice assistant. Keep your answers short."
 
 
 class ConfigError(ValueError):

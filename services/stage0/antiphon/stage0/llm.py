@@ -145,9 +145,13 @@ class LlmEngine:
         )
         if not getattr(tokenizer, "chat_template", None):
             raise RuntimeError(f"{model_dir}: tokenizer has no chat template")
-        # Blocking (it waits for the engine core to load the model) and bound to
-        # this thread's event loop, so it is built here, before serving starts.
-        engine = AsyncLLM.from_engine_args(args, stat_loggers=[_QuietStats])
+        # Building the engine blocks until its processes have loaded the weights
+        # (tens of seconds): do it off the event loop so health checks keep answering.
+        # AsyncLLM supports this: with no running loop it starts its output tasks
+        # lazily, on the first request, in the loop that makes it.
+        engine = await asyncio.to_thread(
+            AsyncLLM.from_engine_args, args, stat_loggers=[_QuietStats]
+        )
         return cls(engine, tokenizer)
 
     def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str:
