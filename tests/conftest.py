@@ -8,52 +8,20 @@ server, the synthetic stack (serving-path tests) and the real-model stack
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from stack import LocalStack, Ports, free_port
+from stack import LocalStack, Ports, free_port, start_redis
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """A real redis-server on a free port, with AOF as in production."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed: apt-get install -y redis-server")
     port = free_port()
-    data = tempfile.mkdtemp(prefix="antiphon-redis-")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            data,
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--save",
-            "",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("redis-server did not start")
+    data = Path(tempfile.mkdtemp(prefix="antiphon-redis-"))
+    proc = start_redis(port, data)
     try:
         yield f"redis://127.0.0.1:{port}/0"
     finally:

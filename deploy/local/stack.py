@@ -33,6 +33,34 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_port(port: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def start_redis(port: int, data_dir: Path, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """A redis-server on loopback with AOF as in production: an acknowledged
+    event survives a Redis restart."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit(REDIS_HINT)
+    args = [
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
+        "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+    ]  # fmt: skip
+    out = log.open("wb") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    if not wait_for_port(port):
+        proc.kill()
+        raise RuntimeError("redis-server did not start")
+    return proc
+
+
 @dataclass
 class Ports:
     gateway: int = 8000
@@ -124,37 +152,9 @@ class LocalStack:
         raise TimeoutError(f"stack not ready within {timeout_s}s; logs in {self.run_dir}")
 
     def _start_redis(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise SystemExit(REDIS_HINT)
         port = self.ports.redis
-        args = [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.run_dir),
-            # AOF like production: an acknowledged event survives a Redis restart.
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--save",
-            "",
-        ]
-        self.procs["redis"] = subprocess.Popen(
-            args, stdout=self.log_path("redis").open("wb"), stderr=subprocess.STDOUT
-        )
+        self.procs["redis"] = start_redis(port, self.run_dir, self.log_path("redis"))
         self.redis_url = f"redis://127.0.0.1:{port}/0"
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
 
     def _spawn(self, name: str, env: dict[str, str]) -> None:
         self.procs[name] = subprocess.Popen(

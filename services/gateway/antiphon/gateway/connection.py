@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from opentelemetry import trace
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from antiphon.common import tracing
@@ -26,6 +27,7 @@ from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import session_pb2_grpc
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("antiphon.gateway")
 
 CLOSE_NORMAL = 1000
 CLOSE_INTERNAL = 1011
@@ -97,7 +99,13 @@ class Connection:
 
     async def _serve(self, first: spb.ClientCommand) -> None:
         self._commands.put_nowait(first)
-        call = self._stub.Connect(self._command_stream(), metadata=tracing.inject_metadata())
+        # The connection's span is the parent of the session's and stages' spans.
+        with tracer.start_as_current_span("gateway.connection"):
+            await self._relay(
+                self._stub.Connect(self._command_stream(), metadata=tracing.inject_metadata())
+            )
+
+    async def _relay(self, call: Any) -> None:
         reader = asyncio.create_task(self._read_events(call))
         try:
             while not reader.done():

@@ -8,7 +8,7 @@ import contextlib
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from antiphon.common import config, logs, metrics, tracing
+from antiphon.common import bootstrap, metrics
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.service import SessionService
@@ -56,10 +56,7 @@ async def serve(settings: SessionSettings) -> None:
 
 
 def main() -> None:
-    settings = config.load(SessionSettings)
-    logs.configure("session", settings.log_level)
-    tracing.configure("session", settings.otlp_endpoint)
-    asyncio.run(serve(settings))
+    bootstrap.run("session", SessionSettings, serve)
 
 
 if __name__ == "__main__":

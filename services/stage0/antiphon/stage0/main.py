@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from prometheus_client import CollectorRegistry
 
-from antiphon.common import config, logs, metrics, tracing
+from antiphon.common import bootstrap, metrics
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import CascadeModels, Engines
@@ -45,10 +43,7 @@ async def serve(settings: Stage0Settings) -> None:
 
 
 def main() -> None:
-    settings = config.load(Stage0Settings)
-    logs.configure("stage0", settings.log_level)
-    tracing.configure("stage0", settings.otlp_endpoint)
-    asyncio.run(serve(settings))
+    bootstrap.run("stage0", Stage0Settings, serve)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import CollectorRegistry
 
-from antiphon.common import config, logs, metrics, tracing
+from antiphon.common import bootstrap, metrics
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage1.assets import locate
 from antiphon.stage1.metrics import Stage1Metrics
@@ -58,10 +57,7 @@ async def serve(settings: Stage1Settings) -> None:
 
 
 def main() -> None:
-    settings = config.load(Stage1Settings)
-    logs.configure("stage1", settings.log_level)
-    tracing.configure("stage1", settings.otlp_endpoint)
-    asyncio.run(serve(settings))
+    bootstrap.run("stage1", Stage1Settings, serve)
 
 
 if __name__ == "__main__":
