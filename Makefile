@@ -35,7 +35,7 @@ proto: install
 lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy services tests deploy/local
+	$(VENV)/bin/mypy services tests deploy/local bench
 
 test: install models lint
 	$(PY) -m pytest -q -ra

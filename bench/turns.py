@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
 
 from stack import LocalStack, Ports  # noqa: E402
+
 from tests.support.realtime import RealtimeClient, of_type  # noqa: E402
 from tests.support.speech import spoken  # noqa: E402
 
