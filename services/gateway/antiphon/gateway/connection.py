@@ -22,7 +22,7 @@ from antiphon.common import tracing
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.projector import project
-from antiphon.gateway.translator import Translator
+from antiphon.gateway.translator import Translator, metric_label
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import session_pb2_grpc
 
@@ -64,8 +64,8 @@ class Connection:
                 await writer
 
     # -------------------------------------------------------------- read
-    async def _receive(self) -> dict[str, Any] | None:
-        """The next client event as a dict; errors are reported and yield None."""
+    async def _receive(self) -> dict[str, Any]:
+        """The next client event as a dict; raises ClientError for a malformed frame."""
         message = await self._ws.receive()
         if message["type"] == "websocket.disconnect":
             raise WebSocketDisconnect(message.get("code", CLOSE_NORMAL))
@@ -89,8 +89,7 @@ class Connection:
             event: dict[str, Any] | None = None
             try:
                 event = await self._receive()
-                assert event is not None
-                self._metrics.events_in.labels(str(event.get("type"))).inc()
+                self._metrics.events_in.labels(metric_label(event)).inc()
                 return self._translator.open(event, query)
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
@@ -121,12 +120,11 @@ class Connection:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
-    def _forward(self, receive: asyncio.Task[dict[str, Any] | None]) -> None:
+    def _forward(self, receive: asyncio.Task[dict[str, Any]]) -> None:
         event: dict[str, Any] | None = None
         try:
             event = receive.result()
-            assert event is not None
-            self._metrics.events_in.labels(str(event.get("type"))).inc()
+            self._metrics.events_in.labels(metric_label(event)).inc()
             self._commands.put_nowait(self._translator.translate(event))
         except ClientError as err:
             self._metrics.client_errors.labels(err.code).inc()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
 from typing import Any
 
 from antiphon.common.ids import valid_session_id
@@ -51,6 +50,18 @@ NOT_YET = {
     "audio.playback_ack",
 }
 
+# Canonical client event type -> the Translator method that builds its command.
+HANDLERS = {
+    "session.update": "_update",
+    "input_audio_buffer.append": "_append",
+    "input_audio_buffer.commit": "_commit",
+    "input_audio_buffer.clear": "_clear",
+    "response.create": "_response_create",
+    "response.cancel": "_response_cancel",
+    "session.close": "_close",
+    "session.heartbeat": "_heartbeat",
+}
+
 _BETA_AUDIO_FORMATS = {"pcm16": "pcm16"}
 _GA_AUDIO_TYPES = {"audio/pcm": "pcm16"}
 
@@ -62,14 +73,22 @@ def canonical_type(event: dict[str, Any]) -> str:
     return ALIASES.get(t, t)
 
 
+def metric_label(event: dict[str, Any]) -> str:
+    """The event's type as a metric label; client-made names collapse to one,
+    so a client cannot grow the metric's series without bound."""
+    t = event.get("type")
+    known = t in ALIASES or t in NOT_YET or t in HANDLERS
+    return t if isinstance(t, str) and known else "unknown"
+
+
 class Translator:
     """Translates one connection's client events."""
 
     def translate(self, event: dict[str, Any]) -> spb.ClientCommand:
         """The typed command for one client event; raises ClientError."""
         etype = canonical_type(event)
-        handler = self._handlers().get(etype)
-        if handler is None:
+        method = HANDLERS.get(etype)
+        if method is None:
             if etype in NOT_YET:
                 raise ClientError(
                     "unsupported_event",
@@ -77,7 +96,7 @@ class Translator:
                     param="type",
                 )
             raise ClientError("invalid_event", f"unknown event type {etype!r}", param="type")
-        cmd = handler(event)
+        cmd: spb.ClientCommand = getattr(self, method)(event)
         cmd.client_type = etype
         event_id = event.get("event_id")
         if isinstance(event_id, str):
@@ -114,17 +133,14 @@ class Translator:
             cmd.event_id = event["event_id"]
         return cmd
 
-    def _handlers(self) -> dict[str, Callable[[dict[str, Any]], spb.ClientCommand]]:
-        return {
-            "session.update": self._update,
-            "input_audio_buffer.append": self._append,
-            "input_audio_buffer.commit": self._commit,
-            "input_audio_buffer.clear": lambda e: spb.ClientCommand(clear_input=spb.ClearInput()),
-            "response.create": self._response_create,
-            "response.cancel": self._response_cancel,
-            "session.close": lambda e: spb.ClientCommand(close=spb.CloseSession()),
-            "session.heartbeat": lambda e: spb.ClientCommand(heartbeat=spb.Heartbeat()),
-        }
+    def _clear(self, event: dict[str, Any]) -> spb.ClientCommand:
+        return spb.ClientCommand(clear_input=spb.ClearInput())
+
+    def _close(self, event: dict[str, Any]) -> spb.ClientCommand:
+        return spb.ClientCommand(close=spb.CloseSession())
+
+    def _heartbeat(self, event: dict[str, Any]) -> spb.ClientCommand:
+        return spb.ClientCommand(heartbeat=spb.Heartbeat())
 
     # ------------------------------------------------------------- input
     def _append(self, event: dict[str, Any]) -> spb.ClientCommand:

@@ -30,8 +30,8 @@ from antiphon.v1 import stage_pb2
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("antiphon.session")
 
-# Mailbox entries: (source, payload). Sources: "cmd", "stage0", "stage1",
-# "detached", "grace_expired".
+# Mailbox entries: (source, payload). Sources: "start", "cmd", "stage0",
+# "stage1", "detached", "grace_expired", "shutdown".
 Mail = tuple[str, Any]
 
 STAGE0_RATE = 16000
@@ -122,7 +122,7 @@ class SessionActor:
             if self._outbound is not None:
                 self._outbound.put_nowait(None)
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         """Announce the session: `session.created` then `session.updated`."""
         self._stage0.send(
             stage_pb2.Stage0Request(
@@ -147,7 +147,9 @@ class SessionActor:
 
     # ---------------------------------------------------------- dispatch
     async def _handle(self, source: str, payload: Any) -> None:
-        if source == "cmd":
+        if source == "start":
+            await self._start()
+        elif source == "cmd":
             await self._command(payload)
         elif source == "stage0":
             await self._stage0_event(payload)

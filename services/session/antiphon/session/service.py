@@ -72,7 +72,8 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
                 yield spb.ServerEvent(seq=0, event_id=new_id("event"), error=refused.event)
                 return
         outbound, generation = actor.attach()
-        await actor.start()
+        # First in the mailbox: session.created precedes every other event.
+        actor.post("start", None)
         pump = asyncio.create_task(self._pump(commands, actor))
         try:
             while (event := await outbound.get()) is not None:
