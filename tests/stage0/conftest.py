@@ -16,6 +16,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from antiphon.common.assets import default_cache_dir
@@ -50,11 +51,12 @@ async def llm_engine(assets: Stage0Assets) -> AsyncIterator[LlmEngine]:
         await engine.shutdown()
 
 
-def _resample(samples: np.ndarray, rate: int) -> np.ndarray:
+def _resample(samples: npt.NDArray[np.float64], rate: int) -> npt.NDArray[np.float64]:
     # Linear interpolation is plenty for synthetic speech fed to VAD and Whisper.
     n = len(samples) * SAMPLE_RATE // rate
     positions = np.arange(n) * (rate / SAMPLE_RATE)
-    return np.interp(positions, np.arange(len(samples)), samples)
+    resampled: npt.NDArray[np.float64] = np.interp(positions, np.arange(len(samples)), samples)
+    return resampled
 
 
 @pytest.fixture(scope="session")

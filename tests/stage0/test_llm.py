@@ -9,7 +9,7 @@ from contextlib import aclosing
 
 import pytest
 
-from antiphon.stage0.llm import LlmEngine, LlmOutput
+from antiphon.stage0.llm import LlmEngine, LlmOutput, PromptTooLongError
 
 pytestmark = pytest.mark.models
 
@@ -92,4 +92,13 @@ async def test_cancelling_the_consumer_aborts_the_request(llm_engine: LlmEngine)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert llm_engine.num_active_requests == 0
+
+
+async def test_a_prompt_over_max_model_len_is_refused_before_it_starts(
+    llm_engine: LlmEngine,
+) -> None:
+    prompt = llm_engine.build_prompt([("user", "word " * llm_engine.max_model_len)])
+    with pytest.raises(PromptTooLongError):
+        await _collect(llm_engine, prompt, max_tokens=8)
     assert llm_engine.num_active_requests == 0

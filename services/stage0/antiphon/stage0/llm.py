@@ -42,6 +42,15 @@ class GenerationMetrics:
     num_generation_tokens: int
 
 
+class PromptTooLongError(ValueError):
+    """The prompt leaves no room to generate within `max_model_len`."""
+
+    def __init__(self, prompt_tokens: int, max_model_len: int) -> None:
+        super().__init__(f"prompt has {prompt_tokens} tokens; max_model_len is {max_model_len}")
+        self.prompt_tokens = prompt_tokens
+        self.max_model_len = max_model_len
+
+
 @dataclass(frozen=True)
 class LlmOutput:
     """One streamed text delta; the last one has `finished`, a reason and metrics."""
@@ -78,8 +87,8 @@ def _configure_process_env(threads: int) -> None:
     """
     env = os.environ
     # The box is shared (2 cores here, with ASR, VAD and other workers): vLLM's
-    # default binds OpenMP threads to all cores but one, pinned. "nobind" lets the
-    # OS place the worker's threads; OMP_NUM_THREADS caps them to `threads`.
+    # default pins OpenMP threads to all cores but one. "nobind" lets the OS place
+    # the model's threads; OMP_NUM_THREADS caps them to `threads`.
     env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
     env["OMP_NUM_THREADS"] = str(threads)
     # Run the model inside the engine-core process (UniProc executor) instead of
@@ -88,7 +97,8 @@ def _configure_process_env(threads: int) -> None:
     # the engine core while the worker decoded 150 tokens in 17.8 s, i.e. half of
     # a 2-core box for nothing, plus ~0.7 GB RSS. vLLM-cpu insists on the MP
     # executor only to give each worker its OpenMP affinity env, moot with "nobind".
-    # Side effect (vLLM warns): the engine seeds the global RNGs of this process.
+    # vLLM then warns that the launching process's global RNGs get seeded: the
+    # worker does that, and under AsyncLLM it lives in the engine-core process.
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     # vLLM's platform hook would overwrite the engine's kv_cache_memory_bytes with
     # this legacy whole-GiB knob; the engine argument is the one source of truth.
@@ -108,9 +118,12 @@ def _configure_process_env(threads: int) -> None:
 class LlmEngine:
     """A thin owner of one `AsyncLLM` and its tokenizer."""
 
-    def __init__(self, engine: AsyncLLM, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(
+        self, engine: AsyncLLM, tokenizer: PreTrainedTokenizerBase, max_model_len: int
+    ) -> None:
         self._engine = engine
         self._tokenizer = tokenizer
+        self._max_model_len = max_model_len
 
     @classmethod
     async def start(
@@ -160,7 +173,7 @@ class LlmEngine:
         engine = await asyncio.to_thread(
             AsyncLLM.from_engine_args, args, stat_loggers=[_QuietStats]
         )
-        return cls(engine, tokenizer)
+        return cls(engine, tokenizer, max_model_len)
 
     def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str:
         """(role, content) pairs, system first, as the model's chat template renders them."""
@@ -177,6 +190,11 @@ class LlmEngine:
         return len(self._tokenizer.encode(prompt, add_special_tokens=False))
 
     @property
+    def max_model_len(self) -> int:
+        """Prompt plus output tokens one request may hold; prompts must stay below it."""
+        return self._max_model_len
+
+    @property
     def num_active_requests(self) -> int:
         """Requests vLLM is still working on (load reporting, and proof that aborts land)."""
         return self._engine.get_num_unfinished_requests()
@@ -186,9 +204,12 @@ class LlmEngine:
     ) -> AsyncGenerator[LlmOutput, None]:
         """Stream text deltas of one request; the last item is finished and has metrics.
 
-        temperature 0 is greedy. Cancelling the consumer's task, or closing this
-        generator (`contextlib.aclosing`), aborts the request in vLLM; the
-        cancellation itself propagates. A consumer that just stops iterating
+        temperature 0 is greedy. Raises `PromptTooLongError` before starting if the
+        prompt does not fit `max_model_len`; generation stops ("length") at it.
+
+        Cancelling the consumer's task, or closing this generator
+        (`contextlib.aclosing`), aborts the request in vLLM; the cancellation
+        itself propagates. A consumer that just stops iterating
         leaves the request running until the generator is garbage-collected.
         """
         if max_tokens < 1:
@@ -198,12 +219,13 @@ class LlmEngine:
             max_tokens=max_tokens,
             # Deltas, not the whole text so far: each item is what to send on.
             output_kind=RequestOutputKind.DELTA,
-            # vLLM would otherwise fold in generation_config.json's sampling defaults.
-            top_p=1.0,
-            top_k=0,
         )
         # The chat template already wrote every special token the model needs.
         token_ids = self._tokenizer.encode(prompt, add_special_tokens=False)
+        if len(token_ids) >= self._max_model_len:
+            # Checked here so callers get one documented error to trim history on,
+            # not vLLM's validation error from deep inside the engine.
+            raise PromptTooLongError(len(token_ids), self._max_model_len)
         timing = _Timing()
         async for out in self._engine.generate(
             tokens_input(token_ids, prompt=prompt), params, request_id
