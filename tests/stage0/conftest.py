@@ -64,7 +64,7 @@ def say() -> Callable[[str], bytes]:
     """Text -> PCM16 mono 16 kHz speech, spoken by espeak-ng."""
     espeak = shutil.which("espeak-ng")
     if espeak is None:
-        pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
+        pytest.fail("espeak-ng is not installed: apt-get install -y espeak-ng")
 
     def speak(text: str) -> bytes:
         wav = subprocess.run(

@@ -161,3 +161,22 @@ def test_step_refuses_a_stream_twice_in_one_batch(vad: SileroVad) -> None:
     stream.push(silence(100))
     with pytest.raises(ValueError):
         vad.step([stream, stream])
+
+
+def test_endpointer_reset_ends_speech_silently_and_pads_no_further_back() -> None:
+    cfg = EndpointerConfig(prefix_padding_ms=300, min_speech_ms=32)
+    endpointer = Endpointer(cfg)
+    assert [type(e) for e in run(endpointer, [0.9] * 20)] == [SpeechStarted]
+    endpointer.reset()
+    assert not endpointer.in_speech
+    events = run(endpointer, [0.9])
+    assert events == [SpeechStarted(audio_start_ms=20 * FRAME_MS, onset_ms=20 * FRAME_MS)]
+
+
+@pytest.mark.models
+def test_clear_keeps_the_audio_clock(vad: SileroVad) -> None:
+    stream = vad.stream()
+    stream.feed(bytes(1000))  # less than a frame: held back
+    stream.clear()
+    stream.feed(bytes(1048))
+    assert stream.endpointer.now_ms == 2 * FRAME_MS

@@ -96,6 +96,13 @@ class Endpointer:
         """End of the last frame seen, on the stream clock."""
         return self._now_ms
 
+    def reset(self) -> None:
+        """Back to silence at the current time; the next onset is never padded before now."""
+        self._in_speech = False
+        self._candidate_ms = None
+        self._silence_ms = None
+        self._last_end_ms = self._now_ms
+
     def update(self, probability: float, frame_ms: int = FRAME_MS) -> VadEvent | None:
         """Advance by one frame of `frame_ms` with the given speech probability."""
         cfg = self.config
@@ -188,9 +195,12 @@ class VadStream:
         self.endpointer.config = config
 
     def clear(self) -> None:
-        """Drop unprocessed audio (input buffer cleared); model state and clock carry on."""
-        self._leftover.clear()
-        self._frames.clear()
+        """Input buffer cleared: an utterance in progress ends without an event.
+
+        Queued audio, model state and the clock carry on (dropping samples would
+        shift every later event time), so only the endpointer starts over.
+        """
+        self.endpointer.reset()
 
 
 class SileroVad:
