@@ -38,6 +38,8 @@ lint: install
 	$(VENV)/bin/mypy services tests deploy/local bench
 
 test: install models lint
+	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server"; exit 1; }
+	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
 	$(PY) -m pytest -q -ra
 
 # Unit and contract tests only: no model engines.
