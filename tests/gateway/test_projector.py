@@ -68,6 +68,10 @@ WIRE_TYPE = {
     "session_updated": "session.updated",
     "session_closed": "session.closed",
     "heartbeat_ack": "session.heartbeat_ack",
+    "session_resumed": "session.resumed",
+    "session_replaced": "session.replaced",
+    "session_expired": "session.expired",
+    "resync_required": "session.resync_required",
     "error": "error",
     "speech_started": "input_audio_buffer.speech_started",
     "speech_stopped": "input_audio_buffer.speech_stopped",
@@ -95,7 +99,16 @@ WIRE_TYPE = {
 }
 
 # Duplex-only (tier 3) kinds: no OpenAI model exists for them.
-TIER3_KINDS = {"session_closed", "heartbeat_ack", "response_speak", "response_listen"}
+TIER3_KINDS = {
+    "session_closed",
+    "heartbeat_ack",
+    "response_speak",
+    "response_listen",
+    "session_resumed",
+    "session_replaced",
+    "session_expired",
+    "resync_required",
+}
 
 KINDS = [f.name for f in spb.ServerEvent.DESCRIPTOR.oneofs_by_name["kind"].fields]
 
@@ -626,3 +639,32 @@ def test_tier1_events_validate_strictly_against_openai_sdk_models(kind: str) -> 
     wire = project(_event(kind, _examples().get(kind)))
     model = type(_sdk_parse(wire))
     model.model_validate(wire)
+
+
+def test_session_lifetime_events_have_the_reference_shapes() -> None:
+    resumed = project(
+        _event(
+            "session_resumed",
+            spb.SessionResumed(
+                session_id="s", incarnation=2, attachment_generation=3, resume_token="rt_x"
+            ),
+        )
+    )
+    assert {k: resumed[k] for k in ("session_id", "incarnation", "attachment_generation")} == {
+        "session_id": "s",
+        "incarnation": 2,
+        "attachment_generation": 3,
+    }
+    assert resumed["resume_token"] == "rt_x"
+    replaced = project(
+        _event("session_replaced", spb.SessionReplaced(session_id="s", attachment_generation=1))
+    )
+    assert replaced["attachment_generation"] == 1
+    expired = project(
+        _event("session_expired", spb.SessionExpired(session_id="s", reason="idle_ttl_expired"))
+    )
+    assert expired["reason"] == "idle_ttl_expired"
+    resync = project(
+        _event("resync_required", spb.ResyncRequired(session_id="s", reason="journal_gap"))
+    )
+    assert (resync["type"], resync["reason"]) == ("session.resync_required", "journal_gap")

@@ -67,6 +67,7 @@ CANONICAL: dict[str, tuple[dict[str, Any], str]] = {
     "response.cancel": ({}, "cancel_response"),
     "session.close": ({}, "close"),
     "session.heartbeat": ({}, "heartbeat"),
+    "session.event_ack": ({"server_event_seq": 3}, "event_ack"),
 }
 
 
@@ -411,10 +412,9 @@ def test_open_native_duplex_query_param_and_alias(
         _append(b"\x00\x00"),
         {"type": "response.create"},
         {"type": "close"},
-        {"type": "session.resume", "session_id": "sess_1"},
     ],
 )
-def test_open_refuses_anything_but_session_update_first(event: dict[str, Any]) -> None:
+def test_open_refuses_anything_but_session_update_or_resume_first(event: dict[str, Any]) -> None:
     with pytest.raises(ClientError) as info:
         Translator().open(event, {})
     assert info.value.code == "session_not_open"
@@ -462,13 +462,38 @@ def test_not_yet_types_are_refused_as_unsupported_event(etype: str) -> None:
 @pytest.mark.parametrize("etype", REFERENCE_CLIENT_TYPES + REFERENCE_CLIENT_ALIASES)
 def test_every_reference_client_type_is_known(etype: str) -> None:
     """Every documented client type is either translated or refused as not-yet-supported."""
-    known = set(CANONICAL) | set(ALIASES) | set(NOT_YET)
+    known = set(CANONICAL) | set(ALIASES) | set(NOT_YET) | {"session.resume"}
     assert etype in known
     payload = CANONICAL.get(ALIASES.get(etype, etype), ({}, ""))[0]
     try:
         Translator().translate({"type": etype, **payload})
     except ClientError as err:
-        assert err.code == "unsupported_event"
+        # session.resume is a handshake: valid only as a connection's first event.
+        assert err.code == (
+            "session_already_open" if etype == "session.resume" else "unsupported_event"
+        )
+
+
+def test_session_resume_is_a_handshake_with_typed_fields() -> None:
+    cmd = Translator().open(
+        {
+            "type": "session.resume",
+            "session_id": "sess_1",
+            "incarnation": 2,
+            "resume_token": "rt_x",
+            "last_received_server_event_seq": 40,
+        },
+        {"autostart": "0"},
+    )
+    assert cmd.resume == spb.ResumeSession(
+        session_id="sess_1", incarnation=2, resume_token="rt_x", last_received_seq=40
+    )
+    with pytest.raises(ClientError) as info:
+        Translator().open({"type": "session.update", "session": {}}, {"autostart": "0"})
+    assert info.value.code == "session_not_open"
+    with pytest.raises(ClientError) as info:
+        Translator().open({"type": "session.resume", "session_id": "s"}, {})
+    assert info.value.param == "resume_token"
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -31,7 +32,17 @@ async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 @pytest.fixture
 def store(redis_client: aioredis.Redis) -> SessionStore:
-    return SessionStore(redis_client)
+    return make_store(redis_client)
+
+
+def make_store(client: aioredis.Redis, **overrides: Any) -> SessionStore:
+    options: dict[str, Any] = {
+        "lease_ms": 5000,
+        "journal_max_bytes": 1 << 20,
+        "journal_ttl_s": 60.0,
+        "ops_cache_size": 4,
+    }
+    return SessionStore(client, **(options | overrides))
 
 
 # ----------------------------------------------------------------- admission
@@ -41,7 +52,7 @@ async def test_admission_is_atomic_under_concurrency(redis_url: str) -> None:
     clients = [aioredis.from_url(url) for _ in range(20)]
     try:
         await clients[0].flushdb()
-        stores = [SessionStore(c) for c in clients]
+        stores = [make_store(c) for c in clients]
         results = await asyncio.gather(*(s.admit(f"sess_{i}", 5) for i, s in enumerate(stores)))
         assert sum(results) == 5
         assert await stores[0].admitted_count() == 5
@@ -83,7 +94,7 @@ async def test_append_event_requires_the_next_seq(store: SessionStore) -> None:
     with pytest.raises(NotOwnerError):
         await store.append_event("sess_j", "own_1", 0, b"zero")
     await store.append_event("sess_j", "own_1", 4, b"e4")
-    journal = await store.journal_since("sess_j", 0)
+    journal = (await store.journal_since("sess_j", 0)).events
     assert journal == [(1, b"e1"), (2, b"e2"), (3, b"e3"), (4, b"e4")]
     assert (await store.fields("sess_j"))[b"seq"] == b"4"
 
@@ -99,13 +110,13 @@ async def test_journal_since_returns_later_events_in_order(store: SessionStore) 
     await store.open("sess_r", "own_1", {})
     for seq in range(1, 13):
         await store.append_event("sess_r", "own_1", seq, b"p%d" % seq)
-    assert [s for s, _ in await store.journal_since("sess_r", 0)] == list(range(1, 13))
-    after = await store.journal_since("sess_r", 9)
+    assert [s for s, _ in (await store.journal_since("sess_r", 0)).events] == list(range(1, 13))
+    after = (await store.journal_since("sess_r", 9)).events
     assert after == [(10, b"p10"), (11, b"p11"), (12, b"p12")]
     # seq 10 vs 1: ordering is numeric, not lexicographic.
-    assert next(s for s, _ in await store.journal_since("sess_r", 1)) == 2
-    assert await store.journal_since("sess_r", 12) == []
-    assert await store.journal_since("sess_none", 0) == []
+    assert next(s for s, _ in (await store.journal_since("sess_r", 1)).events) == 2
+    assert (await store.journal_since("sess_r", 12)).events == []
+    assert (await store.journal_since("sess_none", 0)).events == []
 
 
 # ------------------------------------------------------------------ fencing
@@ -123,7 +134,7 @@ async def test_a_new_owner_fences_out_the_old_owners_writes(store: SessionStore)
     await store.append_event("sess_o", "own_new", 1, b"new")
     await store.set_fields("sess_o", "own_new", {"state": "active"})
     assert await store.append_history("sess_o", "own_new", b"item") == 1
-    assert await store.journal_since("sess_o", 0) == [(1, b"new")]
+    assert (await store.journal_since("sess_o", 0)).events == [(1, b"new")]
     assert (await store.fields("sess_o"))[b"state"] == b"active"
     assert await store.history("sess_o") == [b"item"]
 
@@ -148,7 +159,7 @@ async def test_expire_ends_ownership_and_schedules_deletion(
     for key in (keys.session("sess_e"), keys.journal("sess_e"), keys.history("sess_e")):
         assert 0 < await redis_client.pttl(key) <= 30_000
     # Late readers still see the journal until it expires.
-    assert await store.journal_since("sess_e", 0) == [(1, b"x")]
+    assert (await store.journal_since("sess_e", 0)).events == [(1, b"x")]
 
 
 # --------------------------------------------------------------- incarnation
@@ -162,7 +173,7 @@ async def test_reopening_an_id_bumps_incarnation_and_drops_journal_and_history(
     await store.append_history("sess_i", "own_1", b"turn 1")
     second = await store.open("sess_i", "own_2", {"state": "open"})
     assert second.incarnation == 1
-    assert await store.journal_since("sess_i", 0) == []
+    assert (await store.journal_since("sess_i", 0)).events == []
     assert await store.history("sess_i") == []
     fields = await store.fields("sess_i")
     assert (fields[b"incarnation"], fields[b"seq"]) == (b"1", b"0")
@@ -222,3 +233,72 @@ def test_a_client_chosen_session_id_is_refused_or_maps_to_one_slot(session_id: s
     names = [f(session_id) for f in SESSION_KEYS]
     assert None not in {_hash_tag(k) for k in names}
     assert len({key_slot(k.encode()) for k in names}) == 1
+
+
+# -------------------------------------------------------- leases, takeover
+async def test_take_over_fences_out_the_live_owner_and_lease_renewal_reports_it(
+    store: SessionStore,
+) -> None:
+    await store.open("sess_t", "own_a", {"state": "open"})
+    assert await store.refresh_lease("sess_t", "own_a")
+    assert await store.take_over("sess_t", "own_b")
+    assert not await store.refresh_lease("sess_t", "own_a")
+    with pytest.raises(NotOwnerError):
+        await store.append_event("sess_t", "own_a", 1, b"stale")
+    await store.append_event("sess_t", "own_b", 1, b"fresh")
+    assert (await store.journal_since("sess_t", 0)).events == [(1, b"fresh")]
+
+
+async def test_a_closed_session_cannot_be_taken_over(store: SessionStore) -> None:
+    await store.open("sess_c", "own_a", {"state": "open"})
+    await store.expire("sess_c", 30.0)
+    assert not await store.take_over("sess_c", "own_b")
+    assert not await store.take_over("sess_missing", "own_b")
+
+
+async def test_an_orphan_is_claimed_only_once_its_lease_lapsed(
+    redis_client: aioredis.Redis,
+) -> None:
+    store = make_store(redis_client, lease_ms=100)
+    await store.open("sess_l", "own_a", {"state": "open"})
+    assert not await store.claim_orphan("sess_l", "reaper")
+    await asyncio.sleep(0.25)
+    assert not await store.owner_alive("sess_l")
+    assert await store.claim_orphan("sess_l", "reaper")
+
+
+# ------------------------------------------------------------ journal bounds
+async def test_acked_events_leave_the_journal_and_a_resume_before_them_is_a_gap(
+    store: SessionStore,
+) -> None:
+    await store.open("sess_a", "own", {})
+    for seq in range(1, 6):
+        await store.append_event("sess_a", "own", seq, b"x" * 10)
+    assert await store.trim_acked("sess_a", "own", 3) == 3
+    after = await store.journal_since("sess_a", 3)
+    assert (after.missing, [s for s, _ in after.events]) == ("", [4, 5])
+    assert (await store.journal_since("sess_a", 1)).missing == "journal_gap"
+    assert (await store.fields("sess_a"))[b"journal_bytes"] == b"20"
+
+
+async def test_the_journal_keeps_to_its_byte_budget_and_reports_overflow(
+    redis_client: aioredis.Redis,
+) -> None:
+    store = make_store(redis_client, journal_max_bytes=250)
+    await store.open("sess_b", "own", {})
+    for seq in range(1, 11):
+        await store.append_event("sess_b", "own", seq, b"y" * 100)
+    fields = await store.fields("sess_b")
+    assert int(fields[b"journal_bytes"]) <= 250
+    kept = await store.journal_since("sess_b", 8)
+    assert [s for s, _ in kept.events] == [9, 10]
+    assert (await store.journal_since("sess_b", 0)).missing == "journal_overflow"
+
+
+async def test_an_operation_id_is_recorded_once_within_the_cache(store: SessionStore) -> None:
+    await store.open("sess_op", "own", {})
+    assert await store.record_operation("sess_op", "own", "op-1")
+    assert not await store.record_operation("sess_op", "own", "op-1")
+    for i in range(2, 7):  # the cache holds 4: op-1 falls out
+        assert await store.record_operation("sess_op", "own", f"op-{i}")
+    assert await store.record_operation("sess_op", "own", "op-1")

@@ -74,8 +74,26 @@ class Heartbeat(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ResumeSession(_message.Message):
+    __slots__ = ("session_id", "incarnation", "resume_token", "last_received_seq")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LAST_RECEIVED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    incarnation: int
+    resume_token: str
+    last_received_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., resume_token: _Optional[str] = ..., last_received_seq: _Optional[int] = ...) -> None: ...
+
+class EventAck(_message.Message):
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+
 class ClientCommand(_message.Message):
-    __slots__ = ("event_id", "operation_id", "client_type", "open", "update", "append_audio", "commit", "clear_input", "create_response", "cancel_response", "close", "heartbeat", "rejected")
+    __slots__ = ("event_id", "operation_id", "client_type", "open", "update", "append_audio", "commit", "clear_input", "create_response", "cancel_response", "close", "heartbeat", "rejected", "resume", "event_ack")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +107,8 @@ class ClientCommand(_message.Message):
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     REJECTED_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ACK_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     operation_id: str
     client_type: str
@@ -102,7 +122,9 @@ class ClientCommand(_message.Message):
     close: CloseSession
     heartbeat: Heartbeat
     rejected: ErrorEvent
-    def __init__(self, event_id: _Optional[str] = ..., operation_id: _Optional[str] = ..., client_type: _Optional[str] = ..., open: _Optional[_Union[OpenSession, _Mapping]] = ..., update: _Optional[_Union[UpdateSession, _Mapping]] = ..., append_audio: _Optional[_Union[AppendAudio, _Mapping]] = ..., commit: _Optional[_Union[CommitInput, _Mapping]] = ..., clear_input: _Optional[_Union[ClearInput, _Mapping]] = ..., create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ..., close: _Optional[_Union[CloseSession, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., rejected: _Optional[_Union[ErrorEvent, _Mapping]] = ...) -> None: ...
+    resume: ResumeSession
+    event_ack: EventAck
+    def __init__(self, event_id: _Optional[str] = ..., operation_id: _Optional[str] = ..., client_type: _Optional[str] = ..., open: _Optional[_Union[OpenSession, _Mapping]] = ..., update: _Optional[_Union[UpdateSession, _Mapping]] = ..., append_audio: _Optional[_Union[AppendAudio, _Mapping]] = ..., commit: _Optional[_Union[CommitInput, _Mapping]] = ..., clear_input: _Optional[_Union[ClearInput, _Mapping]] = ..., create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ..., close: _Optional[_Union[CloseSession, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., rejected: _Optional[_Union[ErrorEvent, _Mapping]] = ..., resume: _Optional[_Union[ResumeSession, _Mapping]] = ..., event_ack: _Optional[_Union[EventAck, _Mapping]] = ...) -> None: ...
 
 class SessionState(_message.Message):
     __slots__ = ("config", "session_id", "incarnation", "attachment_generation", "resume_token", "epoch", "turn_id", "state", "active_response_id", "playback", "capabilities")
@@ -143,6 +165,44 @@ class HeartbeatAck(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class SessionResumed(_message.Message):
+    __slots__ = ("session_id", "incarnation", "attachment_generation", "resume_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    ATTACHMENT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    incarnation: int
+    attachment_generation: int
+    resume_token: str
+    def __init__(self, session_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., attachment_generation: _Optional[int] = ..., resume_token: _Optional[str] = ...) -> None: ...
+
+class SessionReplaced(_message.Message):
+    __slots__ = ("session_id", "attachment_generation")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTACHMENT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    attachment_generation: int
+    def __init__(self, session_id: _Optional[str] = ..., attachment_generation: _Optional[int] = ...) -> None: ...
+
+class SessionExpired(_message.Message):
+    __slots__ = ("session_id", "incarnation", "reason")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    incarnation: int
+    reason: str
+    def __init__(self, session_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResyncRequired(_message.Message):
+    __slots__ = ("session_id", "reason")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    reason: str
+    def __init__(self, session_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ErrorEvent(_message.Message):
     __slots__ = ("type", "code", "message", "event_id", "param")
@@ -358,7 +418,7 @@ class RateLimitsUpdated(_message.Message):
     def __init__(self) -> None: ...
 
 class ServerEvent(_message.Message):
-    __slots__ = ("seq", "event_id", "session_created", "session_updated", "session_closed", "heartbeat_ack", "error", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_created", "item_done", "transcription_completed", "response_created", "output_item_added", "content_part_added", "response_speak", "audio_delta", "audio_transcript_delta", "text_delta", "audio_done", "audio_transcript_done", "text_done", "content_part_done", "output_item_done", "response_done", "rate_limits_updated", "response_listen")
+    __slots__ = ("seq", "event_id", "session_created", "session_updated", "session_closed", "heartbeat_ack", "error", "session_resumed", "session_replaced", "session_expired", "resync_required", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_created", "item_done", "transcription_completed", "response_created", "output_item_added", "content_part_added", "response_speak", "audio_delta", "audio_transcript_delta", "text_delta", "audio_done", "audio_transcript_done", "text_done", "content_part_done", "output_item_done", "response_done", "rate_limits_updated", "response_listen")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_CREATED_FIELD_NUMBER: _ClassVar[int]
@@ -366,6 +426,10 @@ class ServerEvent(_message.Message):
     SESSION_CLOSED_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    SESSION_RESUMED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_REPLACED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    RESYNC_REQUIRED_FIELD_NUMBER: _ClassVar[int]
     SPEECH_STARTED_FIELD_NUMBER: _ClassVar[int]
     SPEECH_STOPPED_FIELD_NUMBER: _ClassVar[int]
     INPUT_COMMITTED_FIELD_NUMBER: _ClassVar[int]
@@ -396,6 +460,10 @@ class ServerEvent(_message.Message):
     session_closed: SessionClosed
     heartbeat_ack: HeartbeatAck
     error: ErrorEvent
+    session_resumed: SessionResumed
+    session_replaced: SessionReplaced
+    session_expired: SessionExpired
+    resync_required: ResyncRequired
     speech_started: SpeechStarted
     speech_stopped: SpeechStopped
     input_committed: InputCommitted
@@ -419,4 +487,4 @@ class ServerEvent(_message.Message):
     response_done: ResponseEvent
     rate_limits_updated: RateLimitsUpdated
     response_listen: Listen
-    def __init__(self, seq: _Optional[int] = ..., event_id: _Optional[str] = ..., session_created: _Optional[_Union[SessionState, _Mapping]] = ..., session_updated: _Optional[_Union[SessionState, _Mapping]] = ..., session_closed: _Optional[_Union[SessionClosed, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., speech_started: _Optional[_Union[SpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[SpeechStopped, _Mapping]] = ..., input_committed: _Optional[_Union[InputCommitted, _Mapping]] = ..., input_cleared: _Optional[_Union[InputCleared, _Mapping]] = ..., item_added: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_created: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_done: _Optional[_Union[ItemEvent, _Mapping]] = ..., transcription_completed: _Optional[_Union[TranscriptionCompleted, _Mapping]] = ..., response_created: _Optional[_Union[ResponseEvent, _Mapping]] = ..., output_item_added: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., content_part_added: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., response_speak: _Optional[_Union[Speak, _Mapping]] = ..., audio_delta: _Optional[_Union[AudioDelta, _Mapping]] = ..., audio_transcript_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., audio_done: _Optional[_Union[PartDone, _Mapping]] = ..., audio_transcript_done: _Optional[_Union[TextDone, _Mapping]] = ..., text_done: _Optional[_Union[TextDone, _Mapping]] = ..., content_part_done: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., output_item_done: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., response_done: _Optional[_Union[ResponseEvent, _Mapping]] = ..., rate_limits_updated: _Optional[_Union[RateLimitsUpdated, _Mapping]] = ..., response_listen: _Optional[_Union[Listen, _Mapping]] = ...) -> None: ...
+    def __init__(self, seq: _Optional[int] = ..., event_id: _Optional[str] = ..., session_created: _Optional[_Union[SessionState, _Mapping]] = ..., session_updated: _Optional[_Union[SessionState, _Mapping]] = ..., session_closed: _Optional[_Union[SessionClosed, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., session_resumed: _Optional[_Union[SessionResumed, _Mapping]] = ..., session_replaced: _Optional[_Union[SessionReplaced, _Mapping]] = ..., session_expired: _Optional[_Union[SessionExpired, _Mapping]] = ..., resync_required: _Optional[_Union[ResyncRequired, _Mapping]] = ..., speech_started: _Optional[_Union[SpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[SpeechStopped, _Mapping]] = ..., input_committed: _Optional[_Union[InputCommitted, _Mapping]] = ..., input_cleared: _Optional[_Union[InputCleared, _Mapping]] = ..., item_added: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_created: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_done: _Optional[_Union[ItemEvent, _Mapping]] = ..., transcription_completed: _Optional[_Union[TranscriptionCompleted, _Mapping]] = ..., response_created: _Optional[_Union[ResponseEvent, _Mapping]] = ..., output_item_added: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., content_part_added: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., response_speak: _Optional[_Union[Speak, _Mapping]] = ..., audio_delta: _Optional[_Union[AudioDelta, _Mapping]] = ..., audio_transcript_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., audio_done: _Optional[_Union[PartDone, _Mapping]] = ..., audio_transcript_done: _Optional[_Union[TextDone, _Mapping]] = ..., text_done: _Optional[_Union[TextDone, _Mapping]] = ..., content_part_done: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., output_item_done: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., response_done: _Optional[_Union[ResponseEvent, _Mapping]] = ..., rate_limits_updated: _Optional[_Union[RateLimitsUpdated, _Mapping]] = ..., response_listen: _Optional[_Union[Listen, _Mapping]] = ...) -> None: ...

@@ -30,13 +30,16 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        ch = channel(settings.session_address)
-        app.state.channel = ch
-        app.state.stub = session_pb2_grpc.SessionServiceStub(ch)
+        channels = [
+            channel(a) for a in (settings.session_address, *settings.session_fallback_addresses)
+        ]
+        app.state.channels = channels
+        app.state.stubs = [session_pb2_grpc.SessionServiceStub(ch) for ch in channels]
         try:
             yield
         finally:
-            await ch.close()
+            for ch in channels:
+                await ch.close()
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -44,7 +47,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
     async def readyz(request: Request) -> Response:
         # The session service is ready only while Redis and a worker of each
         # stage are reachable, so this one check covers the whole path.
-        ready = await check_ready(request.app.state.channel, SESSION_SERVICE)
+        channels = request.app.state.channels
+        ready = any([await check_ready(ch, SESSION_SERVICE) for ch in channels])
         return JSONResponse(
             {"status": "ready" if ready else "not_ready"}, status_code=200 if ready else 503
         )
@@ -63,7 +67,13 @@ def create_app(settings: GatewaySettings) -> Starlette:
         await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
         metrics.connections_active.inc()
         try:
-            conn = Connection(ws, ws.app.state.stub, metrics, settings.max_message_bytes)
+            conn = Connection(
+                ws,
+                ws.app.state.stubs,
+                metrics,
+                max_message_bytes=settings.max_message_bytes,
+                reconnect_timeout_s=settings.reconnect_timeout_s,
+            )
             await conn.run()
         finally:
             metrics.connections_active.dec()

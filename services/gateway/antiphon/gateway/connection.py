@@ -3,6 +3,11 @@
 Exactly one task writes to the socket (the writer), so events keep the
 order the session gave them. A refused client event is sent to the session
 as `rejected`, which journals the error so it gets a `server_event_seq`.
+
+When the stream to the session service is lost (a replica died or is
+draining), the connection resumes its session on a live replica with the
+last `server_event_seq` it delivered: the client sees `session.resumed`,
+then exactly the events it missed, and carries on.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -31,34 +37,48 @@ tracer = trace.get_tracer("antiphon.gateway")
 
 CLOSE_NORMAL = 1000
 CLOSE_INTERNAL = 1011
+# Events after which this socket's session stream is over for good.
+TERMINAL = {"session_closed", "session_expired", "session_replaced", "resync_required"}
+
+
+@dataclass
+class Identity:
+    """What this connection needs to resume its session elsewhere."""
+
+    session_id: str
+    incarnation: int
+    resume_token: str
 
 
 class Connection:
     def __init__(
         self,
         ws: WebSocket,
-        stub: session_pb2_grpc.SessionServiceStub,
+        stubs: Sequence[session_pb2_grpc.SessionServiceStub],
         metrics: GatewayMetrics,
+        *,
         max_message_bytes: int,
+        reconnect_timeout_s: float,
     ) -> None:
         self._ws = ws
-        self._stub = stub
+        self._stubs = stubs
         self._metrics = metrics
         self._max_bytes = max_message_bytes
+        self._reconnect_timeout_s = reconnect_timeout_s
         self._translator = Translator()
-        self._commands: asyncio.Queue[spb.ClientCommand | None] = asyncio.Queue()
+        self._commands: asyncio.Queue[spb.ClientCommand] = asyncio.Queue()
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._identity: Identity | None = None
+        self._delivered_seq = 0
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write())
         try:
             first = await self._handshake()
-            if first is not None:
-                await self._serve(first)
+            await self._serve(first)
         except WebSocketDisconnect:
             pass
         finally:
-            self._commands.put_nowait(None)
             self._outbox.put_nowait(None)
             with contextlib.suppress(Exception):
                 await writer
@@ -82,8 +102,8 @@ class Connection:
             raise ClientError("invalid_event", "an event must be a JSON object")
         return event
 
-    async def _handshake(self) -> spb.ClientCommand | None:
-        """Wait for the opening `session.update`; refuse anything else before it."""
+    async def _handshake(self) -> spb.ClientCommand:
+        """Wait for the opening `session.update` (or `session.resume`)."""
         query = dict(self._ws.query_params)
         while True:
             event: dict[str, Any] | None = None
@@ -96,79 +116,110 @@ class Connection:
                 # No session yet, so nothing is journaled: seq 0 marks it.
                 self._outbox.put_nowait(_local_error(err, event))
 
+    async def _read_socket(self) -> None:
+        """Client events -> commands, for the life of the connection."""
+        while True:
+            event: dict[str, Any] | None = None
+            try:
+                event = await self._receive()
+                self._metrics.events_in.labels(metric_label(event)).inc()
+                self._commands.put_nowait(self._translator.translate(event))
+            except ClientError as err:
+                self._metrics.client_errors.labels(err.code).inc()
+                rejected = spb.ErrorEvent(
+                    type=err.type,
+                    code=err.code,
+                    message=err.message,
+                    param=err.param,
+                    event_id=_event_id(event),
+                )
+                self._commands.put_nowait(spb.ClientCommand(rejected=rejected))
+
+    # ----------------------------------------------------------- session
     async def _serve(self, first: spb.ClientCommand) -> None:
-        self._commands.put_nowait(first)
+        socket_reader = asyncio.create_task(self._read_socket())
         # The connection's span is the parent of the session's and stages' spans.
         with tracer.start_as_current_span("gateway.connection"):
-            await self._relay(
-                self._stub.Connect(self._command_stream(), metadata=tracing.inject_metadata())
+            session = asyncio.create_task(self._follow_session(first))
+            try:
+                done, _ = await asyncio.wait(
+                    {socket_reader, session}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if socket_reader in done:
+                    socket_reader.result()  # re-raise the client's disconnect
+            finally:
+                for task in (socket_reader, session):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
+                        await task
+
+    async def _follow_session(self, first: spb.ClientCommand) -> None:
+        """Stream the session's events; resume on another replica when the stream is lost."""
+        loop = asyncio.get_running_loop()
+        command, replica, deadline, backoff = first, 0, 0.0, 0.1
+        while True:
+            stub = self._stubs[replica % len(self._stubs)]
+            call = stub.Connect(self._requests(command), metadata=tracing.inject_metadata())
+            if await self._relay(call):
+                return
+            if self._identity is None:
+                self._outbox.put_nowait(_unavailable())
+                self._outbox.put_nowait(None)
+                return
+            # Lost: resume from the last event this socket delivered.
+            if not deadline:
+                deadline = loop.time() + self._reconnect_timeout_s
+            if loop.time() > deadline:
+                self._outbox.put_nowait(_unavailable())
+                self._outbox.put_nowait(None)
+                return
+            self._metrics.reconnects.inc()
+            replica += 1
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+            command = spb.ClientCommand(
+                client_type="session.resume",
+                resume=spb.ResumeSession(
+                    session_id=self._identity.session_id,
+                    incarnation=self._identity.incarnation,
+                    resume_token=self._identity.resume_token,
+                    last_received_seq=self._delivered_seq,
+                ),
             )
 
-    async def _relay(self, call: Any) -> None:
-        reader = asyncio.create_task(self._read_events(call))
-        try:
-            while not reader.done():
-                receive = asyncio.create_task(self._receive())
-                done, _ = await asyncio.wait({receive, reader}, return_when=asyncio.FIRST_COMPLETED)
-                if receive not in done:
-                    receive.cancel()
-                    break
-                self._forward(receive)
-        finally:
-            call.cancel()
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+    async def _requests(self, first: spb.ClientCommand) -> AsyncIterator[spb.ClientCommand]:
+        yield first
+        while True:
+            yield await self._commands.get()
 
-    def _forward(self, receive: asyncio.Task[dict[str, Any]]) -> None:
-        event: dict[str, Any] | None = None
-        try:
-            event = receive.result()
-            self._metrics.events_in.labels(metric_label(event)).inc()
-            self._commands.put_nowait(self._translator.translate(event))
-        except ClientError as err:
-            self._metrics.client_errors.labels(err.code).inc()
-            rejected = spb.ErrorEvent(
-                type=err.type,
-                code=err.code,
-                message=err.message,
-                param=err.param,
-                event_id=_event_id(event),
-            )
-            self._commands.put_nowait(spb.ClientCommand(rejected=rejected))
-
-    async def _command_stream(self) -> AsyncIterator[spb.ClientCommand]:
-        while (cmd := await self._commands.get()) is not None:
-            yield cmd
-
-    # ------------------------------------------------------------- write
-    async def _read_events(self, call: Any) -> None:
+    async def _relay(self, call: Any) -> bool:
+        """Forward one stream's events; True when the session is over for this
+        socket, False when the stream was lost and should be resumed."""
         try:
             async for ev in call:
                 kind = ev.WhichOneof("kind")
+                self._remember(ev, kind)
                 self._outbox.put_nowait(project(ev))
-                if kind == "session_closed" or (kind == "error" and ev.seq == 0):
-                    break
-            self._outbox.put_nowait(None)
+                if kind in TERMINAL or (kind == "error" and ev.seq == 0):
+                    self._outbox.put_nowait(None)
+                    return True
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.CANCELLED:
-                return
-            log.warning("session stream failed", extra={"code": str(exc.code())})
-            self._outbox.put_nowait(
-                {
-                    "type": "error",
-                    "server_event_seq": 0,
-                    "error": {
-                        "type": "server_error",
-                        "code": "session_unavailable",
-                        "message": "the session service is unavailable",
-                        "param": None,
-                        "event_id": None,
-                    },
-                }
-            )
-            self._outbox.put_nowait(None)
+            log.warning("session stream lost", extra={"code": str(exc.code())})
+            return False
+        # Ended without a terminal event: the replica is draining.
+        return False
 
+    def _remember(self, ev: spb.ServerEvent, kind: str | None) -> None:
+        if kind == "session_created":
+            st = ev.session_created
+            self._identity = Identity(st.session_id, st.incarnation, st.resume_token)
+        elif kind == "session_resumed" and self._identity is not None:
+            self._identity.resume_token = ev.session_resumed.resume_token
+        if kind not in ("session_resumed", "session_replaced", "resync_required"):
+            # Attachment-scoped events carry a cursor, not a journal position.
+            self._delivered_seq = max(self._delivered_seq, ev.seq)
+
+    # ------------------------------------------------------------- write
     async def _write(self) -> None:
         close_code = CLOSE_NORMAL
         try:
@@ -188,15 +239,25 @@ def _event_id(event: dict[str, Any] | None) -> str:
     return eid if isinstance(eid, str) else ""
 
 
-def _local_error(err: ClientError, event: dict[str, Any] | None) -> dict[str, Any]:
+def _error(
+    type_: str, code: str, message: str, param: str = "", event_id: str = ""
+) -> dict[str, Any]:
     return {
         "type": "error",
         "server_event_seq": 0,
         "error": {
-            "type": err.type,
-            "code": err.code,
-            "message": err.message,
-            "param": err.param or None,
-            "event_id": _event_id(event) or None,
+            "type": type_,
+            "code": code,
+            "message": message,
+            "param": param or None,
+            "event_id": event_id or None,
         },
     }
+
+
+def _local_error(err: ClientError, event: dict[str, Any] | None) -> dict[str, Any]:
+    return _error(err.type, err.code, err.message, err.param, _event_id(event))
+
+
+def _unavailable() -> dict[str, Any]:
+    return _error("server_error", "session_unavailable", "the session service is unavailable")

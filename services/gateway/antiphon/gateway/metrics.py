@@ -22,6 +22,11 @@ class GatewayMetrics:
             ["type"],
             registry=registry,
         )
+        self.reconnects = Counter(
+            "antiphon_gateway_session_reconnects_total",
+            "Session streams resumed on a replica after the previous stream was lost",
+            registry=registry,
+        )
         self.client_errors = Counter(
             "antiphon_gateway_client_errors_total",
             "Client events refused, by code",

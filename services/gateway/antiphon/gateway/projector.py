@@ -259,6 +259,27 @@ _PROJECTIONS: dict[str, tuple[str, Callable[[Any], Json]]] = {
         lambda e: {"session_id": e.session_id, "reason": e.reason},
     ),
     "heartbeat_ack": ("session.heartbeat_ack", lambda e: {"session_id": e.session_id}),
+    "session_resumed": (
+        "session.resumed",
+        lambda e: {
+            "session_id": e.session_id,
+            "incarnation": e.incarnation,
+            "attachment_generation": e.attachment_generation,
+            "resume_token": e.resume_token,
+        },
+    ),
+    "session_replaced": (
+        "session.replaced",
+        lambda e: {"session_id": e.session_id, "attachment_generation": e.attachment_generation},
+    ),
+    "session_expired": (
+        "session.expired",
+        lambda e: {"session_id": e.session_id, "incarnation": e.incarnation, "reason": e.reason},
+    ),
+    "resync_required": (
+        "session.resync_required",
+        lambda e: {"session_id": e.session_id, "reason": e.reason},
+    ),
     "error": ("error", _error),
     "speech_started": (
         "input_audio_buffer.speech_started",

@@ -32,8 +32,6 @@ ALIASES = {
 
 # Reference events the next releases implement; refused with a typed error.
 NOT_YET = {
-    "session.event_ack",
-    "session.resume",
     "input.cancel",
     "input.text.append",
     "input_text.append",
@@ -60,6 +58,7 @@ HANDLERS = {
     "response.cancel": "_response_cancel",
     "session.close": "_close",
     "session.heartbeat": "_heartbeat",
+    "session.event_ack": "_event_ack",
 }
 
 _BETA_AUDIO_FORMATS = {"pcm16": "pcm16"}
@@ -88,6 +87,12 @@ class Translator:
         """The typed command for one client event; raises ClientError."""
         etype = canonical_type(event)
         method = HANDLERS.get(etype)
+        if etype == "session.resume":
+            raise ClientError(
+                "session_already_open",
+                "session.resume is only valid as the first event of a new connection",
+                param="type",
+            )
         if method is None:
             if etype in NOT_YET:
                 raise ClientError(
@@ -107,11 +112,16 @@ class Translator:
         return cmd
 
     def open(self, event: dict[str, Any], query: dict[str, str]) -> spb.ClientCommand:
-        """The open handshake: the first `session.update`, with URL query defaults."""
-        if canonical_type(event) != "session.update":
+        """The handshake: `session.update` opens (with URL query defaults),
+        `session.resume` re-attaches; `?autostart=0` allows only the latter."""
+        etype = canonical_type(event)
+        if etype == "session.resume":
+            return self._resume(event)
+        if etype != "session.update" or query.get("autostart") == "0":
+            expected = "session.resume" if query.get("autostart") == "0" else "session.update"
             raise ClientError(
                 "session_not_open",
-                "the first event must be session.update (the open handshake)",
+                f"the first event must be {expected} (the open handshake)",
                 param="type",
             )
         patch = self._session_patch(event)
@@ -133,6 +143,25 @@ class Translator:
             cmd.event_id = event["event_id"]
         return cmd
 
+    def _resume(self, event: dict[str, Any]) -> spb.ClientCommand:
+        session_id = _str(event.get("session_id"), "session_id")
+        if not valid_session_id(session_id):
+            raise ClientError(
+                "invalid_value", "`session_id` is not a session id", param="session_id"
+            )
+        resume = spb.ResumeSession(
+            session_id=session_id,
+            incarnation=_non_negative_int(event.get("incarnation", 0), "incarnation"),
+            resume_token=_str(event.get("resume_token"), "resume_token"),
+            last_received_seq=_non_negative_int(
+                event.get("last_received_server_event_seq", 0), "last_received_server_event_seq"
+            ),
+        )
+        cmd = spb.ClientCommand(client_type="session.resume", resume=resume)
+        if isinstance(event.get("event_id"), str):
+            cmd.event_id = event["event_id"]
+        return cmd
+
     def _clear(self, event: dict[str, Any]) -> spb.ClientCommand:
         return spb.ClientCommand(clear_input=spb.ClearInput())
 
@@ -141,6 +170,10 @@ class Translator:
 
     def _heartbeat(self, event: dict[str, Any]) -> spb.ClientCommand:
         return spb.ClientCommand(heartbeat=spb.Heartbeat())
+
+    def _event_ack(self, event: dict[str, Any]) -> spb.ClientCommand:
+        seq = _non_negative_int(event.get("server_event_seq"), "server_event_seq")
+        return spb.ClientCommand(event_ack=spb.EventAck(seq=seq))
 
     # ------------------------------------------------------------- input
     def _append(self, event: dict[str, Any]) -> spb.ClientCommand:
@@ -308,6 +341,12 @@ def _positive_int(value: Any, param: str) -> int:
         raise ClientError(
             "invalid_value", f"`{param}` must be a positive integer or 'inf'", param=param
         )
+    return value
+
+
+def _non_negative_int(value: Any, param: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ClientError("invalid_value", f"`{param}` must be a non-negative integer", param=param)
     return value
 
 

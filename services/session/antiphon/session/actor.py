@@ -9,7 +9,9 @@ appended to the session's Redis journal before it is sent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +23,9 @@ from antiphon.session import session_config
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.responses import Event, ResponseOptions, ResponseState
 from antiphon.session.settings import SessionSettings
+from antiphon.session.snapshot import Snapshot, token_hash, token_matches
 from antiphon.session.stages import Binding
-from antiphon.session.store import SessionStore
+from antiphon.session.store import NotOwnerError, SessionStore
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
@@ -30,8 +33,9 @@ from antiphon.v1 import stage_pb2
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("antiphon.session")
 
-# Mailbox entries: (source, payload). Sources: "start", "cmd", "stage0",
-# "stage1", "detached", "grace_expired", "shutdown".
+# Mailbox entries: (source, payload). Sources: "open", "resume", "recover",
+# "cmd", "stage0", "stage1", "detached", "grace_expired", "tick",
+# "ownership_lost", "shutdown".
 Mail = tuple[str, Any]
 
 STAGE0_RATE = 16000
@@ -46,15 +50,23 @@ class PendingItem:
     event_id: str
 
 
+class Refusal(Exception):
+    """A resume refused; carries the error event the client gets."""
+
+    def __init__(self, type_: str, code: str, message: str, param: str = "") -> None:
+        super().__init__(message)
+        self.event = spb.ErrorEvent(type=type_, code=code, message=message, param=param)
+
+
+Outbound = asyncio.Queue[spb.ServerEvent | None]
+
+
 class SessionActor:
     def __init__(
         self,
         *,
-        session_id: str,
-        token: str,
-        incarnation: int,
-        config: cpb.SessionConfig,
-        capabilities: cpb.Capabilities,
+        snapshot: Snapshot,
+        owner_token: str,
         store: SessionStore,
         settings: SessionSettings,
         metrics: SessionMetrics,
@@ -62,11 +74,11 @@ class SessionActor:
         stage1: Binding[stage_pb2.Stage1Request],
         mailbox: asyncio.Queue[Mail],
     ) -> None:
-        self.session_id = session_id
-        self._token = token
-        self._incarnation = incarnation
-        self._config = config
-        self._capabilities = capabilities
+        self.session_id = snapshot.session_id
+        self.owner_token = owner_token
+        self._incarnation = snapshot.incarnation
+        self._config = snapshot.config
+        self._capabilities = snapshot.capabilities
         self._store = store
         self._settings = settings
         self._metrics = metrics
@@ -74,15 +86,20 @@ class SessionActor:
         self._stage1 = stage1
         # Created before the stage bindings, which post their results into it.
         self.mailbox = mailbox
-        self._outbound: asyncio.Queue[spb.ServerEvent | None] | None = None
-        self._seq = 0
-        self._epoch = 0
-        self._turn_id = 0
-        self._attachment = 0
+        self._outbound: Outbound | None = None
+        self._seq = snapshot.seq
+        self._epoch = snapshot.epoch
+        self._turn_id = snapshot.turn_id
+        self._attachment = snapshot.attachment
+        self._token_hash = snapshot.token_hash
+        self._resume_token = ""
+        # A response left open by a previous owner, to be ended on takeover.
+        self._orphaned_response = snapshot.active_response
+        self._last_activity = time.monotonic()
         self._input_bytes = 0
         self._input_ms = 0
         self._resampler: StreamResampler | None = None
-        self._last_item_id = ""
+        self._last_item_id = snapshot.last_item_id
         self._speech_item_id = ""
         self._pending: dict[str, PendingItem] = {}
         self._response: ResponseState | None = None
@@ -91,18 +108,14 @@ class SessionActor:
         self._grace_timer: asyncio.TimerHandle | None = None
 
     # ----------------------------------------------------------- outside
-    def attach(self) -> tuple[asyncio.Queue[spb.ServerEvent | None], int]:
-        """A new outbound queue for the connection that now owns the socket side,
-        and its attachment generation."""
-        if self._grace_timer is not None:
-            self._grace_timer.cancel()
-            self._grace_timer = None
-        self._attachment += 1
-        self._outbound = asyncio.Queue()
-        return self._outbound, self._attachment
-
     def post(self, source: str, payload: Any) -> None:
         self.mailbox.put_nowait((source, payload))
+
+    async def request(self, source: str, payload: Any) -> Any:
+        """Post mail that answers: the actor settles the future in mailbox order."""
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.post(source, (payload, answer))
+        return await answer
 
     @property
     def closed(self) -> bool:
@@ -115,15 +128,96 @@ class SessionActor:
                 source, payload = await self.mailbox.get()
                 try:
                     await self._handle(source, payload)
+                except NotOwnerError:
+                    pass  # stood down: another replica carries the session on
                 except Exception:
                     log.exception("session handler failed", extra={"session_id": self.session_id})
-                    await self._error("server_error", "internal_error", "internal error", "")
+                    with contextlib.suppress(Exception):
+                        await self._error("server_error", "internal_error", "internal error", "")
         finally:
             if self._outbound is not None:
                 self._outbound.put_nowait(None)
 
-    async def _start(self) -> None:
-        """Announce the session: `session.created` then `session.updated`."""
+    def _attach(self) -> tuple[Outbound, int]:
+        """A new outbound queue for the stream that now owns the client side.
+
+        The previous stream, if any, is told `session.replaced` and ended;
+        commands still arriving from it carry its old generation and are
+        refused."""
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+            self._grace_timer = None
+        if self._outbound is not None:
+            replaced = spb.SessionReplaced(
+                session_id=self.session_id, attachment_generation=self._attachment
+            )
+            self._outbound.put_nowait(
+                spb.ServerEvent(seq=self._seq, event_id=new_id("event"), session_replaced=replaced)
+            )
+            self._outbound.put_nowait(None)
+            self._metrics.takeovers.labels("attachment").inc()
+        self._attachment += 1
+        self._outbound = asyncio.Queue()
+        self._last_activity = time.monotonic()
+        return self._outbound, self._attachment
+
+    def _rotate_token(self) -> None:
+        self._resume_token = new_id("rt")
+        self._token_hash = token_hash(self._resume_token)
+
+    async def _open(self, answer: asyncio.Future[Any]) -> None:
+        """A new session: attach its first stream, then announce it."""
+        outbound, generation = self._attach()
+        self._rotate_token()
+        answer.set_result((outbound, generation))
+        self._bind_stages()
+        await self._persist()
+        await self._emit("session_created", self._state(with_token=True))
+        await self._emit("session_updated", self._state())
+
+    async def _resume(self, cmd: spb.ResumeSession, answer: asyncio.Future[Any]) -> None:
+        """Re-attach on a new stream and replay what the client has not seen."""
+        if cmd.incarnation != self._incarnation or not token_matches(
+            cmd.resume_token, self._token_hash
+        ):
+            answer.set_exception(
+                Refusal(
+                    "invalid_request_error",
+                    "session_resume_refused",
+                    "resume token or incarnation does not match the session",
+                    "resume_token",
+                )
+            )
+            return
+        outbound, generation = self._attach()
+        self._rotate_token()
+        await self._persist()
+        self._metrics.resumes.inc()
+        cursor = cmd.last_received_seq
+        resumed = spb.SessionResumed(
+            session_id=self.session_id,
+            incarnation=self._incarnation,
+            attachment_generation=generation,
+            resume_token=self._resume_token,
+        )
+        outbound.put_nowait(
+            spb.ServerEvent(seq=cursor, event_id=new_id("event"), session_resumed=resumed)
+        )
+        journal = await self._store.journal_since(self.session_id, cursor)
+        if journal.missing:
+            resync = spb.ResyncRequired(session_id=self.session_id, reason=journal.missing)
+            outbound.put_nowait(
+                spb.ServerEvent(seq=cursor, event_id=new_id("event"), resync_required=resync)
+            )
+            outbound.put_nowait(None)
+            self._outbound = None
+        else:
+            for _seq, payload in journal.events:
+                outbound.put_nowait(spb.ServerEvent.FromString(payload))
+        answer.set_result((outbound, generation))
+
+    def _bind_stages(self) -> None:
+        """Open this session on its stage workers (again, after a takeover)."""
         self._stage0.send(
             stage_pb2.Stage0Request(
                 open=stage_pb2.Stage0Open(
@@ -142,15 +236,40 @@ class SessionActor:
                 )
             )
         )
-        await self._emit("session_created", self._state())
-        await self._emit("session_updated", self._state())
+
+    async def _recover(self) -> None:
+        """Taken over: bind the stages again and end what the old owner left open."""
+        self._bind_stages()
+        orphan, self._orphaned_response = self._orphaned_response, None
+        if orphan is not None:
+            # Its stage work died with the old owner: end it, never leave it open.
+            orphan.status = "failed"
+            orphan.status_reason = "session_owner_changed"
+            del orphan.output[:]
+            await self._emit("response_done", spb.ResponseEvent(response=orphan))
+            await self._emit("rate_limits_updated", spb.RateLimitsUpdated())
+        await self._persist()
 
     # ---------------------------------------------------------- dispatch
     async def _handle(self, source: str, payload: Any) -> None:
-        if source == "start":
-            await self._start()
-        elif source == "cmd":
-            await self._command(payload)
+        if source == "cmd":
+            generation, cmd = payload
+            if generation != self._attachment:
+                # A write from a replaced attachment: refused, never applied.
+                self._metrics.stale_dropped.labels("attachment").inc()
+                return
+            self._last_activity = time.monotonic()
+            await self._command(cmd)
+        elif source == "open":
+            await self._open(payload[1])
+        elif source == "resume":
+            await self._resume(*payload)
+        elif source == "recover":
+            await self._recover()
+        elif source == "tick":
+            await self._tick()
+        elif source == "ownership_lost":
+            self._stand_down()
         elif source == "stage0":
             await self._stage0_event(payload)
         elif source == "stage1":
@@ -163,10 +282,12 @@ class SessionActor:
                     self._settings.disconnect_grace_s, self.post, "grace_expired", payload
                 )
         elif source == "shutdown":
-            await self._close("server_shutdown")
+            # Draining: hand the session on. The stream ends without a word;
+            # the gateway resumes it on another replica.
+            self._stand_down(notify=False)
         elif source == "grace_expired":
             if payload == self._attachment and self._outbound is None:
-                await self._close("disconnect")
+                await self._expire("disconnect_grace_expired")
 
     async def _command(self, cmd: spb.ClientCommand) -> None:
         kind = cmd.WhichOneof("kind")
@@ -188,7 +309,10 @@ class SessionActor:
         elif kind == "cancel_response":
             await self._cancel_response(cmd)
         elif kind == "heartbeat":
+            # Any command refreshes the idle lease; this one only does that.
             await self._emit("heartbeat_ack", spb.HeartbeatAck(session_id=self.session_id))
+        elif kind == "event_ack":
+            await self._store.trim_acked(self.session_id, self.owner_token, cmd.event_ack.seq)
         elif kind == "close":
             await self._close("session_close")
         elif kind == "rejected":
@@ -201,6 +325,22 @@ class SessionActor:
 
     # ------------------------------------------------------------- input
     async def _append(self, cmd: spb.ClientCommand) -> None:
+        if cmd.operation_id and not await self._store.record_operation(
+            self.session_id, self.owner_token, cmd.operation_id
+        ):
+            # A retry of an append already applied: its result was nothing, so
+            # the cached result is nothing too.
+            self._metrics.duplicates.inc()
+            return
+        if self._input_bytes >= self._settings.max_pending_input_bytes_per_session:
+            await self._error(
+                "rate_limit_error",
+                "input_buffer_full",
+                "pending input exceeds max_pending_input_bytes_per_session "
+                f"({self._settings.max_pending_input_bytes_per_session}); commit or clear it",
+                cmd.event_id,
+            )
+            return
         audio = cmd.append_audio
         rate = audio.sample_rate_hz or self._config.input_audio_format.sample_rate_hz
         if rate not in session_config.INPUT_RATES:
@@ -241,6 +381,15 @@ class SessionActor:
             )
             await self._listen("silence_commit")
             return
+        if len(self._pending) >= self._settings.max_pending_turns_per_session:
+            await self._error(
+                "rate_limit_error",
+                "too_many_pending_turns",
+                "max_pending_turns_per_session "
+                f"({self._settings.max_pending_turns_per_session}) turns are still being processed",
+                cmd.event_id,
+            )
+            return
         if self._input_bytes == 0:
             await self._error(
                 "invalid_request_error",
@@ -272,13 +421,15 @@ class SessionActor:
                 ("input_committed", self._committed(previous, item_id)),
             ]
         )
-        await self._save_counters()
+        await self._persist()
         if self._auto_response():
             await self._start_response(self._default_options(), eager=True)
 
     async def _user_item_done(self, item_id: str, previous: str, transcript: str) -> None:
         item = _user_audio_item(item_id, transcript)
-        await self._store.append_history(self.session_id, self._token, item.SerializeToString())
+        await self._store.append_history(
+            self.session_id, self.owner_token, item.SerializeToString()
+        )
         await self._emit_all(
             [
                 (
@@ -314,7 +465,7 @@ class SessionActor:
         lane_changed = session_config.lane(merged) != session_config.lane(self._config)
         self._config = merged
         await self._store.set_fields(
-            self.session_id, self._token, {"config": merged.SerializeToString()}
+            self.session_id, self.owner_token, {"config": merged.SerializeToString()}
         )
         if lane_changed or cmd.update.config.has_turn_detection:
             self._stage0.send(
@@ -383,6 +534,7 @@ class SessionActor:
             options=opts,
         )
         self._last_item_id = self._response.item_id
+        await self._persist()
         if eager:
             await self._emit_all(self._response.created_events())
         if not self._pending:
@@ -425,7 +577,7 @@ class SessionActor:
         self._epoch += 1
         self._stage0.send(stage_pb2.Stage0Request(cancel=stage_pb2.Stage0Cancel(epoch=self._epoch)))
         self._stage1.send(stage_pb2.Stage1Request(cancel=stage_pb2.Stage1Cancel(epoch=self._epoch)))
-        await self._save_counters()
+        await self._persist()
         if r is not None:
             await self._finish(r, "cancelled", reason)
 
@@ -437,10 +589,11 @@ class SessionActor:
         )
         if status == "completed":
             await self._store.append_history(
-                self.session_id, self._token, r.item("completed").SerializeToString()
+                self.session_id, self.owner_token, r.item("completed").SerializeToString()
             )
         self._metrics.responses.labels(status).inc()
         self._response = None
+        await self._persist()
         if self._deferred is not None:
             opts, self._deferred = self._deferred, None
             await self._start_response(opts, eager=True)
@@ -515,7 +668,7 @@ class SessionActor:
             ]
         )
         await self._user_item_done(item_id, previous, msg.transcript)
-        await self._save_counters()
+        await self._persist()
         if self._config.auto_response:
             await self._start_response(self._default_options(), eager=False)
 
@@ -612,23 +765,69 @@ class SessionActor:
         await self._emit(
             "session_closed", spb.SessionClosed(session_id=self.session_id, reason=reason)
         )
+        await self._cleanup()
+
+    async def _expire(self, reason: str) -> None:
+        """A lease ran out: `session.expired`, then the same cleanup as a close."""
+        if self._response is not None:
+            await self._cancel_active(reason)
+        self._metrics.expired.labels(reason).inc()
+        await self._emit(
+            "session_expired",
+            spb.SessionExpired(
+                session_id=self.session_id, incarnation=self._incarnation, reason=reason
+            ),
+        )
+        await self._cleanup()
+
+    async def _cleanup(self) -> None:
+        """Release what the session holds; its admission slot goes last, so a
+        closing session keeps its capacity until cleanup has really finished
+        (a failure here leaves the slot to the reaper, which retries)."""
         self._closed.set()
         await self._stage0.close()
         await self._stage1.close()
         await self._store.expire(self.session_id, self._settings.resume_replay_ttl_s)
         await self._store.release(self.session_id)
 
+    def _stand_down(self, *, notify: bool = True) -> None:
+        """Stop here without touching the session's state: another replica
+        owns it now (`notify`: tell the client's stream it was replaced), or
+        will once the client resumes it."""
+        if self._closed.is_set():
+            return
+        log.info("standing down", extra={"session_id": self.session_id})
+        self._closed.set()
+        if self._outbound is not None and notify:
+            replaced = spb.SessionReplaced(
+                session_id=self.session_id, attachment_generation=self._attachment
+            )
+            self._outbound.put_nowait(
+                spb.ServerEvent(seq=self._seq, event_id=new_id("event"), session_replaced=replaced)
+            )
+        for binding in (self._stage0, self._stage1):
+            task = asyncio.ensure_future(binding.close())
+            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def _tick(self) -> None:
+        """The registry's periodic check: the idle lease."""
+        idle = time.monotonic() - self._last_activity
+        if self._settings.idle_ttl_s and idle > self._settings.idle_ttl_s:
+            await self._expire("idle_ttl_expired")
+
     def shutdown(self) -> None:
-        """Drain on SIGTERM: the actor ends this session after what it already holds."""
+        """Drain on SIGTERM: after what it already holds, the actor hands the
+        session on (see `_stand_down`)."""
         self.post("shutdown", None)
 
     # ---------------------------------------------------------- emitting
-    def _state(self) -> spb.SessionState:
+    def _state(self, *, with_token: bool = False) -> spb.SessionState:
         return spb.SessionState(
             config=self._config,
             session_id=self.session_id,
             incarnation=self._incarnation,
             attachment_generation=self._attachment,
+            resume_token=self._resume_token if with_token else "",
             epoch=self._epoch,
             turn_id=self._turn_id,
             state="open",
@@ -651,23 +850,48 @@ class SessionActor:
             await self._emit(kind, msg)
 
     async def _emit(self, kind: str, msg: Any) -> None:
-        self._seq += 1
-        ev = spb.ServerEvent(seq=self._seq, event_id=new_id("event"))
+        """Journal, then send. An event the journal refused is never sent."""
+        ev = spb.ServerEvent(seq=self._seq + 1, event_id=new_id("event"))
         getattr(ev, kind).CopyFrom(msg)
-        with self._metrics.journal_latency.time():
-            await self._store.append_event(
-                self.session_id, self._token, self._seq, ev.SerializeToString()
-            )
+        try:
+            with self._metrics.journal_latency.time():
+                await self._store.append_event(
+                    self.session_id, self.owner_token, ev.seq, ev.SerializeToString()
+                )
+        except NotOwnerError:
+            self._stand_down()
+            raise
+        self._seq = ev.seq
         self._metrics.events.labels(kind).inc()
         if self._outbound is not None:
             self._outbound.put_nowait(ev)
 
-    async def _save_counters(self) -> None:
-        await self._store.set_fields(
-            self.session_id,
-            self._token,
-            {"epoch": str(self._epoch), "turn_id": str(self._turn_id)},
+    def snapshot(self) -> Snapshot:
+        active = None
+        if self._response is not None:
+            active = self._response.response("in_progress")
+        return Snapshot(
+            session_id=self.session_id,
+            incarnation=self._incarnation,
+            config=self._config,
+            seq=self._seq,
+            epoch=self._epoch,
+            turn_id=self._turn_id,
+            attachment=self._attachment,
+            last_item_id=self._last_item_id,
+            token_hash=self._token_hash,
+            active_response=active,
         )
+
+    async def _persist(self) -> None:
+        """Write the durable state a successor would need (fenced by the owner token)."""
+        try:
+            await self._store.set_fields(
+                self.session_id, self.owner_token, self.snapshot().fields()
+            )
+        except NotOwnerError:
+            self._stand_down()
+            raise
 
 
 def _user_audio_item(item_id: str, transcript: str) -> cpb.Item:

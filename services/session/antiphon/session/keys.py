@@ -24,3 +24,18 @@ def journal(session_id: str) -> str:
 
 def history(session_id: str) -> str:
     return f"ap:{{{session_id}}}:history"
+
+
+def ops(session_id: str) -> str:
+    """Completed append operation ids (idempotency), scored by arrival."""
+    return f"ap:{{{session_id}}}:ops"
+
+
+def all_for(session_id: str) -> list[str]:
+    return [
+        session(session_id),
+        owner(session_id),
+        journal(session_id),
+        history(session_id),
+        ops(session_id),
+    ]

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from antiphon.common import bootstrap, metrics
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.session.metrics import SessionMetrics
+from antiphon.session.registry import SessionRegistry
 from antiphon.session.service import SessionService
 from antiphon.session.settings import SessionSettings
 from antiphon.session.stages import StagePool
@@ -25,9 +26,16 @@ async def serve(settings: SessionSettings) -> None:
     session_metrics = SessionMetrics(registry)
     metrics.serve(registry, settings.metrics_port)
     client = aioredis.Redis.from_url(settings.redis_url)
-    store = SessionStore(client)
+    store = SessionStore(
+        client,
+        lease_ms=int(settings.owner_lease_s * 1000),
+        journal_max_bytes=settings.resume_replay_max_bytes_per_session,
+        journal_ttl_s=settings.resume_replay_ttl_s,
+        ops_cache_size=settings.completed_append_cache_size,
+    )
     pool = StagePool(settings.stage0_addresses, settings.stage1_addresses)
-    service = SessionService(settings=settings, store=store, pool=pool, metrics=session_metrics)
+    sessions = SessionRegistry(settings=settings, store=store, pool=pool, metrics=session_metrics)
+    service = SessionService(sessions)
     app = GrpcApp(SERVICE_NAME, settings.listen)
     session_pb2_grpc.add_SessionServiceServicer_to_server(service, app.server)
 
@@ -40,17 +48,20 @@ async def serve(settings: SessionSettings) -> None:
             await asyncio.sleep(settings.readiness_interval_s)
 
     watcher = asyncio.create_task(watch_readiness())
+    maintenance = asyncio.create_task(sessions.maintain())
 
     async def drain() -> None:
         watcher.cancel()
-        await service.drain()
+        maintenance.cancel()
+        await sessions.drain()
 
     try:
         await app.run(grace_s=settings.shutdown_grace_s, on_drain=drain)
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        for task in (watcher, maintenance):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await pool.close()
         await client.aclose()
 

@@ -48,6 +48,26 @@ class SessionMetrics:
             ["source"],
             registry=registry,
         )
+        self.resumes = Counter(
+            "antiphon_session_resumes_total", "Sessions resumed on a new stream", registry=registry
+        )
+        self.takeovers = Counter(
+            "antiphon_session_takeovers_total",
+            "Takeovers: an attachment replaced, or a session taken from another replica",
+            ["kind"],
+            registry=registry,
+        )
+        self.expired = Counter(
+            "antiphon_session_expired_total",
+            "Sessions expired, by reason",
+            ["reason"],
+            registry=registry,
+        )
+        self.duplicates = Counter(
+            "antiphon_session_duplicate_operations_total",
+            "Retried appends recognised by operation_id and not applied again",
+            registry=registry,
+        )
         self.journal_latency = Histogram(
             "antiphon_session_journal_append_seconds",
             "Time to append one event to the Redis journal",

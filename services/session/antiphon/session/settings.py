@@ -21,6 +21,9 @@ class SessionSettings(ServiceSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     stage0_addresses: list[str] = Field(default_factory=lambda: ["127.0.0.1:50061"])
     stage1_addresses: list[str] = Field(default_factory=lambda: ["127.0.0.1:50071"])
+    # A session's owner lease: another replica may take an owner's sessions
+    # over once it has not renewed for this long (renewed every third of it).
+    owner_lease_s: float = 6.0
     # Seconds between readiness probes of Redis and the stage workers.
     readiness_interval_s: float = 1.0
 

