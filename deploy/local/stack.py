@@ -53,7 +53,7 @@ def start_redis(port: int, data_dir: Path, log: Path | None = None) -> subproces
         binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
         "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
     ]  # fmt: skip
-    out = log.open("wb") if log else subprocess.DEVNULL
+    out = log.open("ab") if log else subprocess.DEVNULL
     proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
     if not wait_for_port(port):
         proc.kill()
@@ -93,12 +93,10 @@ class LocalStack:
     def log_path(self, name: str) -> Path:
         return self.run_dir / f"{name}.log"
 
-    def start(self, timeout_s: float = 600.0) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if not self.redis_url:
-            self._start_redis()
+    def base_env(self) -> dict[str, str]:
+        """What every service of this stack is configured with."""
         p = self.ports
-        env = {
+        return {
             "ANTIPHON_PROFILE": str(self.profile),
             "ANTIPHON_REDIS_URL": self.redis_url,
             "ANTIPHON_STAGE0_ADDRESSES": f'["127.0.0.1:{p.stage0}"]',
@@ -106,34 +104,58 @@ class LocalStack:
             "ANTIPHON_SESSION_ADDRESS": f"127.0.0.1:{p.session}",
             **self.extra_env,
         }
-        self._spawn(
-            "stage0",
-            env
-            | {
-                "ANTIPHON_LISTEN": f"127.0.0.1:{p.stage0}",
-                "ANTIPHON_METRICS_PORT": str(p.stage0_metrics),
-            },
-        )
-        self._spawn(
-            "stage1",
-            env
-            | {
-                "ANTIPHON_LISTEN": f"127.0.0.1:{p.stage1}",
-                "ANTIPHON_METRICS_PORT": str(p.stage1_metrics),
-            },
-        )
-        self._spawn(
-            "session",
-            env
-            | {
-                "ANTIPHON_LISTEN": f"127.0.0.1:{p.session}",
-                "ANTIPHON_METRICS_PORT": str(p.session_metrics),
-            },
-        )
-        self._spawn(
-            "gateway", env | {"ANTIPHON_HOST": "127.0.0.1", "ANTIPHON_PORT": str(p.gateway)}
-        )
+
+    def start(self, timeout_s: float = 600.0) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not self.redis_url:
+            self._start_redis()
+        p = self.ports
+        self.spawn_grpc("stage0", "stage0", p.stage0, p.stage0_metrics)
+        self.spawn_grpc("stage1", "stage1", p.stage1, p.stage1_metrics)
+        self.spawn_grpc("session", "session", p.session, p.session_metrics)
+        self.spawn_gateway("gateway", p.gateway)
         self.wait_ready(timeout_s)
+
+    def spawn_grpc(
+        self, name: str, tier: str, port: int, metrics_port: int, **env: str
+    ) -> subprocess.Popen[bytes]:
+        """One more gRPC service process (e.g. a second session replica)."""
+        return self.spawn(
+            name,
+            tier,
+            ANTIPHON_LISTEN=f"127.0.0.1:{port}",
+            ANTIPHON_METRICS_PORT=str(metrics_port),
+            **env,
+        )
+
+    def spawn_gateway(self, name: str, port: int, **env: str) -> subprocess.Popen[bytes]:
+        return self.spawn(
+            name, "gateway", ANTIPHON_HOST="127.0.0.1", ANTIPHON_PORT=str(port), **env
+        )
+
+    def spawn(self, name: str, tier: str, **env: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", f"antiphon.{tier}.main"],
+            env={**os.environ, **self.base_env(), **env},
+            stdout=self.log_path(name).open("ab"),
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one process: no drain, no goodbye."""
+        proc = self.procs[name]
+        proc.kill()
+        proc.wait()
+
+    def restart_redis(self) -> None:
+        """Stop Redis (it flushes its AOF on SIGTERM) and start it again on its data."""
+        proc = self.procs["redis"]
+        proc.terminate()
+        proc.wait(10)
+        self.procs["redis"] = start_redis(self.ports.redis, self.run_dir, self.log_path("redis"))
 
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -155,15 +177,6 @@ class LocalStack:
         port = self.ports.redis
         self.procs["redis"] = start_redis(port, self.run_dir, self.log_path("redis"))
         self.redis_url = f"redis://127.0.0.1:{port}/0"
-
-    def _spawn(self, name: str, env: dict[str, str]) -> None:
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", f"antiphon.{name}.main"],
-            env={**os.environ, **env},
-            stdout=self.log_path(name).open("wb"),
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM in reverse start order (front door first), then wait; kill stragglers."""

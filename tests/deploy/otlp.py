@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,12 +57,14 @@ class Receiver(tgrpc.TraceServiceServicer):
         with self._lock:
             return list(self._spans)
 
-    def wait_for(self, names: set[str], timeout_s: float) -> list[ReceivedSpan]:
-        """The spans received once every name in `names` was seen (or the timeout passed)."""
+    def wait_until(
+        self, done: Callable[[list[ReceivedSpan]], bool], timeout_s: float
+    ) -> list[ReceivedSpan]:
+        """The spans received once `done(spans)` holds (or the timeout passed)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             spans = self.spans
-            if names <= {s.name for s in spans}:
+            if done(spans):
                 return spans
             time.sleep(0.1)
         return self.spans

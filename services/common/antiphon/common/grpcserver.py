@@ -32,6 +32,12 @@ SERVER_OPTIONS = [
 ]
 
 CHANNEL_OPTIONS = [
+    # A peer that restarts (a replica, a worker) is back within a second or
+    # two; gRPC's default reconnect backoff grows to minutes and would fail
+    # every call to it fast until then.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.max_send_message_length", 16 * 1024 * 1024),
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 10_000),

@@ -17,7 +17,6 @@ from antiphon.common.grpcserver import channel, check_ready
 from antiphon.gateway.connection import Connection
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.settings import GatewaySettings
-from antiphon.v1 import session_pb2_grpc
 
 SESSION_SERVICE = "antiphon.v1.SessionService"
 STATIC = Path(__file__).parent / "static"
@@ -34,7 +33,6 @@ def create_app(settings: GatewaySettings) -> Starlette:
             channel(a) for a in (settings.session_address, *settings.session_fallback_addresses)
         ]
         app.state.channels = channels
-        app.state.stubs = [session_pb2_grpc.SessionServiceStub(ch) for ch in channels]
         try:
             yield
         finally:
@@ -69,7 +67,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         try:
             conn = Connection(
                 ws,
-                ws.app.state.stubs,
+                ws.app.state.channels,
                 metrics,
                 max_message_bytes=settings.max_message_bytes,
                 reconnect_timeout_s=settings.reconnect_timeout_s,

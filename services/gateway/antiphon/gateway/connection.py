@@ -54,14 +54,14 @@ class Connection:
     def __init__(
         self,
         ws: WebSocket,
-        stubs: Sequence[session_pb2_grpc.SessionServiceStub],
+        replicas: Sequence[grpc.aio.Channel],
         metrics: GatewayMetrics,
         *,
         max_message_bytes: int,
         reconnect_timeout_s: float,
     ) -> None:
         self._ws = ws
-        self._stubs = stubs
+        self._replicas = replicas
         self._metrics = metrics
         self._max_bytes = max_message_bytes
         self._reconnect_timeout_s = reconnect_timeout_s
@@ -158,15 +158,17 @@ class Connection:
         loop = asyncio.get_running_loop()
         command, replica, deadline, backoff = first, 0, 0.0, 0.1
         while True:
-            stub = self._stubs[replica % len(self._stubs)]
+            channel = self._replicas[replica % len(self._replicas)]
+            if deadline:
+                # Resuming: skip a replica that does not come up in time.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(channel.channel_ready(), 1.0)
+            stub = session_pb2_grpc.SessionServiceStub(channel)
             call = stub.Connect(self._requests(command), metadata=tracing.inject_metadata())
             if await self._relay(call):
                 return
-            if self._identity is None:
-                self._outbox.put_nowait(_unavailable())
-                self._outbox.put_nowait(None)
-                return
-            # Lost: resume from the last event this socket delivered.
+            # Lost: open again elsewhere if the session never answered (nothing
+            # was opened), else resume from the last event this socket delivered.
             if not deadline:
                 deadline = loop.time() + self._reconnect_timeout_s
             if loop.time() > deadline:
@@ -177,6 +179,8 @@ class Connection:
             replica += 1
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
+            if self._identity is None:
+                continue
             command = spb.ClientCommand(
                 client_type="session.resume",
                 resume=spb.ResumeSession(

@@ -398,6 +398,15 @@ class SessionActor:
                 cmd.event_id,
             )
             return
+        if self._resampler is not None:
+            # The resampler's filter still holds the last few ms of the turn.
+            tail = self._resampler.flush()
+            if tail:
+                self._stage0.send(
+                    stage_pb2.Stage0Request(
+                        audio=stage_pb2.Stage0Audio(epoch=self._epoch, pcm16=tail)
+                    )
+                )
         await self._commit_audio(cmd.event_id)
 
     async def _commit_audio(self, event_id: str, item_id: str = "") -> None:

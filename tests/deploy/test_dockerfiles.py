@@ -1,0 +1,186 @@
+"""One Dockerfile per service (and a CUDA stage0): multi-stage, non-root, health
+checked, and the front tiers carry no model stack. Docker cannot run here, so
+the files are read; the health-check script they all use is run for real."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pytest
+from stack import LocalStack, free_port
+
+from antiphon.common.config import ServiceSettings
+from antiphon.session.settings import SessionSettings
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage1.settings import Stage1Settings
+from tests.deploy.tools import REPO
+
+DOCKERFILES = {
+    "gateway": REPO / "services" / "gateway" / "Dockerfile",
+    "session": REPO / "services" / "session" / "Dockerfile",
+    "stage0": REPO / "services" / "stage0" / "Dockerfile",
+    "stage0-cuda": REPO / "services" / "stage0" / "Dockerfile.cuda",
+    "stage1": REPO / "services" / "stage1" / "Dockerfile",
+}
+GRPC_SETTINGS: dict[str, type[ServiceSettings]] = {
+    "session": SessionSettings,
+    "stage0": Stage0Settings,
+    "stage0-cuda": Stage0Settings,
+    "stage1": Stage1Settings,
+}
+HEALTHCHECK = REPO / "deploy" / "docker" / "healthcheck.py"
+
+
+@dataclass
+class Instruction:
+    op: str
+    args: str
+
+
+def parse(path: Path) -> list[list[Instruction]]:
+    """The instructions of each build stage (comments dropped, continuations joined)."""
+    stages: list[list[Instruction]] = [[]]
+    logical = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if line.startswith("#") or not line:
+            continue
+        logical += " " + line
+        if logical.endswith("\\"):
+            logical = logical[:-1]
+            continue
+        op, _, args = logical.strip().partition(" ")
+        logical = ""
+        if op.upper() == "FROM":
+            stages.append([])
+        stages[-1].append(Instruction(op.upper(), args.strip()))
+    return stages[1:]  # stages[0] holds the ARGs before the first FROM
+
+
+def env_of(stage: list[Instruction]) -> dict[str, str]:
+    out = {}
+    for ins in stage:
+        if ins.op == "ENV":
+            for pair in ins.args.split():
+                key, _, value = pair.partition("=")
+                out[key] = value
+    return out
+
+
+def dockerignore_includes(path: str) -> bool:
+    """Docker's rule: the last pattern matching the path or a folder above it decides."""
+    rules = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    candidates = [path, *(str(p) for p in PurePosixPath(path).parents if str(p) != ".")]
+    included = True
+    for rule in rules:
+        negate = rule.startswith("!")
+        pattern = rule.lstrip("!").rstrip("/")
+        if any(fnmatch.fnmatch(c, pattern) for c in candidates):
+            included = negate
+    return included
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_dockerfile_is_multi_stage_non_root_health_checked(name: str) -> None:
+    stages = parse(DOCKERFILES[name])
+    assert len(stages) >= 2, "multi-stage: build tools stay out of the final image"
+    final = stages[-1]
+    ops = {i.op: i.args for i in final}
+    user = ops["USER"].split(":")[0]
+    assert user.isdigit() and int(user) != 0, "a numeric non-root user (runAsNonRoot can check it)"
+    assert "HEALTHCHECK" in ops and "healthcheck.py" in ops["HEALTHCHECK"]
+    service = name.split("-")[0]
+    assert json.loads(ops["ENTRYPOINT"]) == ["python", "-m", f"antiphon.{service}.main"]
+    # No shell form: a shell as PID 1 would swallow SIGTERM and skip the drain.
+    assert ops["ENTRYPOINT"].startswith("[")
+    assert env_of(final).get("PYTHONDONTWRITEBYTECODE") == "1"
+
+
+@pytest.mark.parametrize("name", ["gateway", "session"])
+def test_front_tier_images_install_only_their_own_extra(name: str) -> None:
+    runs = " ".join(i.args for stage in parse(DOCKERFILES[name]) for i in stage if i.op == "RUN")
+    assert f'pip install ".[{name}]"' in runs
+    for heavy in ("torch", "vllm", "stage0", "stage1"):
+        assert heavy not in runs
+
+
+@pytest.mark.parametrize("name", sorted(GRPC_SETTINGS))
+def test_image_ports_are_the_service_defaults(name: str) -> None:
+    final = parse(DOCKERFILES[name])[-1]
+    env = env_of(final)
+    fields = GRPC_SETTINGS[name].model_fields
+    assert env["ANTIPHON_LISTEN"] == fields["listen"].default
+    assert env["ANTIPHON_METRICS_PORT"] == str(fields["metrics_port"].default)
+    exposed = {int(p) for i in final if i.op == "EXPOSE" for p in i.args.split()}
+    assert exposed == {
+        int(env["ANTIPHON_LISTEN"].rsplit(":", 1)[1]),
+        fields["metrics_port"].default,
+    }
+
+
+@pytest.mark.parametrize("name", ["stage0", "stage0-cuda"])
+def test_stage0_models_are_prepared_at_build_time_into_the_model_cache(name: str) -> None:
+    stages = parse(DOCKERFILES[name])
+    final = stages[-1]
+    cache = env_of(final)["ANTIPHON_MODEL_CACHE"]
+    assert any(
+        i.op == "COPY" and i.args.split()[-1] == cache and "--from=" in i.args for i in final
+    )
+    prepare = [i.args for s in stages[:-1] for i in s if i.op == "RUN" and "prepare(" in i.args]
+    assert prepare and f"Path('{cache}')" in prepare[0]
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_every_copied_path_exists_and_is_in_the_build_context(name: str) -> None:
+    for stage in parse(DOCKERFILES[name]):
+        for ins in stage:
+            if ins.op != "COPY" or "--from=" in ins.args:
+                continue
+            *sources, _dest = ins.args.split()
+            for src in sources:
+                assert (REPO / src).exists(), src
+                assert dockerignore_includes(src), f"{src} is excluded by .dockerignore"
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    for path in (".venv", ".git", "tests", "bench", ".tools", "services/gateway/__pycache__"):
+        assert not dockerignore_includes(path), path
+
+
+def healthcheck(*args: str, **env: str) -> int:
+    proc = subprocess.run(
+        [sys.executable, str(HEALTHCHECK), *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        timeout=30,
+    )
+    return proc.returncode
+
+
+def test_healthcheck_script_reports_what_the_services_report(synthetic_stack: LocalStack) -> None:
+    p = synthetic_stack.ports
+    assert healthcheck("http", ANTIPHON_PORT=str(p.gateway)) == 0
+    assert healthcheck("http", "/readyz", ANTIPHON_PORT=str(p.gateway)) == 0
+    for port, service in (
+        (p.session, "antiphon.v1.SessionService"),
+        (p.stage0, "antiphon.v1.Stage0Service"),
+        (p.stage1, "antiphon.v1.Stage1Service"),
+    ):
+        assert healthcheck("grpc", ANTIPHON_LISTEN=f"0.0.0.0:{port}") == 0
+        assert healthcheck("grpc", service, ANTIPHON_LISTEN=f"0.0.0.0:{port}") == 0
+    # A service name the server does not know is not healthy.
+    assert healthcheck("grpc", "no.such.Service", ANTIPHON_LISTEN=f"0.0.0.0:{p.session}") == 1
+    closed = free_port()
+    assert healthcheck("grpc", ANTIPHON_LISTEN=f"0.0.0.0:{closed}") == 1
+    assert healthcheck("http", ANTIPHON_PORT=str(closed)) == 1
+    assert healthcheck("bogus") == 2

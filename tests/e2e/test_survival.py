@@ -1,0 +1,290 @@
+"""Sessions survive the death of any one process.
+
+Real processes throughout: two session replicas and two gateways against
+one Redis (AOF on) of their own, real gRPC and WebSockets; the stage
+workers run the `synthetic` backends because the models are not what is
+tested here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+
+import pytest
+import redis.asyncio as aioredis
+from stack import LocalStack, Ports, free_port
+
+from tests.support.realtime import Event, RealtimeClient, of_type
+from tests.support.speech import silence, spoken
+
+MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+MAX_SESSIONS = 5
+GRACE_S = 2.0
+REPLAY_TTL_S = 5.0
+
+
+class Cluster:
+    """The stack plus a second session replica (B) and a second gateway (2).
+
+    Gateway 1 prefers replica A, gateway 2 prefers A too (so a resume
+    through it finds the live owner); both fail over to B.
+    """
+
+    def __init__(self, stack: LocalStack) -> None:
+        self.stack = stack
+        self.session_b = free_port()
+        self.gateway2 = free_port()
+
+    def url(self, gateway: int = 1, query: str = "") -> str:
+        port = self.stack.ports.gateway if gateway == 1 else self.gateway2
+        return f"ws://127.0.0.1:{port}/v1/realtime{query}"
+
+    def start_replica_a(self) -> None:
+        p = self.stack.ports
+        self.stack.spawn_grpc("session", "session", p.session, p.session_metrics)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    env = {
+        "ANTIPHON_BACKEND": "synthetic",
+        "ANTIPHON_MAX_SESSIONS": str(MAX_SESSIONS),
+        "ANTIPHON_DISCONNECT_GRACE_S": str(GRACE_S),
+        "ANTIPHON_RESUME_REPLAY_TTL_S": str(REPLAY_TTL_S),
+        "ANTIPHON_OWNER_LEASE_S": "2",
+        "ANTIPHON_REAPER_INTERVAL_S": "1",
+        # Slow enough that a response is still streaming when we cut in.
+        "ANTIPHON_SYNTHETIC_TOKEN_MS": "120",
+    }
+    stack = LocalStack(ports=Ports.free(), extra_env=env)
+    c = Cluster(stack)
+    fallback = f'["127.0.0.1:{c.session_b}"]'
+    stack.extra_env["ANTIPHON_SESSION_FALLBACK_ADDRESSES"] = fallback
+    try:
+        stack.start(timeout_s=180)
+        stack.spawn_grpc("session_b", "session", c.session_b, free_port())
+        stack.spawn_gateway("gateway2", c.gateway2)
+        stack.wait_ready(60)
+        yield c
+    finally:
+        stack.stop()
+
+
+def seqs(events: list[Event]) -> list[int]:
+    return [e["server_event_seq"] for e in events if e["type"] != "session.resumed"]
+
+
+async def open_client(cluster: Cluster, gateway: int = 1) -> tuple[RealtimeClient, Event]:
+    client = await RealtimeClient.connect(cluster.url(gateway))
+    created = await client.open(**MANUAL)
+    assert created["type"] == "session.created", created
+    return client, created
+
+
+async def start_turn(client: RealtimeClient, text: str = "Tell me about the sea.") -> None:
+    await client.append(spoken(text))
+    await client.send("input_audio_buffer.commit")
+    await client.send("response.create")
+
+
+async def resume(
+    cluster: Cluster, created: Event, last_seq: int, *, gateway: int = 2, token: str = ""
+) -> RealtimeClient:
+    client = await RealtimeClient.connect(cluster.url(gateway, "?duplex=1&autostart=0"))
+    await client.send(
+        "session.resume",
+        session_id=created["session"]["id"],
+        incarnation=created["incarnation"],
+        resume_token=token or created["resume_token"],
+        last_received_server_event_seq=last_seq,
+    )
+    return client
+
+
+async def test_a_dropped_socket_resumes_on_another_gateway_with_exact_replay(
+    cluster: Cluster,
+) -> None:
+    client, created = await open_client(cluster, gateway=1)
+    await start_turn(client)
+    await client.until(lambda e: e["type"] == "response.output_audio.delta")
+    seen = list(client.events)
+    await client.ws.close()  # dropped mid-response, no session.close
+    await asyncio.sleep(0.5)  # the response goes on while detached
+    again = await resume(cluster, created, seen[-1]["server_event_seq"], gateway=2)
+    try:
+        resumed = await again.until(lambda e: e["type"] in ("session.resumed", "error"))
+        assert resumed["type"] == "session.resumed", resumed
+        assert resumed["resume_token"] != created["resume_token"]
+        rest = await again.response_cycle()
+        # Every event exactly once, in order, with its original seq.
+        assert seqs(seen + rest) == list(range(1, len(seqs(seen + rest)) + 1))
+        assert of_type(rest, "response.done")[0]["response"]["status"] == "completed"
+        joined = "".join(
+            e["delta"] for e in of_type(seen + rest, "response.output_audio_transcript.delta")
+        )
+        assert joined == of_type(rest, "response.output_audio_transcript.done")[0]["transcript"]
+    finally:
+        await again.close()
+
+
+async def test_resume_with_a_wrong_token_is_refused_and_changes_nothing(cluster: Cluster) -> None:
+    client, created = await open_client(cluster)
+    try:
+        bad = await resume(cluster, created, 0, token="rt_forged")
+        err = await bad.until(lambda e: e["type"] == "error")
+        assert err["error"]["code"] == "session_resume_refused"
+        await bad.ws.close()
+        # The attached socket was not disturbed.
+        await client.send("session.heartbeat")
+        await client.until(lambda e: e["type"] == "session.heartbeat_ack")
+    finally:
+        await client.close()
+
+
+async def test_resume_after_the_grace_period_is_expired(cluster: Cluster) -> None:
+    client, created = await open_client(cluster)
+    await client.ws.close()
+    await asyncio.sleep(GRACE_S + 1.5)
+    late = await resume(cluster, created, 2)
+    try:
+        err = await late.until(lambda e: e["type"] == "error")
+        assert err["error"]["code"] == "session_resume_expired"
+    finally:
+        await late.ws.close()
+
+
+async def test_a_takeover_replaces_the_old_socket_and_refuses_its_writes(cluster: Cluster) -> None:
+    old, created = await open_client(cluster)
+    new = await resume(cluster, created, 2, gateway=1)
+    try:
+        await new.until(lambda e: e["type"] == "session.resumed")
+        replaced = await old.until(lambda e: e["type"] == "session.replaced")
+        assert replaced["attachment_generation"] == 1
+        # The old socket is closed: whatever it still tries to write is not applied.
+        with pytest.raises(Exception):  # noqa: B017 - closed by the server
+            await old.append(silence(200))
+            await old.send("input_audio_buffer.commit")
+            await old.recv(timeout=3)
+        await new.send("session.heartbeat")
+        await new.until(lambda e: e["type"] == "session.heartbeat_ack")
+        assert not of_type(new.events, "input_audio_buffer.committed", "error")
+    finally:
+        await new.close()
+
+
+async def test_kill_9_of_the_owning_replica_the_session_continues_on_another(
+    cluster: Cluster,
+) -> None:
+    client, _created = await open_client(cluster, gateway=1)
+    try:
+        await start_turn(client)
+        await client.until(lambda e: e["type"] == "response.output_audio.delta")
+        cluster.stack.kill("session")  # replica A owned it
+        cycle = await client.response_cycle(timeout=60)
+        types = [e["type"] for e in cycle]
+        assert "session.resumed" in types
+        done = of_type(cycle, "response.done")[0]["response"]
+        assert done["status"] in ("failed", "completed")
+        if done["status"] == "failed":
+            assert done["status_details"]["reason"] == "session_owner_changed"
+        # The next turn works on replica B.
+        await start_turn(client, "And now?")
+        nxt = await client.response_cycle(timeout=60)
+        assert of_type(nxt, "response.done")[0]["response"]["status"] == "completed"
+        # Nothing received twice, nothing skipped.
+        numbers = seqs(client.events)
+        assert numbers == list(range(1, len(numbers) + 1))
+    finally:
+        await client.close()
+        cluster.start_replica_a()
+        cluster.stack.wait_ready(60)
+
+
+async def test_redis_restarted_between_turns_the_session_continues(cluster: Cluster) -> None:
+    client, _ = await open_client(cluster)
+    try:
+        await start_turn(client)
+        await client.response_cycle()
+        cluster.stack.restart_redis()
+        await asyncio.sleep(0.5)
+        await start_turn(client, "Still there?")
+        cycle = await client.response_cycle()
+        assert of_type(cycle, "response.done")[0]["response"]["status"] == "completed"
+        numbers = seqs(client.events)
+        assert numbers == list(range(1, len(numbers) + 1))
+    finally:
+        await client.close()
+
+
+async def test_a_duplicate_operation_id_append_is_applied_once(cluster: Cluster) -> None:
+    client, _ = await open_client(cluster)
+    try:
+        second = silence(1000)
+        for _ in range(2):
+            await client.append(second, chunk_bytes=len(second), operation_id="op-same")
+        await client.send("input_audio_buffer.commit")
+        done = await client.until(
+            lambda e: e["type"] == "conversation.item.input_audio_transcription.completed"
+        )
+        heard = re.search(r"(\d+) milliseconds", done["transcript"])
+        assert heard is not None and 990 <= int(heard.group(1)) <= 1000
+    finally:
+        await client.close()
+
+
+async def test_max_sessions_holds_across_two_replicas_under_50_concurrent_opens(
+    cluster: Cluster,
+) -> None:
+    clients = [await RealtimeClient.connect(cluster.url(1 if i % 2 else 2)) for i in range(50)]
+    try:
+        answers = await asyncio.gather(*(c.open(**MANUAL) for c in clients))
+        created = [
+            c for c, a in zip(clients, answers, strict=True) if a["type"] == "session.created"
+        ]
+        refused = [a for a in answers if a["type"] == "error"]
+        assert len(created) == MAX_SESSIONS
+        assert {a["error"]["code"] for a in refused} == {"duplex_session_busy"}
+        # A slot comes back once a session's cleanup has finished.
+        await created[0].close()
+        late = await RealtimeClient.connect(cluster.url(1))
+        clients.append(late)
+        assert (await late.open(**MANUAL))["type"] == "session.created"
+    finally:
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+async def test_redis_keys_and_replica_memory_return_to_baseline_after_200_sessions(
+    cluster: Cluster,
+) -> None:
+    r = aioredis.Redis.from_url(cluster.stack.redis_url)
+    pid = cluster.stack.procs["session"].pid
+
+    def rss_mib() -> float:
+        for line in open(f"/proc/{pid}/status").read().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    async def one() -> None:
+        c = await RealtimeClient.connect(cluster.url(1))
+        try:
+            await c.open(**MANUAL)
+            await c.append(silence(200))
+        finally:
+            await c.close()
+
+    try:
+        await asyncio.sleep(REPLAY_TTL_S + 1)  # earlier tests' keys expire
+        keys_before = await r.dbsize()
+        await one()  # warm up allocations of a first session
+        rss_before = rss_mib()
+        for _ in range(40):
+            await asyncio.gather(*(one() for _ in range(MAX_SESSIONS)))
+        await asyncio.sleep(REPLAY_TTL_S + 1.5)
+        assert await r.dbsize() <= keys_before
+        assert await r.scard("ap:admitted") == 0
+        assert rss_mib() - rss_before < 40
+    finally:
+        await r.aclose()
