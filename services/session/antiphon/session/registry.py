@@ -86,7 +86,14 @@ class SessionRegistry:
         token = new_id("own")
         try:
             opened = await self._store.open(
-                session_id, token, {"config": config.SerializeToString(), "state": "open"}
+                session_id,
+                token,
+                {
+                    "config": config.SerializeToString(),
+                    "state": "open",
+                    # Which replica owns it: for operators (and the benchmarks).
+                    "replica": self._settings.listen,
+                },
             )
             snapshot = Snapshot(
                 session_id=session_id, incarnation=opened.incarnation, config=config
@@ -133,6 +140,7 @@ class SessionRegistry:
         token = new_id("own")
         if not await self._store.take_over(cmd.session_id, token):
             raise expired
+        await self._store.set_fields(cmd.session_id, token, {"replica": self._settings.listen})
         # Re-read under our ownership: the old owner may have written since.
         snapshot = Snapshot.from_fields(cmd.session_id, await self._store.fields(cmd.session_id))
         actor = await self._start_actor(snapshot, token)

@@ -1,0 +1,111 @@
+"""Resume latency and takeover time, on the two-replica cluster (synthetic stages).
+
+    python bench/survival.py --resumes 50 --takeovers 5
+
+Resume latency: a new socket sends `session.resume` asking for the last
+100 journaled events; measured on the client's clock from opening the
+socket to receiving the 100th replayed event. Takeover time: `kill -9` of
+the replica that owns an attached session, to the client receiving
+`session.resumed` (its gateway resumed the session on the other replica).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
+
+from tests.support.cluster import Cluster, running_cluster  # noqa: E402
+from tests.support.realtime import RealtimeClient  # noqa: E402
+
+MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+REPLAYED = 100
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))], 1)
+
+
+async def resume_latency(cluster: Cluster, rounds: int) -> list[float]:
+    client = await RealtimeClient.connect(cluster.url(1))
+    created = await client.open(**MANUAL)
+    for _ in range(REPLAYED):  # each heartbeat_ack is one journaled event
+        await client.send("session.heartbeat")
+    head = (await client.until(lambda e: e["server_event_seq"] == REPLAYED + 2))["server_event_seq"]
+    await client.ws.close()
+    token, samples = created["resume_token"], []
+    for _ in range(rounds):
+        t0 = time.monotonic()
+        again = await RealtimeClient.connect(cluster.url(2, "?autostart=0"))
+        await again.send(
+            "session.resume",
+            session_id=created["session"]["id"],
+            incarnation=created["incarnation"],
+            resume_token=token,
+            last_received_server_event_seq=head - REPLAYED,
+        )
+        resumed = await again.until(lambda e: e["type"] == "session.resumed")
+        await again.until(
+            lambda e: e["server_event_seq"] == head and e["type"] != "session.resumed"
+        )
+        samples.append((time.monotonic() - t0) * 1000)
+        token = resumed["resume_token"]
+        await again.ws.close()
+    return samples
+
+
+async def takeover_time(cluster: Cluster, rounds: int) -> list[float]:
+    samples = []
+    for _ in range(rounds):
+        client = await RealtimeClient.connect(cluster.url(1))
+        created = await client.open(**MANUAL)
+        owner = await cluster.owner_of(created["session"]["id"])
+        t0 = time.monotonic()
+        cluster.stack.kill(owner)
+        await client.until(lambda e: e["type"] == "session.resumed", timeout=30)
+        samples.append((time.monotonic() - t0) * 1000)
+        await client.close()
+        cluster.restart(owner)
+        await asyncio.sleep(2.0)  # the restarted replica comes up
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--resumes", type=int, default=50)
+    parser.add_argument("--takeovers", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "survival.json")
+    args = parser.parse_args()
+    with running_cluster(max_sessions=50, grace_s=30, replay_ttl_s=60) as cluster:
+        resume = asyncio.run(resume_latency(cluster, args.resumes))
+        takeover = asyncio.run(takeover_time(cluster, args.takeovers))
+    report: dict[str, Any] = {
+        "resume_latency_ms_100_events": {
+            "n": len(resume),
+            "p50": pct(resume, 50),
+            "p99": pct(resume, 99),
+            "max": round(max(resume), 1),
+        },
+        "takeover_after_kill9_ms": {
+            "n": len(takeover),
+            "p50": round(statistics.median(takeover), 1),
+            "max": round(max(takeover), 1),
+            "all": [round(t, 1) for t in takeover],
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

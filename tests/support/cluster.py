@@ -1,0 +1,70 @@
+"""Two session replicas and two gateways on one Redis: the survival setup.
+
+Both gateways prefer replica A and fail over to replica B. The stage
+workers run the `synthetic` backends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import redis.asyncio as aioredis
+from stack import LocalStack, Ports, free_port
+
+
+class Cluster:
+    def __init__(self, stack: LocalStack) -> None:
+        self.stack = stack
+        self.session_b = free_port()
+        self.gateway2 = free_port()
+
+    def url(self, gateway: int = 1, query: str = "") -> str:
+        port = self.stack.ports.gateway if gateway == 1 else self.gateway2
+        return f"ws://127.0.0.1:{port}/v1/realtime{query}"
+
+    def start_replica_a(self) -> None:
+        p = self.stack.ports
+        self.stack.spawn_grpc("session", "session", p.session, p.session_metrics)
+
+    def start_replica_b(self) -> None:
+        self.stack.spawn_grpc("session_b", "session", self.session_b, free_port())
+
+    async def owner_of(self, session_id: str) -> str:
+        """The process name of the replica that owns a session now."""
+        r = aioredis.Redis.from_url(self.stack.redis_url)
+        try:
+            replica = (await r.hget(f"ap:{{{session_id}}}:session", "replica") or b"").decode()
+        finally:
+            await r.aclose()
+        return "session_b" if replica.endswith(f":{self.session_b}") else "session"
+
+    def restart(self, name: str) -> None:
+        (self.start_replica_b if name == "session_b" else self.start_replica_a)()
+
+
+@contextlib.contextmanager
+def running_cluster(
+    *, max_sessions: int, grace_s: float, replay_ttl_s: float, token_ms: int = 120
+) -> Iterator[Cluster]:
+    env = {
+        "ANTIPHON_BACKEND": "synthetic",
+        "ANTIPHON_MAX_SESSIONS": str(max_sessions),
+        "ANTIPHON_DISCONNECT_GRACE_S": str(grace_s),
+        "ANTIPHON_RESUME_REPLAY_TTL_S": str(replay_ttl_s),
+        "ANTIPHON_OWNER_LEASE_S": "2",
+        "ANTIPHON_REAPER_INTERVAL_S": "1",
+        # Slow enough that a response is still streaming when a test cuts in.
+        "ANTIPHON_SYNTHETIC_TOKEN_MS": str(token_ms),
+    }
+    stack = LocalStack(ports=Ports.free(), extra_env=env)
+    c = Cluster(stack)
+    stack.extra_env["ANTIPHON_SESSION_FALLBACK_ADDRESSES"] = f'["127.0.0.1:{c.session_b}"]'
+    try:
+        stack.start(timeout_s=180)
+        c.start_replica_b()
+        stack.spawn_gateway("gateway2", c.gateway2)
+        stack.wait_ready(60, gateway_port=c.gateway2)
+        yield c
+    finally:
+        stack.stop()
