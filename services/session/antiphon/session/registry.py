@@ -64,7 +64,10 @@ class SessionRegistry:
                 "session.session_id",
             )
         live = self._actors.get(session_id)
-        if live is not None and not live.closed:
+        owned_elsewhere = (await self._store.fields(session_id)).get(
+            b"state"
+        ) == b"open" and await self._store.owner_alive(session_id)
+        if (live is not None and not live.closed) or owned_elsewhere:
             raise Refusal(
                 "invalid_request_error", "session_already_open", f"session {session_id} is open"
             )
