@@ -35,7 +35,7 @@ proto: install
 lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy services tests deploy/local bench
+	$(VENV)/bin/mypy services tests deploy/local deploy/docker bench
 
 test: install models lint
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server"; exit 1; }

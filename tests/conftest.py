@@ -46,8 +46,8 @@ def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
         ANTIPHON_MAX_SESSIONS="3",
         ANTIPHON_DISCONNECT_GRACE_S="2",
     )
-    stack.start(timeout_s=180)
     try:
+        stack.start(timeout_s=180)
         yield stack
     finally:
         stack.stop()
@@ -57,8 +57,8 @@ def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
 def model_stack(redis_url: str) -> Iterator[LocalStack]:
     """The whole stack with the real models (the default backends)."""
     stack = _stack(redis_url, 2)
-    stack.start(timeout_s=600)
     try:
+        stack.start(timeout_s=600)
         yield stack
     finally:
         stack.stop()

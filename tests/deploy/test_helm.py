@@ -61,13 +61,48 @@ def test_helm_lint_passes_strict(helm: Path, values: tuple[str, ...]) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+# Every optional template switched on: ingress, auth secret, external Redis from
+# a Secret, a model volume, fixed replicas, a runtime class, tracing.
+OPTIONAL: dict[str, Any] = {
+    "gateway": {
+        "apiKeySecret": {"name": "antiphon-api-key", "key": "api-key"},
+        "ingress": {
+            "enabled": True,
+            "className": "nginx",
+            "hosts": [{"host": "speech.example.com", "paths": [{"path": "/"}]}],
+            "tls": [{"secretName": "speech-tls", "hosts": ["speech.example.com"]}],
+        },
+    },
+    "session": {"autoscaling": {"enabled": False}, "pdb": {"maxUnavailable": "50%"}},
+    "stage0": {"models": {"existingClaim": "antiphon-models"}, "runtimeClassName": "nvidia"},
+    "redis": {"enabled": False, "externalUrlSecret": {"name": "redis", "key": "url"}},
+    "tracing": {"otlpEndpoint": "http://otel-collector.observability:4317"},
+}
+VALUE_SETS: dict[str, list[Path | str]] = {
+    "default": [],
+    "gpu": [GPU_VALUES],
+    "optional": [GPU_VALUES, "optional"],
+}
+
+
+def values_args(name: str, tmp_path: Path) -> list[str]:
+    args = []
+    for item in VALUE_SETS[name]:
+        if item == "optional":
+            path = tmp_path / "optional.yaml"
+            path.write_text(yaml.safe_dump(OPTIONAL))
+            item = path
+        args += ["-f", str(item)]
+    return args
+
+
 @pytest.mark.parametrize("kube", KUBE_VERSIONS)
-@pytest.mark.parametrize("values", [(), ("-f", str(GPU_VALUES))], ids=["default", "gpu"])
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
 def test_rendered_manifests_pass_the_kubernetes_schemas_strictly(
-    helm: Path, kubernetes_validate: Path, tmp_path: Path, values: tuple[str, ...], kube: str
+    helm: Path, kubernetes_validate: Path, tmp_path: Path, values: str, kube: str
 ) -> None:
     out = tmp_path / "rendered.yaml"
-    out.write_text(render(helm, *values))
+    out.write_text(render(helm, *values_args(values, tmp_path)))
     proc = subprocess.run(
         [str(kubernetes_validate), "--strict", "--kubernetes-version", kube, "--quiet", str(out)],
         capture_output=True,
@@ -77,6 +112,25 @@ def test_rendered_manifests_pass_the_kubernetes_schemas_strictly(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # --quiet prints only problems; a resource it could not check is a problem here.
     assert "Couldn't find schema" not in proc.stdout + proc.stderr
+
+
+def test_optional_templates_render_what_they_promise(helm: Path, tmp_path: Path) -> None:
+    items = manifests(helm, *values_args("optional", tmp_path))
+    ingress = one(items, "Ingress", "rel-antiphon-gateway")
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": "rel-antiphon-gateway", "port": {"number": 8000}}
+    gw = env(container(one(items, "Deployment", "rel-antiphon-gateway")))
+    assert gw["ANTIPHON_API_KEY"] == {
+        "secretKeyRef": {"name": "antiphon-api-key", "key": "api-key"}
+    }
+    assert gw["ANTIPHON_OTLP_ENDPOINT"] == "http://otel-collector.observability:4317"
+    session = env(container(one(items, "Deployment", "rel-antiphon-session")))
+    assert session["ANTIPHON_REDIS_URL"] == {"secretKeyRef": {"name": "redis", "key": "url"}}
+    stage0 = one(items, "Deployment", "rel-antiphon-stage0")["spec"]["template"]["spec"]
+    assert {"name": "models", "mountPath": "/models", "readOnly": True} in container(
+        {"spec": {"template": {"spec": stage0}}}
+    )["volumeMounts"]
+    assert stage0["runtimeClassName"] == "nvidia"
 
 
 def test_every_tier_has_a_deployment_service_hpa_and_pdb(helm: Path) -> None:

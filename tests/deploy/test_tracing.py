@@ -34,8 +34,9 @@ def traced(redis_url: str) -> Iterator[tuple[LocalStack, Receiver]]:
                 "OTEL_BSP_SCHEDULE_DELAY": "100",
             },
         )
-        stack.start(timeout_s=180)
         try:
+            # Inside the try: a service that fails to start must not leave the others running.
+            stack.start(timeout_s=180)
             yield stack, collector
         finally:
             stack.stop()

@@ -34,7 +34,10 @@ class Cluster:
         """The process name of the replica that owns a session now."""
         r = aioredis.Redis.from_url(self.stack.redis_url)
         try:
-            replica = (await r.hget(f"ap:{{{session_id}}}:session", "replica") or b"").decode()
+            raw: bytes | None = await r.hget(  # type: ignore[assignment]
+                f"ap:{{{session_id}}}:session", "replica"
+            )
+            replica = (raw or b"").decode()
         finally:
             await r.aclose()
         return "session_b" if replica.endswith(f":{self.session_b}") else "session"

@@ -32,6 +32,9 @@ SERVER_OPTIONS = [
 ]
 
 CHANNEL_OPTIONS = [
+    # A Kubernetes headless Service resolves to every pod: spread streams
+    # over them instead of pinning all of them to the first.
+    ("grpc.lb_policy_name", "round_robin"),
     # A peer that restarts (a replica, a worker) is back within a second or
     # two; gRPC's default reconnect backoff grows to minutes and would fail
     # every call to it fast until then.

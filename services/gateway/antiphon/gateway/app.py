@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -14,6 +14,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from antiphon.common.grpcserver import channel, check_ready
+from antiphon.common.metrics import service_registry
 from antiphon.gateway.connection import Connection
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.settings import GatewaySettings
@@ -24,7 +25,7 @@ CLOSE_POLICY = 1008
 
 
 def create_app(settings: GatewaySettings) -> Starlette:
-    registry = CollectorRegistry()
+    registry = service_registry()
     metrics = GatewayMetrics(registry)
 
     @contextlib.asynccontextmanager

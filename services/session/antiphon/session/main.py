@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 
 import redis.asyncio as aioredis
-from prometheus_client import CollectorRegistry
 
 from antiphon.common import bootstrap, metrics
 from antiphon.common.grpcserver import GrpcApp
@@ -22,7 +21,7 @@ SERVICE_NAME = "antiphon.v1.SessionService"
 
 
 async def serve(settings: SessionSettings) -> None:
-    registry = CollectorRegistry()
+    registry = metrics.service_registry()
     session_metrics = SessionMetrics(registry)
     metrics.serve(registry, settings.metrics_port)
     client = aioredis.Redis.from_url(settings.redis_url)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
-
 from antiphon.common import bootstrap, metrics
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage0.metrics import Stage0Metrics
@@ -25,7 +23,7 @@ async def load_engines(settings: Stage0Settings) -> Engines:
 
 
 async def serve(settings: Stage0Settings) -> None:
-    registry = CollectorRegistry()
+    registry = metrics.service_registry()
     stage_metrics = Stage0Metrics(registry)
     metrics.serve(registry, settings.metrics_port)
     app = GrpcApp(SERVICE_NAME, settings.listen)

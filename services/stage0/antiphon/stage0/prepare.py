@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from antiphon.common.assets import default_cache_dir
+from antiphon.common.assets import MissingAssetError, default_cache_dir
 from antiphon.stage0 import assets as stage0_assets
 
 
@@ -23,7 +23,11 @@ def main() -> None:
         from antiphon.stage1 import assets as stage1_assets
     except ImportError:
         return  # a stage0-only image
-    print(f"stage1 assets ready: {stage1_assets.locate()}")
+    try:
+        located = stage1_assets.locate()
+    except MissingAssetError:
+        return  # a stage0-only image has no voice package
+    print(f"stage1 assets ready: {located}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from prometheus_client import CollectorRegistry
-
 from antiphon.common import bootstrap, metrics
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage1.assets import locate
@@ -40,7 +38,7 @@ def load_voice(settings: Stage1Settings) -> Voice:
 
 async def serve(settings: Stage1Settings) -> None:
     tts = load_voice(settings)
-    registry = CollectorRegistry()
+    registry = metrics.service_registry()
     stage_metrics = Stage1Metrics(registry)
     metrics.serve(registry, settings.metrics_port)
     # One synthesis at a time per worker: the voice uses the thread it is given.
