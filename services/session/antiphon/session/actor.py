@@ -293,7 +293,8 @@ class SessionActor:
         kind = cmd.WhichOneof("kind")
         self._metrics.commands.labels(kind or "none").inc()
         if kind == "append_audio":
-            await self._append(cmd)
+            with self._metrics.append_latency.time():
+                await self._append(cmd)
         elif kind == "commit":
             await self._commit(cmd)
         elif kind == "clear_input":

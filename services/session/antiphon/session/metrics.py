@@ -68,6 +68,12 @@ class SessionMetrics:
             "Retried appends recognised by operation_id and not applied again",
             registry=registry,
         )
+        self.append_latency = Histogram(
+            "antiphon_session_append_seconds",
+            "A client audio append from the mailbox until forwarded to stage0",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.journal_latency = Histogram(
             "antiphon_session_journal_append_seconds",
             "Time to append one event to the Redis journal",

@@ -236,6 +236,8 @@ class CascadeSession:
                         metrics.num_generation_tokens = m.num_generation_tokens
                         self._metrics.ttft.observe(m.ttft_ms / 1000)
                         self._metrics.tpot.observe(m.tpot_ms / 1000)
+                        for itl in m.itl_ms:
+                            self._metrics.itl.observe(itl / 1000)
         except Exception as exc:
             log.exception("generation failed", extra={"session_id": self.session_id})
             self._emit(

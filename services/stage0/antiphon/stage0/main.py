@@ -25,6 +25,7 @@ async def load_engines(settings: Stage0Settings) -> Engines:
 async def serve(settings: Stage0Settings) -> None:
     registry = metrics.service_registry()
     stage_metrics = Stage0Metrics(registry)
+    stage_metrics.capacity.set(settings.capacity)
     metrics.serve(registry, settings.metrics_port)
     app = GrpcApp(SERVICE_NAME, settings.listen)
     service = Stage0Service(settings=settings, metrics=stage_metrics)

@@ -18,6 +18,17 @@ class Stage0Metrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.capacity = Gauge(
+            "antiphon_stage0_capacity",
+            "Sessions this worker serves in real time (configured)",
+            registry=registry,
+        )
+        self.itl = Histogram(
+            "antiphon_stage0_itl_seconds",
+            "LLM inter-token latency, per token",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.tpot = Histogram(
             "antiphon_stage0_tpot_seconds",
             "LLM time per output token",

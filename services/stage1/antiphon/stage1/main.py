@@ -40,6 +40,7 @@ async def serve(settings: Stage1Settings) -> None:
     tts = load_voice(settings)
     registry = metrics.service_registry()
     stage_metrics = Stage1Metrics(registry)
+    stage_metrics.capacity.set(settings.capacity)
     metrics.serve(registry, settings.metrics_port)
     # One synthesis at a time per worker: the voice uses the thread it is given.
     executor = ThreadPoolExecutor(1, thread_name_prefix="tts")

@@ -12,6 +12,11 @@ class Stage1Metrics:
         self.sessions_active = Gauge(
             "antiphon_stage1_sessions_active", "Sessions bound to this worker", registry=registry
         )
+        self.capacity = Gauge(
+            "antiphon_stage1_capacity",
+            "Sessions this worker serves in real time (configured)",
+            registry=registry,
+        )
         self.first_audio = Histogram(
             "antiphon_stage1_first_audio_seconds",
             "From a response's first text to its first audio",
