@@ -249,3 +249,31 @@ async def test_redis_keys_and_replica_memory_return_to_baseline_after_200_sessio
         assert rss_mib() - rss_before < 40
     finally:
         await r.aclose()
+
+
+async def test_a_resume_the_journal_cannot_fill_requires_resync(cluster: Cluster) -> None:
+    client, created = await open_client(cluster)
+    for _ in range(3):
+        await client.send("session.heartbeat")
+    last = await client.until(lambda e: e["server_event_seq"] == 5)
+    await client.send("session.event_ack", server_event_seq=last["server_event_seq"])
+    await client.send("session.heartbeat")  # ordered after the ack in the mailbox
+    await client.until(lambda e: e["server_event_seq"] == 6)
+    await client.ws.close()
+    again = await resume(cluster, created, 1)  # events 2..5 were acked and trimmed
+    try:
+        resync = await again.until(lambda e: e["type"] == "session.resync_required")
+        assert resync["reason"] == "journal_gap"
+    finally:
+        await again.ws.close()
+    fresh = await resume(cluster, created, 5, token=resumed_token(again))
+    try:
+        await fresh.until(lambda e: e["type"] == "session.resumed")
+        replayed = await fresh.until(lambda e: e["type"] == "session.heartbeat_ack")
+        assert replayed["server_event_seq"] == 6
+    finally:
+        await fresh.close()
+
+
+def resumed_token(client: RealtimeClient) -> str:
+    return str(of_type(client.events, "session.resumed")[0]["resume_token"])
