@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import signal
 import socket
@@ -27,10 +28,26 @@ DEFAULT_PROFILE = REPO / "deploy" / "profiles" / "local.yaml"
 REDIS_HINT = "redis-server is not installed: run `apt-get install -y redis-server` (Debian/Ubuntu)"
 
 
+# Listening ports are picked below Linux's ephemeral range (32768-60999):
+# a port taken from that range could be handed to an outgoing connection
+# between the pick and the service's bind.
+_PORT_RANGE = (20000, 32000)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port no one listens on and this process has not handed out before."""
+    while True:
+        port = random.randrange(*_PORT_RANGE)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
 
 
 def wait_for_port(port: int, timeout_s: float = 10.0) -> bool:
@@ -143,6 +160,24 @@ class LocalStack:
         )
         self.procs[name] = proc
         return proc
+
+    def wait_grpc_ready(self, port: int, service: str, timeout_s: float = 180.0) -> None:
+        """Until a gRPC service reports `service` SERVING (e.g. a worker done loading)."""
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        deadline = time.monotonic() + timeout_s
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            while time.monotonic() < deadline:
+                try:
+                    reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.3)
+        raise TimeoutError(f"{service} on port {port} not ready within {timeout_s}s")
 
     def kill(self, name: str) -> None:
         """SIGKILL one process: no drain, no goodbye."""

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from antiphon.session.metrics import SessionMetrics
 from antiphon.session.responses import Event, ResponseOptions, ResponseState
 from antiphon.session.settings import SessionSettings
 from antiphon.session.snapshot import Snapshot, token_hash, token_matches
-from antiphon.session.stages import Binding
+from antiphon.session.stages import Binding, StreamEnded
 from antiphon.session.store import NotOwnerError, SessionStore
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -59,6 +60,8 @@ class Refusal(Exception):
 
 
 Outbound = asyncio.Queue[spb.ServerEvent | None]
+# (stage, address that failed) -> a binding to another worker of that stage.
+Rebind = Callable[[str, str], Awaitable[Binding[Any]]]
 
 
 class SessionActor:
@@ -73,6 +76,7 @@ class SessionActor:
         stage0: Binding[stage_pb2.Stage0Request],
         stage1: Binding[stage_pb2.Stage1Request],
         mailbox: asyncio.Queue[Mail],
+        rebind: Rebind,
     ) -> None:
         self.session_id = snapshot.session_id
         self.owner_token = owner_token
@@ -86,6 +90,9 @@ class SessionActor:
         self._stage1 = stage1
         # Created before the stage bindings, which post their results into it.
         self.mailbox = mailbox
+        self._rebind = rebind
+        # Stages whose worker died with no replacement yet: stage -> its address.
+        self._unbound: dict[str, str] = {}
         self._outbound: Outbound | None = None
         self._seq = snapshot.seq
         self._epoch = snapshot.epoch
@@ -216,8 +223,15 @@ class SessionActor:
                 outbound.put_nowait(spb.ServerEvent.FromString(payload))
         answer.set_result((outbound, generation))
 
-    def _bind_stages(self) -> None:
-        """Open this session on its stage workers (again, after a takeover)."""
+    def _bind_stages(self, only: str = "") -> None:
+        """Open this session on its stage workers (again, after a takeover or
+        on a replacement worker)."""
+        if only != "stage1":
+            self._open_stage0()
+        if only != "stage0":
+            self._open_stage1()
+
+    def _open_stage0(self) -> None:
         self._stage0.send(
             stage_pb2.Stage0Request(
                 open=stage_pb2.Stage0Open(
@@ -227,6 +241,8 @@ class SessionActor:
                 )
             )
         )
+
+    def _open_stage1(self) -> None:
         self._stage1.send(
             stage_pb2.Stage1Request(
                 open=stage_pb2.Stage1Open(
@@ -615,9 +631,9 @@ class SessionActor:
         )
 
     # ------------------------------------------------------------ stage0
-    async def _stage0_event(self, ev: stage_pb2.Stage0Event | None) -> None:
-        if ev is None:
-            await self._stage_lost("stage0")
+    async def _stage0_event(self, ev: stage_pb2.Stage0Event | StreamEnded) -> None:
+        if isinstance(ev, StreamEnded):
+            await self._stage_lost("stage0", ev.binding)
             return
         kind = ev.WhichOneof("kind")
         msg = getattr(ev, kind)
@@ -729,9 +745,9 @@ class SessionActor:
             await self._finish(r, "completed")
 
     # ------------------------------------------------------------ stage1
-    async def _stage1_event(self, ev: stage_pb2.Stage1Event | None) -> None:
-        if ev is None:
-            await self._stage_lost("stage1")
+    async def _stage1_event(self, ev: stage_pb2.Stage1Event | StreamEnded) -> None:
+        if isinstance(ev, StreamEnded):
+            await self._stage_lost("stage1", ev.binding)
             return
         kind = ev.WhichOneof("kind")
         msg = getattr(ev, kind)
@@ -761,12 +777,38 @@ class SessionActor:
         if r is not None and (not msg.response_id or msg.response_id == r.id):
             await self._finish(r, "failed", msg.code or f"{stage}_error")
 
-    async def _stage_lost(self, stage: str) -> None:
-        if self._closed.is_set():
-            return
+    async def _stage_lost(self, stage: str, binding: Binding[Any]) -> None:
+        """A stage worker died: end what it owed, and carry on with another."""
+        current = self._stage0 if stage == "stage0" else self._stage1
+        if self._closed.is_set() or binding is not current:
+            return  # a binding we closed or already replaced
         log.warning("stage stream lost", extra={"session_id": self.session_id, "stage": stage})
+        self._metrics.stage_failovers.labels(stage).inc()
+        if stage == "stage0":
+            # Transcripts it owed will not come: those turns end here.
+            self._pending.clear()
         if self._response is not None:
+            # Never left open: a typed reason, and the next turn works.
             await self._finish(self._response, "failed", f"{stage}_unavailable")
+        await self._replace_worker(stage, binding.address)
+
+    async def _replace_worker(self, stage: str, failed: str) -> None:
+        try:
+            replacement = await self._rebind(stage, failed)
+        except Exception as exc:
+            # Tried again at every tick until a worker of the stage is back.
+            self._unbound[stage] = failed
+            await self._error(
+                "server_error", "stage_unavailable", f"no {stage} worker is available: {exc}", ""
+            )
+            return
+        self._unbound.pop(stage, None)
+        if stage == "stage0":
+            self._stage0 = replacement
+        else:
+            self._stage1 = replacement
+        self._bind_stages(stage)
+        await self._persist()
 
     # ----------------------------------------------------------- closing
     async def _close(self, reason: str) -> None:
@@ -820,7 +862,9 @@ class SessionActor:
             task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     async def _tick(self) -> None:
-        """The registry's periodic check: the idle lease."""
+        """The registry's periodic check: stages to rebind, the idle lease."""
+        for stage, failed in list(self._unbound.items()):
+            await self._replace_worker(stage, failed)
         idle = time.monotonic() - self._last_activity
         if self._settings.idle_ttl_s and idle > self._settings.idle_ttl_s:
             await self._expire("idle_ttl_expired")
@@ -896,8 +940,13 @@ class SessionActor:
     async def _persist(self) -> None:
         """Write the durable state a successor would need (fenced by the owner token)."""
         try:
+            # Where its stage work runs, for operators (not needed to take over).
+            bound: dict[str, bytes | str] = {
+                "stage0": self._stage0.address,
+                "stage1": self._stage1.address,
+            }
             await self._store.set_fields(
-                self.session_id, self.owner_token, self.snapshot().fields()
+                self.session_id, self.owner_token, self.snapshot().fields() | bound
             )
         except NotOwnerError:
             self._stand_down()

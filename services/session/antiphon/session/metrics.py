@@ -74,6 +74,12 @@ class SessionMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.stage_failovers = Counter(
+            "antiphon_session_stage_failovers_total",
+            "Sessions moved to another stage worker after theirs died",
+            ["stage"],
+            registry=registry,
+        )
         self.journal_latency = Histogram(
             "antiphon_session_journal_append_seconds",
             "Time to append one event to the Redis journal",

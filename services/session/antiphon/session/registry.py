@@ -25,7 +25,7 @@ from antiphon.session.actor import Mail, Outbound, Refusal, SessionActor
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.settings import SessionSettings
 from antiphon.session.snapshot import Snapshot, token_matches
-from antiphon.session.stages import NoWorkerError, StagePool
+from antiphon.session.stages import Binding, NoWorkerError, StagePool
 from antiphon.session.store import SessionStore
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -164,6 +164,12 @@ class SessionRegistry:
         except (NoWorkerError, grpc.aio.AioRpcError) as exc:
             self._metrics.sessions_refused.labels("no_worker").inc()
             raise Refusal("server_error", "stage_unavailable", str(exc)) from exc
+
+        async def rebind(stage: str, failed: str) -> Binding[Any]:
+            if stage == "stage0":
+                return (await self._pool.bind_stage0(poster("stage0"), avoid=failed))[0]
+            return (await self._pool.bind_stage1(poster("stage1"), avoid=failed))[0]
+
         snapshot.capabilities = _capabilities(info0)
         actor = SessionActor(
             snapshot=snapshot,
@@ -174,6 +180,7 @@ class SessionRegistry:
             stage0=stage0,
             stage1=stage1,
             mailbox=mailbox,
+            rebind=rebind,
         )
         self._actors[snapshot.session_id] = actor
         self._metrics.sessions_active.inc()

@@ -31,8 +31,15 @@ class NoWorkerError(RuntimeError):
     """No worker of a stage is reachable and ready."""
 
 
+class StreamEnded:
+    """Posted after a binding's last result: its worker is gone (or it was closed)."""
+
+    def __init__(self, binding: Binding[Any]) -> None:
+        self.binding = binding
+
+
 class Binding(Generic[Req]):
-    """One open `Bind` stream. `on_event(None)` reports that the stream ended."""
+    """One open `Bind` stream; `on_event(StreamEnded(self))` reports its end."""
 
     def __init__(self, address: str, call: Any, on_event: Callable[[Any], None]) -> None:
         self.address = address
@@ -79,7 +86,7 @@ class Binding(Generic[Req]):
         except asyncio.CancelledError:
             pass
         finally:
-            on_event(None)
+            on_event(StreamEnded(self))
 
 
 class StagePool:
@@ -117,16 +124,21 @@ class StagePool:
         return stage_pb2_grpc.Stage1ServiceStub(self._channels[addr])
 
     async def bind_stage0(
-        self, on_event: Callable[[Any], None]
+        self, on_event: Callable[[Any], None], *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage0Request], stage_pb2.StageInfo]:
+        """Bind to a ready stage0 worker (preferably not `avoid`, one that just failed)."""
+        if avoid:
+            self._ready[avoid] = False
         addr = self._pick(self._stage0, self._rr0, "stage0")
         stub = self.stage0(addr)
         info = await stub.Describe(stage_pb2.DescribeRequest(), timeout=5)
         return Binding.open(addr, stub.Bind, on_event), info
 
     async def bind_stage1(
-        self, on_event: Callable[[Any], None]
+        self, on_event: Callable[[Any], None], *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage1Request], stage_pb2.StageInfo]:
+        if avoid:
+            self._ready[avoid] = False
         addr = self._pick(self._stage1, self._rr1, "stage1")
         stub = self.stage1(addr)
         info = await stub.Describe(stage_pb2.DescribeRequest(), timeout=5)
