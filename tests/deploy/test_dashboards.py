@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from stack import LocalStack
 
 from tests.deploy.tools import REPO
-from tests.support.realtime import RealtimeClient
+from tests.support.realtime import one_turn
 from tests.support.speech import silence
 
 DASHBOARDS = sorted((REPO / "deploy" / "grafana" / "dashboards").glob("*.json"))
@@ -138,17 +138,7 @@ def test_overview_shows_sessions_errors_and_latency_percentiles() -> None:
 @pytest.fixture(scope="module")
 async def scraped(synthetic_stack: LocalStack) -> dict[str, dict[str, str]]:
     """Each service's /metrics after one spoken turn went through the stack."""
-    client = await RealtimeClient.connect(
-        f"ws://127.0.0.1:{synthetic_stack.ports.gateway}/v1/realtime"
-    )
-    try:
-        await client.open(type="realtime", audio={"input": {"turn_detection": None}})
-        await client.append(silence(600))
-        await client.send("input_audio_buffer.commit")
-        await client.send("response.create")
-        await client.response_cycle()
-    finally:
-        await client.close()
+    await one_turn(synthetic_stack.ports.gateway, silence(600))
     p = synthetic_stack.ports
     pages = {
         "gateway": f"http://127.0.0.1:{p.gateway}/metrics",

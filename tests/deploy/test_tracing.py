@@ -12,7 +12,7 @@ from stack import LocalStack, Ports
 
 from antiphon.common import tracing
 from tests.deploy.otlp import ReceivedSpan, Receiver, receiver
-from tests.support.realtime import RealtimeClient
+from tests.support.realtime import one_turn
 from tests.support.speech import silence
 
 SERVICES = {"antiphon-gateway", "antiphon-session", "antiphon-stage0", "antiphon-stage1"}
@@ -64,15 +64,7 @@ async def test_one_turn_is_one_trace_across_all_four_tiers(
     traced: tuple[LocalStack, Receiver],
 ) -> None:
     stack, collector = traced
-    client = await RealtimeClient.connect(f"ws://127.0.0.1:{stack.ports.gateway}/v1/realtime")
-    try:
-        await client.open(type="realtime", audio={"input": {"turn_detection": None}})
-        await client.append(silence(600))
-        await client.send("input_audio_buffer.commit")
-        await client.send("response.create")
-        await client.response_cycle()
-    finally:
-        await client.close()
+    await one_turn(stack.ports.gateway, silence(600))
     spans = await asyncio.to_thread(
         collector.wait_until, lambda spans: connected(spans) is not None, 30
     )

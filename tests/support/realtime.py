@@ -84,3 +84,17 @@ def audio_bytes(events: list[Event]) -> bytes:
     return b"".join(
         base64.b64decode(e["delta"]) for e in of_type(events, "response.output_audio.delta")
     )
+
+
+async def one_turn(gateway_port: int, pcm16: bytes) -> list[Event]:
+    """A whole session with one turn (`turn_detection: null`): its events."""
+    client = await RealtimeClient.connect(f"ws://127.0.0.1:{gateway_port}/v1/realtime")
+    try:
+        await client.open(type="realtime", audio={"input": {"turn_detection": None}})
+        await client.append(pcm16)
+        await client.send("input_audio_buffer.commit")
+        await client.send("response.create")
+        await client.response_cycle()
+    finally:
+        await client.close()
+    return client.events
