@@ -302,3 +302,16 @@ async def test_an_operation_id_is_recorded_once_within_the_cache(store: SessionS
     for i in range(2, 7):  # the cache holds 4: op-1 falls out
         assert await store.record_operation("sess_op", "own", f"op-{i}")
     assert await store.record_operation("sess_op", "own", "op-1")
+
+
+async def test_a_lapsed_lease_with_no_successor_is_taken_back_by_its_owner(
+    redis_client: aioredis.Redis,
+) -> None:
+    store = make_store(redis_client, lease_ms=100)
+    await store.open("sess_lapse", "own_a", {"state": "open"})
+    await asyncio.sleep(0.25)  # e.g. Redis was down longer than the lease
+    assert await store.refresh_lease("sess_lapse", "own_a")
+    await store.append_event("sess_lapse", "own_a", 1, b"still mine")
+    # A successor's token, once set, is never taken back.
+    assert await store.take_over("sess_lapse", "own_b")
+    assert not await store.refresh_lease("sess_lapse", "own_a")

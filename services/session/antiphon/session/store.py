@@ -44,10 +44,14 @@ return inc
 """
 
 # KEYS[1] owner, KEYS[2] session hash; ARGV[1] token, ARGV[2] lease ms,
-# ARGV[3] now ms. Extends the lease only while this token holds it.
+# ARGV[3] now ms. Extends the lease only while no other owner holds it: a
+# lease that lapsed with no successor (Redis was down for longer than the
+# lease) is taken back, since only a successor's token fences this owner out.
 _REFRESH = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local current = redis.call('GET', KEYS[1])
+if current and current ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[2], 'state') ~= 'open' then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('HSET', KEYS[2], 'alive_ms', ARGV[3])
 return 1
 """
