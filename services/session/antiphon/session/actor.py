@@ -40,7 +40,6 @@ tracer = trace.get_tracer("antiphon.session")
 Mail = tuple[str, Any]
 
 STAGE0_RATE = 16000
-PCM16_BYTES_PER_MS_16K = 32
 
 
 @dataclass
@@ -48,7 +47,6 @@ class PendingItem:
     """A committed user item whose transcript stage0 has not returned yet."""
 
     previous_item_id: str
-    event_id: str
 
 
 class Refusal(Exception):
@@ -104,7 +102,6 @@ class SessionActor:
         self._orphaned_response = snapshot.active_response
         self._last_activity = time.monotonic()
         self._input_bytes = 0
-        self._input_ms = 0
         self._resampler: StreamResampler | None = None
         self._last_item_id = snapshot.last_item_id
         self._speech_item_id = ""
@@ -375,7 +372,6 @@ class SessionActor:
             self._resampler = StreamResampler(rate, STAGE0_RATE)
         pcm = self._resampler.process(audio.pcm16)
         self._input_bytes += len(pcm)
-        self._input_ms += len(pcm) // PCM16_BYTES_PER_MS_16K
         self._stage0.send(
             stage_pb2.Stage0Request(audio=stage_pb2.Stage0Audio(epoch=self._epoch, pcm16=pcm))
         )
@@ -424,15 +420,15 @@ class SessionActor:
                         audio=stage_pb2.Stage0Audio(epoch=self._epoch, pcm16=tail)
                     )
                 )
-        await self._commit_audio(cmd.event_id)
+        await self._commit_audio()
 
-    async def _commit_audio(self, event_id: str, item_id: str = "") -> None:
+    async def _commit_audio(self, item_id: str = "") -> None:
         """Seal the buffered audio into a user item; its transcript follows from stage0."""
         item_id = item_id or new_id("item")
         previous = self._last_item_id
         self._turn_id += 1
         self._input_bytes = 0
-        self._pending[item_id] = PendingItem(previous_item_id=previous, event_id=event_id)
+        self._pending[item_id] = PendingItem(previous_item_id=previous)
         self._last_item_id = item_id
         self._stage0.send(
             stage_pb2.Stage0Request(
@@ -654,7 +650,7 @@ class SessionActor:
                 "speech_stopped", spb.SpeechStopped(audio_end_ms=msg.audio_end_ms, item_id=item_id)
             )
             if self._input_bytes:
-                await self._commit_audio("", item_id)
+                await self._commit_audio(item_id)
         elif kind == "transcript":
             pending = self._pending.pop(msg.item_id, None)
             if pending is not None:
@@ -726,10 +722,10 @@ class SessionActor:
         if r is None:
             return
         r.generation_done = True
-        prompt_metrics = cpb.StageMetrics()
-        prompt_metrics.CopyFrom(msg.metrics)
-        prompt_metrics.stage1_first_audio_ms = r.metrics.stage1_first_audio_ms
-        r.metrics = prompt_metrics
+        # Stage0's numbers, keeping stage1's if its done came first.
+        first_audio_ms = r.metrics.stage1_first_audio_ms
+        r.metrics.CopyFrom(msg.metrics)
+        r.metrics.stage1_first_audio_ms = first_audio_ms
         if not r.created and not r.text:
             # Nothing visible: the model chose to stay silent.
             self._response = None

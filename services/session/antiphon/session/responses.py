@@ -43,13 +43,10 @@ class ResponseState:
     created: bool = False
     generation_requested: bool = False
     generation_done: bool = False
-    synthesis_done: bool = False
     text: str = ""
     transcript: str = ""
     audio_ms: int = 0
     metrics: cpb.StageMetrics = field(default_factory=cpb.StageMetrics)
-    # Stage1's audio clock, for the cumulative `audio_duration_ms`.
-    first_audio_ms: float = 0.0
 
     @property
     def audio(self) -> bool:
