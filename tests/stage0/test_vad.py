@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import numpy as np
@@ -15,6 +16,7 @@ from antiphon.stage0.vad import (
     SileroVad,
     SpeechStarted,
     SpeechStopped,
+    VadBatcher,
     VadEvent,
 )
 
@@ -180,3 +182,37 @@ def test_clear_keeps_the_audio_clock(vad: SileroVad) -> None:
     stream.clear()
     stream.feed(bytes(1048))
     assert stream.endpointer.now_ms == 2 * FRAME_MS
+
+
+@pytest.mark.models
+async def test_batcher_runs_sessions_together_with_the_events_each_gets_alone(
+    vad: SileroVad, sentence: bytes
+) -> None:
+    audios = [silence(300) + sentence + silence(900), silence(900) + sentence + silence(300)]
+    alone = [vad.stream().feed(a) for a in audios]
+    sizes: list[int] = []
+    batcher = VadBatcher(vad, observe_batch=sizes.append)
+    streams = [vad.stream() for _ in audios]
+    got: list[list[VadEvent]] = [[] for _ in audios]
+    chunk = 6400  # 200 ms appends, both sessions in the same loop turn
+    for i in range(0, max(len(a) for a in audios), chunk):
+        for n, (stream, audio) in enumerate(zip(streams, audios, strict=True)):
+            if audio[i : i + chunk]:
+                stream.push(audio[i : i + chunk])
+                batcher.submit(stream, got[n].extend)
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert got == alone
+    assert max(sizes) == 2  # the two sessions' frames shared model calls
+
+
+@pytest.mark.models
+async def test_batcher_drops_a_discarded_stream(vad: SileroVad, sentence: bytes) -> None:
+    batcher = VadBatcher(vad)
+    stream = vad.stream()
+    got: list[VadEvent] = []
+    stream.push(sentence + silence(1000))
+    batcher.submit(stream, got.extend)
+    batcher.discard(stream)
+    await asyncio.sleep(0)
+    assert got == [] and stream.pending_frames > 0

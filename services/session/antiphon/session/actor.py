@@ -643,6 +643,11 @@ class SessionActor:
                 "speech_started",
                 spb.SpeechStarted(audio_start_ms=msg.audio_start_ms, item_id=self._speech_item_id),
             )
+            td = self._config.turn_detection
+            interrupt = td.interrupt_response if td.HasField("interrupt_response") else True
+            if self._response is not None and interrupt:
+                # Barge-in: the user talks over the assistant, which stops at once.
+                await self._cancel_active("turn_detected")
         elif kind == "speech_stopped" and lane == stage_pb2.LANE_SERVER_VAD:
             item_id = self._speech_item_id or new_id("item")
             self._speech_item_id = ""

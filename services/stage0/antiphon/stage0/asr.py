@@ -1,24 +1,44 @@
-"""Whisper ASR on faster-whisper (CTranslate2), for whole utterances.
+"""Whisper ASR on CTranslate2 (faster-whisper's model), sized to the audio.
 
-`transcribe` blocks for roughly a quarter of the audio's length on one core;
-callers run it in a thread executor so the event loop keeps serving sessions.
+Whisper was trained on 30 s windows, and faster-whisper always pads to one,
+so every utterance cost a full 30 s encoder pass (about 1.6 s here) however
+short it was. CTranslate2's encoder accepts shorter inputs, so we encode
+the audio plus a few seconds of silence instead: cost then grows with the
+audio's length (about 300 ms for 2 s of speech at one thread) and the text
+is the same on our fixtures. `StreamingTranscript` builds on that: it transcribes
+an utterance piece by piece while the user is still speaking, so the end of
+a turn only pays for its tail.
+
+`transcribe` blocks; callers run it in a thread executor so the event loop
+keeps serving sessions.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import ctranslate2
 import numpy as np
 from faster_whisper import WhisperModel
 
 SAMPLE_RATE = 16_000
+BYTES_PER_SECOND = SAMPLE_RATE * 2
+# Whisper's whole window: longer audio is cut to it.
+MAX_FRAMES = 3000
+# Trailing silence after the audio. With less than about 4 s, Whisper often
+# repeats a short question until its token budget runs out (measured).
+PAD_S = 4.0
+# A segment Whisper believes holds no speech (its own thresholds).
+NO_SPEECH_PROB = 0.6
+NO_SPEECH_LOGPROB = -1.0
 
 
 class WhisperAsr:
-    """One CTranslate2 Whisper model; English, greedy, no internal VAD, no timestamps."""
+    """One CTranslate2 Whisper model; English, greedy, no timestamps."""
 
     def __init__(self, model_dir: Path, threads: int = 1, compute_type: str = "int8") -> None:
-        self._model = WhisperModel(
+        whisper = WhisperModel(
             str(model_dir),
             device="cpu",
             compute_type=compute_type,
@@ -29,6 +49,14 @@ class WhisperAsr:
             # A directory path never touches the hub; this makes sure of it.
             local_files_only=True,
         )
+        self._model: ctranslate2.models.Whisper = whisper.model
+        self._features = whisper.feature_extractor
+        tokenizer = whisper.hf_tokenizer
+        self._decode = tokenizer.decode
+        self._prompt = [
+            tokenizer.token_to_id(t)
+            for t in ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
+        ]
 
     def transcribe(self, pcm16_16k: bytes) -> str:
         """PCM16 mono 16 kHz in, stripped text out ("" for no audio or no speech)."""
@@ -36,19 +64,42 @@ class WhisperAsr:
         if not usable:
             return ""
         audio = np.frombuffer(pcm16_16k[:usable], dtype="<i2").astype(np.float32) / 32768.0
-        segments, _info = self._model.transcribe(
-            audio,
-            language="en",
-            task="transcribe",
+        padded = np.concatenate((audio, np.zeros(int(PAD_S * SAMPLE_RATE), np.float32)))
+        features = self._features(padded)[:, :MAX_FRAMES]
+        seconds = min(len(audio) / SAMPLE_RATE, 30.0)
+        result = self._model.generate(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(features[np.newaxis])),
+            [self._prompt],
             beam_size=1,
-            best_of=1,
-            # One pass only: the temperature fallback could multiply a turn's latency.
-            temperature=0.0,
-            # Stage0's Silero VAD already cut the utterance.
-            vad_filter=False,
-            without_timestamps=True,
-            # Each utterance stands alone; earlier text would only invite repetition.
-            condition_on_previous_text=False,
-        )
-        # `segments` is lazy: decoding happens while iterating.
-        return "".join(segment.text for segment in segments).strip()
+            # Speech runs at most a few tokens a second; a bound stops a looping decode.
+            max_length=int(20 + 8 * seconds),
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+        )[0]
+        if not result.sequences_ids or not result.sequences_ids[0]:
+            return ""
+        tokens = result.sequences_ids[0]
+        avg_logprob = result.scores[0] if result.scores else 0.0
+        if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < NO_SPEECH_LOGPROB:
+            return ""
+        return drop_repeats(str(self._decode(tokens)).strip())
+
+
+_SENTENCE = re.compile(r"[^.?!]+[.?!]*")
+
+
+def drop_repeats(text: str) -> str:
+    """Cut a decode that fell into repeating its last sentence.
+
+    A short window still sometimes makes Whisper say a question twice; people
+    almost never say the same sentence twice in a row, so the copies go, and
+    so does a cut-off copy at the end.
+    """
+    sentences = [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+    kept: list[str] = []
+    for sentence in sentences:
+        if kept and (sentence == kept[-1] or kept[-1].startswith(sentence)):
+            continue
+        kept.append(sentence)
+    return " ".join(kept)

@@ -10,13 +10,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from antiphon.stage0.llm import GenerationMetrics
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
 from antiphon.stage0.settings import Stage0Settings
-from antiphon.stage0.vad import EndpointerConfig, SpeechStarted, SpeechStopped, VadStream
+from antiphon.stage0.transcript import StreamingTranscript
+from antiphon.stage0.vad import (
+    EndpointerConfig,
+    SpeechStarted,
+    SpeechStopped,
+    VadBatcher,
+    VadEvent,
+    VadStream,
+)
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 
@@ -32,6 +41,7 @@ class CascadeSession:
         settings: Stage0Settings,
         emit: Callable[[pb.Stage0Event], None],
         metrics: Stage0Metrics,
+        vad_batcher: VadBatcher,
     ) -> None:
         self._models = models
         self._metrics = metrics
@@ -41,6 +51,10 @@ class CascadeSession:
         self._lane: pb.Lane = pb.LANE_MANUAL
         self._epoch = 0
         self._vad: VadStream = models.vad.stream()
+        self._vad_batcher = vad_batcher
+        self._transcript = StreamingTranscript(
+            self._asr, segment_ms=int(settings.asr_segment_s * 1000)
+        )
         # Audio of the utterance being heard; its start on the stream clock.
         self._utterance = bytearray()
         self._utterance_start_ms = 0
@@ -61,10 +75,12 @@ class CascadeSession:
         if kind == "audio":
             self._audio(msg.pcm16)
         elif kind == "commit":
-            pcm = self._take_utterance()
-            self._spawn(self._transcribe_commit(msg.epoch, msg.item_id, pcm))
+            pcm, text = self._take_utterance()
+            self._spawn(self._transcribe_commit(msg.epoch, msg.item_id, pcm, text))
         elif kind == "clear_input":
-            self._take_utterance()
+            self._utterance.clear()
+            self._utterance_start_ms = self._received_ms
+            self._transcript.reset()
             self._vad.clear()
         elif kind == "generate":
             self._spawn(self._generate(msg))
@@ -106,7 +122,13 @@ class CascadeSession:
             drop = len(self._utterance) - max_bytes
             del self._utterance[:drop]
             self._utterance_start_ms += drop // BYTES_PER_MS
-        for event in self._vad.feed(pcm16):
+        self._transcript.update(self._utterance, self._utterance_start_ms)
+        self._vad.push(pcm16)
+        self._vad_batcher.submit(self._vad, self._vad_events)
+
+    def _vad_events(self, events: list[VadEvent]) -> None:
+        """The VAD has run all audio received so far (in a batch with other sessions)."""
+        for event in events:
             if isinstance(event, SpeechStarted):
                 self._speech_started(event)
             elif isinstance(event, SpeechStopped):
@@ -147,8 +169,8 @@ class CascadeSession:
             )
         )
         if self._lane == pb.LANE_NATIVE:
-            pcm = self._take_utterance()
-            self._spawn(self._transcribe_utterance(self._epoch, ev.audio_end_ms, pcm))
+            _pcm, text = self._take_utterance()
+            self._spawn(self._transcribe_utterance(self._epoch, ev.audio_end_ms, text))
 
     def _trim_to(self, start_ms: int) -> None:
         drop_ms = start_ms - self._utterance_start_ms
@@ -156,11 +178,13 @@ class CascadeSession:
             del self._utterance[: drop_ms * BYTES_PER_MS]
             self._utterance_start_ms = start_ms
 
-    def _take_utterance(self) -> bytes:
+    def _take_utterance(self) -> tuple[bytes, Awaitable[str]]:
+        """The utterance's audio, and its text once the last of it is transcribed."""
         pcm = bytes(self._utterance)
+        text = self._transcript.take(pcm, self._utterance_start_ms)
         self._utterance.clear()
         self._utterance_start_ms = self._received_ms
-        return pcm
+        return pcm, text
 
     # ------------------------------------------------------------- tasks
     def _spawn(self, coro: Any) -> None:
@@ -178,28 +202,35 @@ class CascadeSession:
             if task_epoch < epoch:
                 task.cancel()
 
-    async def _transcribe(self, pcm: bytes) -> str:
-        with self._metrics.asr_latency.time():
+    async def _asr(self, pcm: bytes) -> str:
+        with self._metrics.queue_depth.labels("asr").track_inprogress():
             return await self._models.transcribe(pcm)
 
-    async def _transcribe_commit(self, epoch: int, item_id: str, pcm: bytes) -> None:
-        text = await self._transcribe(pcm)
+    async def _transcribed(self, text: Awaitable[str]) -> str:
+        # What the user waits for: only the tail of the utterance is left by now.
+        with self._metrics.asr_latency.time():
+            return await text
+
+    async def _transcribe_commit(
+        self, epoch: int, item_id: str, pcm: bytes, text: Awaitable[str]
+    ) -> None:
+        heard = await self._transcribed(text)
         self._emit(
             pb.Stage0Event(
                 transcript=pb.Transcript(
-                    epoch=epoch, item_id=item_id, text=text, audio_ms=len(pcm) // BYTES_PER_MS
+                    epoch=epoch, item_id=item_id, text=heard, audio_ms=len(pcm) // BYTES_PER_MS
                 )
             )
         )
 
-    async def _transcribe_utterance(self, epoch: int, end_ms: int, pcm: bytes) -> None:
-        text = await self._transcribe(pcm)
+    async def _transcribe_utterance(self, epoch: int, end_ms: int, text: Awaitable[str]) -> None:
+        heard = await self._transcribed(text)
         # The cascade's policy: speak after any utterance with words in it.
-        decision = pb.DECISION_SPEAK if text.strip() else pb.DECISION_LISTEN
+        decision = pb.DECISION_SPEAK if heard.strip() else pb.DECISION_LISTEN
         self._emit(
             pb.Stage0Event(
                 utterance=pb.Utterance(
-                    epoch=epoch, transcript=text, audio_end_ms=end_ms, decision=decision
+                    epoch=epoch, transcript=heard, audio_end_ms=end_ms, decision=decision
                 )
             )
         )
@@ -211,33 +242,25 @@ class CascadeSession:
         finish_reason = "stop"
         metrics = cpb.StageMetrics(prompt=prompt)
         try:
-            async for out in llm.generate(
-                request_id,
-                prompt,
-                temperature=req.temperature,
-                max_tokens=req.max_output_tokens or 256,
-            ):
-                if out.text:
-                    self._emit(
-                        pb.Stage0Event(
-                            delta=pb.GenerationDelta(
-                                epoch=req.epoch, response_id=req.response_id, text=out.text
+            with self._metrics.llm_batch_size.track_inprogress():
+                async for out in llm.generate(
+                    request_id,
+                    prompt,
+                    temperature=req.temperature,
+                    max_tokens=req.max_output_tokens or 256,
+                ):
+                    if out.text:
+                        self._emit(
+                            pb.Stage0Event(
+                                delta=pb.GenerationDelta(
+                                    epoch=req.epoch, response_id=req.response_id, text=out.text
+                                )
                             )
                         )
-                    )
-                if out.finished:
-                    finish_reason = out.finish_reason or "stop"
-                    if out.metrics is not None:
-                        m = out.metrics
-                        metrics.ttft_ms = m.ttft_ms
-                        metrics.tpot_ms = m.tpot_ms
-                        metrics.itl_ms.extend(m.itl_ms)
-                        metrics.num_prompt_tokens = m.num_prompt_tokens
-                        metrics.num_generation_tokens = m.num_generation_tokens
-                        self._metrics.ttft.observe(m.ttft_ms / 1000)
-                        self._metrics.tpot.observe(m.tpot_ms / 1000)
-                        for itl in m.itl_ms:
-                            self._metrics.itl.observe(itl / 1000)
+                    if out.finished:
+                        finish_reason = out.finish_reason or "stop"
+                        if out.metrics is not None:
+                            self._record(metrics, out.metrics)
         except Exception as exc:
             log.exception("generation failed", extra={"session_id": self.session_id})
             self._emit(
@@ -263,7 +286,21 @@ class CascadeSession:
             )
         )
 
+    def _record(self, metrics: cpb.StageMetrics, m: GenerationMetrics) -> None:
+        """One response's engine clocks: into its `response.done` metrics and Prometheus."""
+        metrics.ttft_ms = m.ttft_ms
+        metrics.tpot_ms = m.tpot_ms
+        metrics.itl_ms.extend(m.itl_ms)
+        metrics.num_prompt_tokens = m.num_prompt_tokens
+        metrics.num_generation_tokens = m.num_generation_tokens
+        self._metrics.ttft.observe(m.ttft_ms / 1000)
+        self._metrics.tpot.observe(m.tpot_ms / 1000)
+        for itl in m.itl_ms:
+            self._metrics.itl.observe(itl / 1000)
+
     async def close(self) -> None:
+        self._vad_batcher.discard(self._vad)
+        self._transcript.reset()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

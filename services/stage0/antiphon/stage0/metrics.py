@@ -35,9 +35,15 @@ class Stage0Metrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.vad_batch_size = Histogram(
+            "antiphon_stage0_vad_batch_size",
+            "Sessions' VAD frames run in one model call",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=registry,
+        )
         self.asr_latency = Histogram(
             "antiphon_stage0_asr_seconds",
-            "Whisper time per utterance",
+            "From the end of an utterance to its transcript (only the tail is left by then)",
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
@@ -45,5 +51,16 @@ class Stage0Metrics:
             "antiphon_stage0_generations_total",
             "Generations by finish reason",
             ["reason"],
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "antiphon_stage0_queue_depth",
+            "Work waiting or running per stage0 queue (asr: transcriptions)",
+            ["queue"],
+            registry=registry,
+        )
+        self.llm_batch_size = Gauge(
+            "antiphon_stage0_llm_batch_size",
+            "Generations the engine runs together now (vLLM continuous batching)",
             registry=registry,
         )

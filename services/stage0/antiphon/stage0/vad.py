@@ -4,7 +4,8 @@ One `SileroVad` (one InferenceSession) serves every session of a worker: each
 session owns a `VadStream` holding its recurrent state, its 64-sample context
 and the samples that do not yet fill a frame. `SileroVad.step` runs one frame
 of many streams in one call, which is how a worker keeps VAD cost flat as
-sessions grow. `VadStream.feed` is the one-session convenience path.
+sessions grow; `VadBatcher` gathers the frames of all of a worker's sessions
+into those calls. `VadStream.feed` is the one-session convenience path.
 
 Times are on the stream's own audio clock: milliseconds of audio fed to this
 stream since it was created, which is what OpenAI's `audio_start_ms` /
@@ -13,14 +14,18 @@ stream since it was created, which is what OpenAI's `audio_start_ms` /
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
+
+log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16_000
 FRAME_SAMPLES = 512
@@ -259,3 +264,53 @@ class SileroVad:
             event = s.endpointer.update(float(probs[i]))
             out.append([event] if event is not None else [])
         return out
+
+
+class VadBatcher:
+    """Runs the queued frames of every stream of a worker in shared model calls.
+
+    Sessions `submit` their stream after pushing audio; the batcher runs once
+    the event loop has taken in what else arrived in the same turn, so audio
+    from many sessions lands in one batch. Each stream's events go to its
+    callback, in order, once its queued frames are all run.
+    """
+
+    def __init__(
+        self,
+        vad: SileroVad,
+        *,
+        max_batch: int = 256,
+        observe_batch: Callable[[int], None] = lambda _size: None,
+    ) -> None:
+        self._vad = vad
+        self._max_batch = max_batch
+        self._observe_batch = observe_batch
+        self._waiting: dict[VadStream, tuple[Callable[[list[VadEvent]], None], list[VadEvent]]] = {}
+        self._scheduled = False
+
+    def submit(self, stream: VadStream, on_events: Callable[[list[VadEvent]], None]) -> None:
+        if stream not in self._waiting:
+            self._waiting[stream] = (on_events, [])
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._run)
+
+    def discard(self, stream: VadStream) -> None:
+        """A closed session: its queued frames are never run."""
+        self._waiting.pop(stream, None)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        while self._waiting:
+            ready = [s for s in self._waiting if s.pending_frames][: self._max_batch]
+            if ready:
+                self._observe_batch(len(ready))
+                for stream, events in zip(ready, self._vad.step(ready), strict=True):
+                    self._waiting[stream][1].extend(events)
+            for stream in [s for s in self._waiting if not s.pending_frames]:
+                on_events, events = self._waiting.pop(stream)
+                try:
+                    on_events(events)
+                except Exception:
+                    # One session's bug must not stall every other session's VAD.
+                    log.exception("VAD event handler failed")

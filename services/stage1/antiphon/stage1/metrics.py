@@ -29,3 +29,8 @@ class Stage1Metrics:
             buckets=(0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2),
             registry=registry,
         )
+        self.queue_depth = Gauge(
+            "antiphon_stage1_queue_depth",
+            "Clauses waiting for the voice thread, across sessions",
+            registry=registry,
+        )

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
 from typing import Protocol
 
 from antiphon.stage1.clauses import ClauseSplitter
 from antiphon.stage1.metrics import Stage1Metrics
+from antiphon.stage1.scheduler import SynthesisScheduler
 from antiphon.stage1.tts import SpeechChunk
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
@@ -46,12 +47,12 @@ class SynthesisSession:
     def __init__(
         self,
         tts: Voice,
-        executor: Executor,
+        scheduler: SynthesisScheduler,
         metrics: Stage1Metrics,
         emit: Callable[[pb.Stage1Event], None],
     ) -> None:
         self._tts = tts
-        self._executor = executor
+        self._scheduler = scheduler
         self._metrics = metrics
         self._emit = emit
         self._epoch = 0
@@ -87,7 +88,6 @@ class SynthesisSession:
             del self._splitters[rid]
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             work = await self._queue.get()
             if work.epoch < self._epoch:
@@ -106,10 +106,14 @@ class SynthesisSession:
                 )
                 continue
             t0 = time.perf_counter()
-            chunks = await loop.run_in_executor(self._executor, self._speak, work.text)
+            chunks = await self._scheduler.run(
+                functools.partial(self._speak, work.text),
+                first=work.response_id not in self._first_audio,
+                wanted=functools.partial(self._wanted, work),
+            )
             elapsed = time.perf_counter() - t0
-            if work.epoch < self._epoch:
-                continue  # cancelled while synthesising: never send it
+            if chunks is None or not self._wanted(work):
+                continue  # cancelled while waiting or synthesising: never send it
             total_ms = sum(c.duration_ms for c in chunks)
             if total_ms:
                 self._metrics.rtf.observe(elapsed * 1000 / total_ms)
@@ -120,6 +124,9 @@ class SynthesisSession:
                 self._metrics.first_audio.observe(now - started)
             for chunk in chunks:
                 self._emit(pb.Stage1Event(audio=_audio_chunk(work, chunk, self._tts.out_rate)))
+
+    def _wanted(self, work: _Work) -> bool:
+        return work.epoch >= self._epoch
 
     def _speak(self, text: str) -> list[SpeechChunk]:
         return list(self._tts.synthesize(text))

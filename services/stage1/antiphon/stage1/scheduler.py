@@ -1,0 +1,96 @@
+"""Who speaks next on a stage1 worker's voice thread.
+
+A worker synthesises one clause at a time (the voice uses the one thread it
+is given). With plain first-come order, a session's first clause could wait
+behind another session's long sentence; here a response's first clause goes
+ahead of every later clause, so time to first audio stays flat as sessions
+share a worker. Work whose epoch was cancelled while it waited is skipped,
+never synthesised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from prometheus_client import Gauge
+
+T = TypeVar("T")
+
+FIRST_CLAUSE = 0
+LATER_CLAUSE = 1
+
+
+@dataclass(order=True)
+class _Job(Generic[T]):
+    priority: int
+    order: int
+    run: Callable[[], T] = field(compare=False)
+    wanted: Callable[[], bool] = field(compare=False)
+    result: asyncio.Future[T | None] = field(compare=False)
+
+
+class SynthesisScheduler:
+    """Runs synthesis jobs on `executor` one at a time, first clauses first."""
+
+    def __init__(self, executor: Executor, queue_depth: Gauge) -> None:
+        self._executor = executor
+        self._queue_depth = queue_depth
+        self._heap: list[_Job[Any]] = []
+        self._order = itertools.count()
+        self._wakeup = asyncio.Event()
+        self._dispatcher: asyncio.Task[None] | None = None
+
+    async def run(
+        self, fn: Callable[[], T], *, first: bool, wanted: Callable[[], bool]
+    ) -> T | None:
+        """`fn()` on the voice thread, or None if `wanted()` is false by its turn."""
+        loop = asyncio.get_running_loop()
+        job: _Job[T] = _Job(
+            FIRST_CLAUSE if first else LATER_CLAUSE,
+            next(self._order),
+            fn,
+            wanted,
+            loop.create_future(),
+        )
+        heapq.heappush(self._heap, job)
+        self._queue_depth.set(len(self._heap))
+        if self._dispatcher is None or self._dispatcher.done():
+            self._dispatcher = asyncio.create_task(self._dispatch())
+        self._wakeup.set()
+        return await job.result
+
+    async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._heap:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            job = heapq.heappop(self._heap)
+            self._queue_depth.set(len(self._heap))
+            if job.result.done():
+                continue  # its session closed while it waited
+            if not job.wanted():
+                job.result.set_result(None)
+                continue
+            try:
+                value = await loop.run_in_executor(self._executor, job.run)
+            except Exception as exc:
+                if not job.result.done():
+                    job.result.set_exception(exc)
+                continue
+            if not job.result.done():
+                job.result.set_result(value)
+
+    async def close(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            try:
+                await self._dispatcher
+            except asyncio.CancelledError:
+                pass
