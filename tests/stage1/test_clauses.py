@@ -117,3 +117,19 @@ def test_flush_resets() -> None:
 def test_rejects_bad_limits() -> None:
     with pytest.raises(ValueError):
         ClauseSplitter(min_words=0)
+
+
+def test_first_clause_may_end_early_at_a_word_boundary_and_only_the_first() -> None:
+    splitter = ClauseSplitter(first_words=4)
+    out: list[str] = []
+    for token in ["The", " capital", " of", " France", " is", " Paris", " and", " it", " is"]:
+        out += splitter.feed(token)
+    assert out == ["The capital of France"]  # later clauses wait for punctuation
+    out += splitter.feed(" big. ")
+    assert out == ["The capital of France", " is Paris and it is big."]
+    assert "".join(out) + splitter.flush() == "The capital of France is Paris and it is big. "
+
+
+def test_first_clause_prefers_punctuation_that_comes_first() -> None:
+    splitter = ClauseSplitter(first_words=4)
+    assert splitter.feed("Yes, it is. Paris is ") == ["Yes, it is."]

@@ -53,12 +53,21 @@ class ClauseSplitter:
     """Incremental clause splitter; pure, one instance per response."""
 
     def __init__(
-        self, *, min_words: int = DEFAULT_MIN_WORDS, max_chars: int = DEFAULT_MAX_CHARS
+        self,
+        *,
+        min_words: int = DEFAULT_MIN_WORDS,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        first_words: int = 0,
     ) -> None:
-        if min_words < 1 or max_chars < 1:
+        if min_words < 1 or max_chars < 1 or first_words < 0:
             raise ValueError("min_words and max_chars must be positive")
         self._min_words = min_words
         self._max_chars = max_chars
+        # The first clause may end at any word boundary once it holds this many
+        # words (0: only where punctuation allows): the listener hears the
+        # answer start while the LLM is still writing its first sentence.
+        self._first_words = first_words
+        self._cut_before = False
         self._pending = ""
 
     def feed(self, text_delta: str) -> list[str]:
@@ -68,6 +77,7 @@ class ClauseSplitter:
         while (cut := self._find_cut(self._pending)) is not None:
             clauses.append(self._pending[:cut])
             self._pending = self._pending[cut:]
+            self._cut_before = True
         return clauses
 
     def flush(self) -> str:
@@ -107,7 +117,16 @@ class ClauseSplitter:
             if buf[j].isspace() and self._accept(buf, i, j, hard):
                 return j
             i = j
-        return self._overlong_cut(buf)
+        return self._early_cut(buf) or self._overlong_cut(buf)
+
+    def _early_cut(self, buf: str) -> int | None:
+        if self._cut_before or not self._first_words:
+            return None
+        for m in re.finditer(r"\s+", buf):
+            # A word is whole once whitespace follows it.
+            if _word_count(buf[: m.start()]) >= self._first_words:
+                return m.start()
+        return None
 
     def _accept(self, buf: str, punct: int, end: int, hard: bool) -> bool:
         clause = buf[:end]

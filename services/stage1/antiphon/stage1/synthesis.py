@@ -50,7 +50,10 @@ class SynthesisSession:
         scheduler: SynthesisScheduler,
         metrics: Stage1Metrics,
         emit: Callable[[pb.Stage1Event], None],
+        *,
+        first_clause_words: int = 0,
     ) -> None:
+        self._first_clause_words = first_clause_words
         self._tts = tts
         self._scheduler = scheduler
         self._metrics = metrics
@@ -76,7 +79,9 @@ class SynthesisSession:
         if kind != "text":
             return
         rid = msg.response_id
-        splitter = self._splitters.setdefault(rid, ClauseSplitter())
+        splitter = self._splitters.setdefault(
+            rid, ClauseSplitter(first_words=self._first_clause_words)
+        )
         self._first_text.setdefault(rid, time.perf_counter())
         for clause in splitter.feed(msg.text):
             self._queue.put_nowait(_Work(msg.epoch, rid, clause, final=False))
