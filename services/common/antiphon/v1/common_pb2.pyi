@@ -141,18 +141,26 @@ class ContentPart(_message.Message):
     def __init__(self, type: _Optional[str] = ..., text: _Optional[str] = ..., transcript: _Optional[str] = ...) -> None: ...
 
 class Item(_message.Message):
-    __slots__ = ("id", "type", "role", "status", "content")
+    __slots__ = ("id", "type", "role", "status", "content", "call_id", "name", "arguments", "output")
     ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
     id: str
     type: str
     role: str
     status: str
     content: _containers.RepeatedCompositeFieldContainer[ContentPart]
-    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., role: _Optional[str] = ..., status: _Optional[str] = ..., content: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ...) -> None: ...
+    call_id: str
+    name: str
+    arguments: str
+    output: str
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., role: _Optional[str] = ..., status: _Optional[str] = ..., content: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ..., output: _Optional[str] = ...) -> None: ...
 
 class Playback(_message.Message):
     __slots__ = ("generated_ms", "sent_ms", "played_ms", "committed_ms")

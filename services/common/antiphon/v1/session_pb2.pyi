@@ -92,8 +92,66 @@ class EventAck(_message.Message):
     seq: int
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
+class CancelInput(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AppendText(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class CreateItem(_message.Message):
+    __slots__ = ("item", "previous_item_id")
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    item: _common_pb2.Item
+    previous_item_id: str
+    def __init__(self, item: _Optional[_Union[_common_pb2.Item, _Mapping]] = ..., previous_item_id: _Optional[str] = ...) -> None: ...
+
+class ItemRef(_message.Message):
+    __slots__ = ("item_id",)
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    item_id: str
+    def __init__(self, item_id: _Optional[str] = ...) -> None: ...
+
+class TruncateItem(_message.Message):
+    __slots__ = ("item_id", "content_index", "audio_end_ms")
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_END_MS_FIELD_NUMBER: _ClassVar[int]
+    item_id: str
+    content_index: int
+    audio_end_ms: int
+    def __init__(self, item_id: _Optional[str] = ..., content_index: _Optional[int] = ..., audio_end_ms: _Optional[int] = ...) -> None: ...
+
+class ClearOutputAudio(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BargeIn(_message.Message):
+    __slots__ = ("source",)
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    def __init__(self, source: _Optional[str] = ...) -> None: ...
+
+class PlaybackAck(_message.Message):
+    __slots__ = ("response_id", "item_id", "played_ms", "committed_ms", "truncate")
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAYED_MS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_MS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    response_id: str
+    item_id: str
+    played_ms: int
+    committed_ms: int
+    truncate: bool
+    def __init__(self, response_id: _Optional[str] = ..., item_id: _Optional[str] = ..., played_ms: _Optional[int] = ..., committed_ms: _Optional[int] = ..., truncate: _Optional[bool] = ...) -> None: ...
+
 class ClientCommand(_message.Message):
-    __slots__ = ("event_id", "operation_id", "client_type", "open", "update", "append_audio", "commit", "clear_input", "create_response", "cancel_response", "close", "heartbeat", "rejected", "resume", "event_ack")
+    __slots__ = ("event_id", "operation_id", "client_type", "open", "update", "append_audio", "commit", "clear_input", "create_response", "cancel_response", "close", "heartbeat", "rejected", "resume", "event_ack", "cancel_input", "append_text", "create_item", "retrieve_item", "delete_item", "truncate_item", "clear_output_audio", "barge_in", "playback_ack")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +167,15 @@ class ClientCommand(_message.Message):
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
     EVENT_ACK_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_INPUT_FIELD_NUMBER: _ClassVar[int]
+    APPEND_TEXT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_ITEM_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVE_ITEM_FIELD_NUMBER: _ClassVar[int]
+    DELETE_ITEM_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_ITEM_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_OUTPUT_AUDIO_FIELD_NUMBER: _ClassVar[int]
+    BARGE_IN_FIELD_NUMBER: _ClassVar[int]
+    PLAYBACK_ACK_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     operation_id: str
     client_type: str
@@ -124,7 +191,16 @@ class ClientCommand(_message.Message):
     rejected: ErrorEvent
     resume: ResumeSession
     event_ack: EventAck
-    def __init__(self, event_id: _Optional[str] = ..., operation_id: _Optional[str] = ..., client_type: _Optional[str] = ..., open: _Optional[_Union[OpenSession, _Mapping]] = ..., update: _Optional[_Union[UpdateSession, _Mapping]] = ..., append_audio: _Optional[_Union[AppendAudio, _Mapping]] = ..., commit: _Optional[_Union[CommitInput, _Mapping]] = ..., clear_input: _Optional[_Union[ClearInput, _Mapping]] = ..., create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ..., close: _Optional[_Union[CloseSession, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., rejected: _Optional[_Union[ErrorEvent, _Mapping]] = ..., resume: _Optional[_Union[ResumeSession, _Mapping]] = ..., event_ack: _Optional[_Union[EventAck, _Mapping]] = ...) -> None: ...
+    cancel_input: CancelInput
+    append_text: AppendText
+    create_item: CreateItem
+    retrieve_item: ItemRef
+    delete_item: ItemRef
+    truncate_item: TruncateItem
+    clear_output_audio: ClearOutputAudio
+    barge_in: BargeIn
+    playback_ack: PlaybackAck
+    def __init__(self, event_id: _Optional[str] = ..., operation_id: _Optional[str] = ..., client_type: _Optional[str] = ..., open: _Optional[_Union[OpenSession, _Mapping]] = ..., update: _Optional[_Union[UpdateSession, _Mapping]] = ..., append_audio: _Optional[_Union[AppendAudio, _Mapping]] = ..., commit: _Optional[_Union[CommitInput, _Mapping]] = ..., clear_input: _Optional[_Union[ClearInput, _Mapping]] = ..., create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ..., close: _Optional[_Union[CloseSession, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., rejected: _Optional[_Union[ErrorEvent, _Mapping]] = ..., resume: _Optional[_Union[ResumeSession, _Mapping]] = ..., event_ack: _Optional[_Union[EventAck, _Mapping]] = ..., cancel_input: _Optional[_Union[CancelInput, _Mapping]] = ..., append_text: _Optional[_Union[AppendText, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., retrieve_item: _Optional[_Union[ItemRef, _Mapping]] = ..., delete_item: _Optional[_Union[ItemRef, _Mapping]] = ..., truncate_item: _Optional[_Union[TruncateItem, _Mapping]] = ..., clear_output_audio: _Optional[_Union[ClearOutputAudio, _Mapping]] = ..., barge_in: _Optional[_Union[BargeIn, _Mapping]] = ..., playback_ack: _Optional[_Union[PlaybackAck, _Mapping]] = ...) -> None: ...
 
 class SessionState(_message.Message):
     __slots__ = ("config", "session_id", "incarnation", "attachment_generation", "resume_token", "epoch", "turn_id", "state", "active_response_id", "playback", "capabilities")
@@ -417,8 +493,100 @@ class RateLimitsUpdated(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ItemDeleted(_message.Message):
+    __slots__ = ("item_id",)
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    item_id: str
+    def __init__(self, item_id: _Optional[str] = ...) -> None: ...
+
+class ItemRetrieved(_message.Message):
+    __slots__ = ("item",)
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    item: _common_pb2.Item
+    def __init__(self, item: _Optional[_Union[_common_pb2.Item, _Mapping]] = ...) -> None: ...
+
+class ItemTruncated(_message.Message):
+    __slots__ = ("item_id", "content_index", "audio_end_ms", "transcript")
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_END_MS_FIELD_NUMBER: _ClassVar[int]
+    TRANSCRIPT_FIELD_NUMBER: _ClassVar[int]
+    item_id: str
+    content_index: int
+    audio_end_ms: int
+    transcript: str
+    def __init__(self, item_id: _Optional[str] = ..., content_index: _Optional[int] = ..., audio_end_ms: _Optional[int] = ..., transcript: _Optional[str] = ...) -> None: ...
+
+class OutputAudioCleared(_message.Message):
+    __slots__ = ("response_id",)
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    response_id: str
+    def __init__(self, response_id: _Optional[str] = ...) -> None: ...
+
+class PlaybackAcknowledged(_message.Message):
+    __slots__ = ("session_id", "epoch", "response_id", "item_id", "played_ms", "committed_ms", "truncate", "playback", "history_committed")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAYED_MS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_MS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    PLAYBACK_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    epoch: int
+    response_id: str
+    item_id: str
+    played_ms: int
+    committed_ms: int
+    truncate: bool
+    playback: _common_pb2.Playback
+    history_committed: bool
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., item_id: _Optional[str] = ..., played_ms: _Optional[int] = ..., committed_ms: _Optional[int] = ..., truncate: _Optional[bool] = ..., playback: _Optional[_Union[_common_pb2.Playback, _Mapping]] = ..., history_committed: _Optional[bool] = ...) -> None: ...
+
+class OverlapDecision(_message.Message):
+    __slots__ = ("session_id", "epoch", "policy", "action", "reason", "overlap_ms", "buffer_audio", "defer_runtime_append", "force_listen")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_MS_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_AUDIO_FIELD_NUMBER: _ClassVar[int]
+    DEFER_RUNTIME_APPEND_FIELD_NUMBER: _ClassVar[int]
+    FORCE_LISTEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    epoch: int
+    policy: str
+    action: str
+    reason: str
+    overlap_ms: int
+    buffer_audio: bool
+    defer_runtime_append: bool
+    force_listen: bool
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., policy: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., overlap_ms: _Optional[int] = ..., buffer_audio: _Optional[bool] = ..., defer_runtime_append: _Optional[bool] = ..., force_listen: _Optional[bool] = ...) -> None: ...
+
+class InputCancelled(_message.Message):
+    __slots__ = ("session_id", "epoch")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    epoch: int
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class FunctionCallArguments(_message.Message):
+    __slots__ = ("ref", "call_id", "arguments")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    ref: PartRef
+    call_id: str
+    arguments: str
+    def __init__(self, ref: _Optional[_Union[PartRef, _Mapping]] = ..., call_id: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
 class ServerEvent(_message.Message):
-    __slots__ = ("seq", "event_id", "session_created", "session_updated", "session_closed", "heartbeat_ack", "error", "session_resumed", "session_replaced", "session_expired", "resync_required", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_created", "item_done", "transcription_completed", "response_created", "output_item_added", "content_part_added", "response_speak", "audio_delta", "audio_transcript_delta", "text_delta", "audio_done", "audio_transcript_done", "text_done", "content_part_done", "output_item_done", "response_done", "rate_limits_updated", "response_listen")
+    __slots__ = ("seq", "event_id", "session_created", "session_updated", "session_closed", "heartbeat_ack", "error", "session_resumed", "session_replaced", "session_expired", "resync_required", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_created", "item_done", "transcription_completed", "response_created", "output_item_added", "content_part_added", "response_speak", "audio_delta", "audio_transcript_delta", "text_delta", "audio_done", "audio_transcript_done", "text_done", "content_part_done", "output_item_done", "response_done", "rate_limits_updated", "response_listen", "item_deleted", "item_retrieved", "item_truncated", "output_audio_cleared", "playback_acknowledged", "overlap_decision", "input_cancelled", "function_call_arguments_delta", "function_call_arguments_done")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_CREATED_FIELD_NUMBER: _ClassVar[int]
@@ -453,6 +621,15 @@ class ServerEvent(_message.Message):
     RESPONSE_DONE_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMITS_UPDATED_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_LISTEN_FIELD_NUMBER: _ClassVar[int]
+    ITEM_DELETED_FIELD_NUMBER: _ClassVar[int]
+    ITEM_RETRIEVED_FIELD_NUMBER: _ClassVar[int]
+    ITEM_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_AUDIO_CLEARED_FIELD_NUMBER: _ClassVar[int]
+    PLAYBACK_ACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_DECISION_FIELD_NUMBER: _ClassVar[int]
+    INPUT_CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_CALL_ARGUMENTS_DELTA_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_CALL_ARGUMENTS_DONE_FIELD_NUMBER: _ClassVar[int]
     seq: int
     event_id: str
     session_created: SessionState
@@ -487,4 +664,13 @@ class ServerEvent(_message.Message):
     response_done: ResponseEvent
     rate_limits_updated: RateLimitsUpdated
     response_listen: Listen
-    def __init__(self, seq: _Optional[int] = ..., event_id: _Optional[str] = ..., session_created: _Optional[_Union[SessionState, _Mapping]] = ..., session_updated: _Optional[_Union[SessionState, _Mapping]] = ..., session_closed: _Optional[_Union[SessionClosed, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., session_resumed: _Optional[_Union[SessionResumed, _Mapping]] = ..., session_replaced: _Optional[_Union[SessionReplaced, _Mapping]] = ..., session_expired: _Optional[_Union[SessionExpired, _Mapping]] = ..., resync_required: _Optional[_Union[ResyncRequired, _Mapping]] = ..., speech_started: _Optional[_Union[SpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[SpeechStopped, _Mapping]] = ..., input_committed: _Optional[_Union[InputCommitted, _Mapping]] = ..., input_cleared: _Optional[_Union[InputCleared, _Mapping]] = ..., item_added: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_created: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_done: _Optional[_Union[ItemEvent, _Mapping]] = ..., transcription_completed: _Optional[_Union[TranscriptionCompleted, _Mapping]] = ..., response_created: _Optional[_Union[ResponseEvent, _Mapping]] = ..., output_item_added: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., content_part_added: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., response_speak: _Optional[_Union[Speak, _Mapping]] = ..., audio_delta: _Optional[_Union[AudioDelta, _Mapping]] = ..., audio_transcript_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., audio_done: _Optional[_Union[PartDone, _Mapping]] = ..., audio_transcript_done: _Optional[_Union[TextDone, _Mapping]] = ..., text_done: _Optional[_Union[TextDone, _Mapping]] = ..., content_part_done: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., output_item_done: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., response_done: _Optional[_Union[ResponseEvent, _Mapping]] = ..., rate_limits_updated: _Optional[_Union[RateLimitsUpdated, _Mapping]] = ..., response_listen: _Optional[_Union[Listen, _Mapping]] = ...) -> None: ...
+    item_deleted: ItemDeleted
+    item_retrieved: ItemRetrieved
+    item_truncated: ItemTruncated
+    output_audio_cleared: OutputAudioCleared
+    playback_acknowledged: PlaybackAcknowledged
+    overlap_decision: OverlapDecision
+    input_cancelled: InputCancelled
+    function_call_arguments_delta: FunctionCallArguments
+    function_call_arguments_done: FunctionCallArguments
+    def __init__(self, seq: _Optional[int] = ..., event_id: _Optional[str] = ..., session_created: _Optional[_Union[SessionState, _Mapping]] = ..., session_updated: _Optional[_Union[SessionState, _Mapping]] = ..., session_closed: _Optional[_Union[SessionClosed, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., session_resumed: _Optional[_Union[SessionResumed, _Mapping]] = ..., session_replaced: _Optional[_Union[SessionReplaced, _Mapping]] = ..., session_expired: _Optional[_Union[SessionExpired, _Mapping]] = ..., resync_required: _Optional[_Union[ResyncRequired, _Mapping]] = ..., speech_started: _Optional[_Union[SpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[SpeechStopped, _Mapping]] = ..., input_committed: _Optional[_Union[InputCommitted, _Mapping]] = ..., input_cleared: _Optional[_Union[InputCleared, _Mapping]] = ..., item_added: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_created: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_done: _Optional[_Union[ItemEvent, _Mapping]] = ..., transcription_completed: _Optional[_Union[TranscriptionCompleted, _Mapping]] = ..., response_created: _Optional[_Union[ResponseEvent, _Mapping]] = ..., output_item_added: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., content_part_added: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., response_speak: _Optional[_Union[Speak, _Mapping]] = ..., audio_delta: _Optional[_Union[AudioDelta, _Mapping]] = ..., audio_transcript_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., audio_done: _Optional[_Union[PartDone, _Mapping]] = ..., audio_transcript_done: _Optional[_Union[TextDone, _Mapping]] = ..., text_done: _Optional[_Union[TextDone, _Mapping]] = ..., content_part_done: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., output_item_done: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., response_done: _Optional[_Union[ResponseEvent, _Mapping]] = ..., rate_limits_updated: _Optional[_Union[RateLimitsUpdated, _Mapping]] = ..., response_listen: _Optional[_Union[Listen, _Mapping]] = ..., item_deleted: _Optional[_Union[ItemDeleted, _Mapping]] = ..., item_retrieved: _Optional[_Union[ItemRetrieved, _Mapping]] = ..., item_truncated: _Optional[_Union[ItemTruncated, _Mapping]] = ..., output_audio_cleared: _Optional[_Union[OutputAudioCleared, _Mapping]] = ..., playback_acknowledged: _Optional[_Union[PlaybackAcknowledged, _Mapping]] = ..., overlap_decision: _Optional[_Union[OverlapDecision, _Mapping]] = ..., input_cancelled: _Optional[_Union[InputCancelled, _Mapping]] = ..., function_call_arguments_delta: _Optional[_Union[FunctionCallArguments, _Mapping]] = ..., function_call_arguments_done: _Optional[_Union[FunctionCallArguments, _Mapping]] = ...) -> None: ...
