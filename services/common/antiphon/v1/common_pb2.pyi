@@ -131,14 +131,18 @@ class Capabilities(_message.Message):
     def __init__(self, implementation_level: _Optional[str] = ..., supports_input_append: _Optional[bool] = ..., supports_barge_in: _Optional[bool] = ..., supports_session_resume: _Optional[bool] = ..., supports_audio_truncate: _Optional[bool] = ..., chunk_period_ms: _Optional[int] = ..., input_modes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ContentPart(_message.Message):
-    __slots__ = ("type", "text", "transcript")
+    __slots__ = ("type", "text", "transcript", "audio", "sample_rate_hz")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TRANSCRIPT_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
     type: str
     text: str
     transcript: str
-    def __init__(self, type: _Optional[str] = ..., text: _Optional[str] = ..., transcript: _Optional[str] = ...) -> None: ...
+    audio: bytes
+    sample_rate_hz: int
+    def __init__(self, type: _Optional[str] = ..., text: _Optional[str] = ..., transcript: _Optional[str] = ..., audio: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ...) -> None: ...
 
 class Item(_message.Message):
     __slots__ = ("id", "type", "role", "status", "content", "call_id", "name", "arguments", "output")
