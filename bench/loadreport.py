@@ -1,0 +1,171 @@
+"""Summaries, the printed table and the plot of `bench/load.py`."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.loadclient import TurnResult
+
+SERVICES = ("gateway", "session", "stage0", "stage1", "redis", "loadgen")
+
+
+def stats(values: Sequence[float], *ps: int) -> dict[str, float | int] | None:
+    """Percentiles (linear interpolation), max and count; None without samples."""
+    if not values:
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    out: dict[str, float | int] = {f"p{p}": round(float(np.percentile(arr, p)), 2) for p in ps}
+    out["max"] = round(float(arr.max()), 2)
+    out["n"] = len(values)
+    return out
+
+
+def summarize_level(
+    *,
+    n: int,
+    turns: int,
+    opened: int,
+    refused: Counter[str],
+    aborted: Counter[str],
+    errors: Counter[str],
+    open_ms: list[float],
+    results: list[TurnResult],
+    turns_wall_s: float,
+    lag_ms: list[float],
+    usage: dict[str, dict[str, Any]],
+    synthetic: bool,
+) -> dict[str, Any]:
+    first = [r.first_audio_ms for r in results if r.first_audio_ms is not None]
+    done = [r.done_ms for r in results if r.done_ms is not None]
+    gaps = [r.audio_gap_max_ms for r in results if r.audio_gap_max_ms is not None]
+    heartbeat = [r.heartbeat_ms for r in results if r.heartbeat_ms is not None]
+    event_gaps = [g for r in results for g in r.event_gaps_ms]
+    statuses = Counter(r.status for r in results)
+    # Every way a turn or a session went wrong, by code.
+    codes: Counter[str] = Counter(errors)
+    codes.update(aborted)
+    for r in results:
+        if r.status != "completed":
+            codes[f"response_{r.status}" + (f":{r.reason}" if r.reason else "")] += 1
+    level: dict[str, Any] = {
+        "sessions": n,
+        "opened": opened,
+        "refused": dict(refused),
+        "turns_completed": statuses.get("completed", 0),
+        "turns_expected": n * turns,
+        "turns_wall_s": round(turns_wall_s, 1),
+        "session_open_ms": stats(open_ms, 50, 99),
+        "commit_to_first_audio_ms": stats(first, 50, 95, 99),
+        "commit_to_done_ms": stats(done, 50, 95, 99),
+        "audio_chunk_gap_max_ms": stats(gaps, 50, 99),
+        "heartbeat_rtt_ms": stats(heartbeat, 50, 99),
+        "event_gap_ms": stats(event_gaps, 50, 99),
+        "responses": dict(statuses),
+        "errors": {"count": sum(codes.values()), "codes": dict(codes)},
+        "client": {
+            "loop_lag_ms": stats(lag_ms, 50, 99),
+            "send_late_max_ms": max((r.send_late_max_ms for r in results), default=0.0),
+        },
+        "processes": usage,
+    }
+    if synthetic:
+        # Stage clocks are zero: every millisecond here is gateway + session + gRPC + Redis.
+        level["overhead"] = {
+            "commit_to_first_audio_ms": _p50_p99(first),
+            "heartbeat_rtt_ms": _p50_p99(heartbeat),
+            "event_gap_ms": _p50_p99(event_gaps),
+        }
+    level["samples"] = {
+        "commit_to_first_audio_ms": first,
+        "heartbeat_rtt_ms": heartbeat,
+        "audio_chunk_gap_max_ms": gaps,
+    }
+    level["turns"] = [{k: v for k, v in asdict(r).items() if k != "event_gaps_ms"} for r in results]
+    return level
+
+
+def _p50_p99(values: Sequence[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {
+        "p50": round(float(np.percentile(values, 50)), 2),
+        "p99": round(float(np.percentile(values, 99)), 2),
+    }
+
+
+def _fmt(s: dict[str, Any] | None, *keys: str) -> str:
+    if not s:
+        return "-"
+    return "/".join(f"{s[k]:.0f}" if s[k] >= 10 else f"{s[k]:.1f}" for k in keys)
+
+
+def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> None:
+    """One line per level on stdout: latency, errors, CPU % and peak RSS per process."""
+    if header:
+        print(
+            f"{'backend':<10}{'sess':>5}{'open':>5}{'refused':>8}{'turns':>7}"
+            f"  {'first audio p50/p95/p99 ms':<27}{'hb rtt p50/p99':<15}{'gap max':>8}"
+            f"{'errors':>7}{'mach%':>7}{'other%':>7}  CPU % mean/peak-1s, peak RSS MiB: "
+            + " ".join(SERVICES)
+        )
+    for lv in levels:
+        procs = lv["processes"]
+        cpu = " ".join(
+            f"{procs[p]['cpu_pct']:.0f}/{procs[p]['cpu_pct_peak']:.0f}%,{procs[p]['peak_rss_mib']:.0f}"
+            for p in SERVICES
+        )
+        gap = lv["audio_chunk_gap_max_ms"]
+        print(
+            f"{backend:<10}{lv['sessions']:>5}{lv['opened']:>5}{sum(lv['refused'].values()):>8}"
+            f"{lv['turns_completed']:>7}"
+            f"  {_fmt(lv['commit_to_first_audio_ms'], 'p50', 'p95', 'p99'):<27}"
+            f"{_fmt(lv['heartbeat_rtt_ms'], 'p50', 'p99'):<15}"
+            f"{(gap or {}).get('max', 0):>8.0f}{lv['errors']['count']:>7}"
+            f"{procs['machine']['cpu_pct']:>7.0f}{procs['others']['cpu_pct']:>7.0f}  {cpu}",
+            flush=True,
+        )
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """ECDFs per level: commit -> first audio, heartbeat round trip, audio chunk gap max."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot", file=sys.stderr)
+        return
+    panels = [
+        ("commit_to_first_audio_ms", "commit -> first audio delta (ms)"),
+        ("heartbeat_rtt_ms", "heartbeat -> ack round trip (ms)"),
+        ("audio_chunk_gap_max_ms", "largest gap between audio deltas, per response (ms)"),
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5))
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        for lv in report["levels"]:
+            values = np.sort(np.asarray(lv["samples"][key], dtype=np.float64))
+            if values.size == 0:
+                continue
+            ecdf = np.arange(1, values.size + 1) / values.size
+            ax.step(np.maximum(values, 0.01), ecdf, where="post", label=f"{lv['sessions']}")
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("fraction of samples")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(title="sessions", fontsize=8)
+    machine = report["machine"]
+    fig.suptitle(
+        f"Antiphon load, backend={report['backend']}, {report['turns_per_session']} turns/session, "
+        f"{machine['cpus']} CPUs, commit {report['commit']}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
