@@ -54,6 +54,18 @@ def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
 
 
 @pytest.fixture(scope="session")
+def slow_synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
+    """The serving path with a slow scripted LLM (one word per 300 ms): a reply is
+    still being spoken when a test talks over it."""
+    stack = _stack(redis_url, 3, ANTIPHON_BACKEND="synthetic", ANTIPHON_SYNTHETIC_TOKEN_MS="300")
+    try:
+        stack.start(timeout_s=180)
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="session")
 def model_stack(redis_url: str) -> Iterator[LocalStack]:
     """The whole stack with the real models (the default backends)."""
     stack = _stack(redis_url, 2)

@@ -1,15 +1,15 @@
 """Barge-in on the serving path: the user talks over the assistant, who stops.
 
-The `synthetic` stages speak slowly here (one word per 600 ms), so a reply
+The `synthetic` stages speak slowly here (one word per 300 ms), so a reply
 is still playing when the user starts again; the VAD is the real Silero.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
-from stack import LocalStack, Ports
+from stack import LocalStack
 
 from tests.support.realtime import Event, RealtimeClient, of_type
 from tests.support.speech import silence, spoken
@@ -17,22 +17,11 @@ from tests.support.speech import silence, spoken
 AUDIO_DELTA = "response.output_audio.delta"
 
 
-@pytest.fixture(scope="module")
-def slow_stack() -> Iterator[LocalStack]:
-    stack = LocalStack(
-        ports=Ports.free(),
-        extra_env={"ANTIPHON_BACKEND": "synthetic", "ANTIPHON_SYNTHETIC_TOKEN_MS": "600"},
-    )
-    try:
-        stack.start(timeout_s=180)
-        yield stack
-    finally:
-        stack.stop()
-
-
 @pytest.fixture
-async def client(slow_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
-    c = await RealtimeClient.connect(f"ws://127.0.0.1:{slow_stack.ports.gateway}/v1/realtime")
+async def client(slow_synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
+    c = await RealtimeClient.connect(
+        f"ws://127.0.0.1:{slow_synthetic_stack.ports.gateway}/v1/realtime"
+    )
     try:
         yield c
     finally:
@@ -58,7 +47,7 @@ async def test_speech_over_the_reply_cancels_it_and_no_later_audio_of_it_arrives
     )
     assert done["response"]["id"] == interrupted
     assert done["response"]["status"] == "cancelled", [e["type"] for e in seen]
-    assert done["response"]["status_details"]["reason"] == "turn_detected"
+    assert done["response"]["status_details"]["reason"] == "barge_in"
     types = [e["type"] for e in seen]
     assert "input_audio_buffer.speech_started" in types
     assert types.index("input_audio_buffer.speech_started") < types.index("response.done")

@@ -20,9 +20,11 @@ from opentelemetry import trace
 
 from antiphon.common.audio import StreamResampler
 from antiphon.common.ids import new_id
-from antiphon.session import session_config
+from antiphon.session import items, session_config
+from antiphon.session.conversation import Conversation, ItemNotFound
 from antiphon.session.metrics import SessionMetrics
-from antiphon.session.responses import Event, ResponseOptions, ResponseState
+from antiphon.session.playback import Ledger, Ledgers
+from antiphon.session.responses import Event, ResponseOptions, ResponseState, item_status
 from antiphon.session.settings import SessionSettings
 from antiphon.session.snapshot import Snapshot, token_hash, token_matches
 from antiphon.session.stages import Binding, StreamEnded
@@ -47,6 +49,11 @@ class PendingItem:
     """A committed user item whose transcript stage0 has not returned yet."""
 
     previous_item_id: str
+    # `input.text.append` text that joins this turn.
+    extra_text: str = ""
+    # Created with `conversation.item.create` (audio to transcribe): where it goes.
+    created: cpb.Item | None = None
+    insert_after: str | None = None
 
 
 class Refusal(Exception):
@@ -105,7 +112,12 @@ class SessionActor:
         self._resampler: StreamResampler | None = None
         self._last_item_id = snapshot.last_item_id
         self._speech_item_id = ""
+        self._speech_start_ms = 0
         self._pending: dict[str, PendingItem] = {}
+        # `input.text.append` text waiting for the turn's commit.
+        self._pending_text: list[str] = []
+        self._conversation = Conversation(store, self.session_id, owner_token)
+        self._ledgers = Ledgers()
         self._response: ResponseState | None = None
         self._deferred: ResponseOptions | None = None
         self._closed = asyncio.Event()
@@ -311,11 +323,25 @@ class SessionActor:
         elif kind == "commit":
             await self._commit(cmd)
         elif kind == "clear_input":
-            self._stage0.send(
-                stage_pb2.Stage0Request(clear_input=stage_pb2.Stage0ClearInput(epoch=self._epoch))
-            )
-            self._input_bytes = 0
+            self._clear_input()
             await self._emit("input_cleared", spb.InputCleared())
+        elif kind == "cancel_input":
+            await self._cancel_input()
+        elif kind == "append_text":
+            self._pending_text.append(cmd.append_text.text)
+        elif kind in ("create_item", "retrieve_item", "delete_item", "truncate_item"):
+            await self._item_command(cmd)
+        elif kind == "clear_output_audio":
+            r = self._response
+            if r is not None:
+                await self._cancel_active("output_audio_cleared")
+            await self._emit(
+                "output_audio_cleared", spb.OutputAudioCleared(response_id=r.id if r else "")
+            )
+        elif kind == "barge_in":
+            await self._barge_in(cmd)
+        elif kind == "playback_ack":
+            await self._playback_ack(cmd)
         elif kind == "update":
             await self._update(cmd)
         elif kind == "create_response":
@@ -403,6 +429,9 @@ class SessionActor:
                 cmd.event_id,
             )
             return
+        if self._input_bytes == 0 and self._pending_text:
+            await self._commit_text()
+            return
         if self._input_bytes == 0:
             await self._error(
                 "invalid_request_error",
@@ -410,6 +439,8 @@ class SessionActor:
                 "input_audio_buffer.commit requires a non-empty input audio buffer.",
                 cmd.event_id,
             )
+            return
+        if await self._acknowledged_overlap(self._input_bytes // (STAGE0_RATE // 500)):
             return
         if self._resampler is not None:
             # The resampler's filter still holds the last few ms of the turn.
@@ -422,20 +453,65 @@ class SessionActor:
                 )
         await self._commit_audio()
 
+    async def _acknowledged_overlap(self, speech_ms: int) -> bool:
+        """A short remark over an auto-response ("mm-hm"): acknowledged, not a turn."""
+        if (
+            self._response is None
+            or not self._auto_response()
+            or speech_ms >= self._settings.short_overlap_ms
+        ):
+            return False
+        self._clear_input()
+        await self._emit(
+            "input_committed",
+            spb.InputCommitted(
+                previous_item_id=self._last_item_id,
+                turn_id=self._turn_id,
+                epoch=self._epoch,
+                session_id=self.session_id,
+            ),
+        )
+        await self._overlap("drop", "short_overlap", speech_ms)
+        return True
+
+    async def _commit_text(self) -> None:
+        """A turn of `input.text.append` text only: the user item exists at once."""
+        item_id = new_id("item")
+        previous = self._last_item_id
+        self._turn_id += 1
+        self._last_item_id = item_id
+        item = items.user_text_item(item_id, " ".join(self._pending_text))
+        self._pending_text.clear()
+        await self._conversation.append(item)
+        await self._emit_all(
+            [
+                ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
+                ("item_created", spb.ItemEvent(previous_item_id=previous, item=item)),
+                ("input_committed", self._committed(previous, item_id)),
+                ("item_done", spb.ItemEvent(previous_item_id=previous, item=item)),
+            ]
+        )
+        await self._persist()
+        if self._auto_response():
+            await self._start_response(self._default_options(), eager=True)
+
     async def _commit_audio(self, item_id: str = "") -> None:
         """Seal the buffered audio into a user item; its transcript follows from stage0."""
         item_id = item_id or new_id("item")
         previous = self._last_item_id
         self._turn_id += 1
         self._input_bytes = 0
-        self._pending[item_id] = PendingItem(previous_item_id=previous)
+        self._pending[item_id] = PendingItem(
+            previous_item_id=previous, extra_text=" ".join(self._pending_text)
+        )
+        self._pending_text.clear()
         self._last_item_id = item_id
         self._stage0.send(
             stage_pb2.Stage0Request(
                 commit=stage_pb2.Stage0Commit(epoch=self._epoch, item_id=item_id)
             )
         )
-        item = _user_audio_item(item_id, "")
+        item = items.user_audio_item(item_id, "")
         await self._emit_all(
             [
                 ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
@@ -447,11 +523,25 @@ class SessionActor:
         if self._auto_response():
             await self._start_response(self._default_options(), eager=True)
 
-    async def _user_item_done(self, item_id: str, previous: str, transcript: str) -> None:
-        item = _user_audio_item(item_id, transcript)
-        await self._store.append_history(
-            self.session_id, self.owner_token, item.SerializeToString()
-        )
+    async def _user_item_done(self, item_id: str, pending: PendingItem, transcript: str) -> None:
+        previous = pending.previous_item_id
+        if pending.created is not None:
+            # A `conversation.item.create` audio item, heard now: stored where asked.
+            item = items.with_transcript(pending.created, transcript)
+            try:
+                await self._conversation.insert(item, pending.insert_after)
+            except ItemNotFound:
+                await self._conversation.append(item)
+            await self._emit_all(
+                [
+                    ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
+                    ("item_created", spb.ItemEvent(previous_item_id=previous, item=item)),
+                    ("item_done", spb.ItemEvent(previous_item_id=previous, item=item)),
+                ]
+            )
+            return
+        item = items.user_audio_item(item_id, transcript, pending.extra_text)
+        await self._conversation.append(item)
         await self._emit_all(
             [
                 (
@@ -483,6 +573,12 @@ class SessionActor:
             )
         except session_config.ConfigError as exc:
             await self._error("invalid_request_error", exc.code, str(exc), cmd.event_id, exc.param)
+            return
+        if (
+            merged.overlap_policy == "barge_in_on_speech"
+            and not self._capabilities.supports_barge_in
+        ):
+            await self._unsupported(cmd, "supports_barge_in")
             return
         lane_changed = session_config.lane(merged) != session_config.lane(self._config)
         self._config = merged
@@ -566,8 +662,8 @@ class SessionActor:
         """Ask stage0 for the answer, prompting with the committed history."""
         r.generation_requested = True
         messages = [cpb.ChatMessage(role="system", content=r.options.instructions)]
-        for raw in await self._store.history(self.session_id):
-            messages.extend(_history_message(raw))
+        for item in await self._conversation.items():
+            messages.extend(items.prompt_messages(item))
         self._stage0.send(
             stage_pb2.Stage0Request(
                 generate=stage_pb2.Generate(
@@ -596,12 +692,16 @@ class SessionActor:
     async def _cancel_active(self, reason: str) -> None:
         """Advance the epoch so no stale output of the old one is accepted, then end it."""
         r = self._response
-        self._epoch += 1
-        self._stage0.send(stage_pb2.Stage0Request(cancel=stage_pb2.Stage0Cancel(epoch=self._epoch)))
-        self._stage1.send(stage_pb2.Stage1Request(cancel=stage_pb2.Stage1Cancel(epoch=self._epoch)))
+        self._advance_epoch()
         await self._persist()
         if r is not None:
             await self._finish(r, "cancelled", reason)
+
+    def _advance_epoch(self) -> None:
+        """Fence: both stages stop and drop all work of earlier epochs."""
+        self._epoch += 1
+        self._stage0.send(stage_pb2.Stage0Request(cancel=stage_pb2.Stage0Cancel(epoch=self._epoch)))
+        self._stage1.send(stage_pb2.Stage1Request(cancel=stage_pb2.Stage1Cancel(epoch=self._epoch)))
 
     async def _finish(self, r: ResponseState, status: str, reason: str = "") -> None:
         if not r.created:
@@ -609,10 +709,14 @@ class SessionActor:
         await self._emit_all(
             r.terminal_events(status, reason, with_metrics=self._config.return_stage_metrics)
         )
-        if status == "completed":
-            await self._store.append_history(
-                self.session_id, self.owner_token, r.item("completed").SerializeToString()
-            )
+        spoke = bool(r.transcript if r.audio else r.text)
+        if self._config.playback_commit_policy == "commit_all_on_done" and (
+            status == "completed" or (status == "cancelled" and spoke)
+        ):
+            # Everything sent counts as said; a later truncation cuts it to what was heard.
+            await self._store_assistant(r.item(item_status(status)), r.ledger)
+            r.ledger.stored_transcript = r.transcript
+        self._ledgers.add(r.ledger)
         self._metrics.responses.labels(status).inc()
         self._response = None
         await self._persist()
@@ -626,6 +730,266 @@ class SessionActor:
             spb.Listen(session_id=self.session_id, epoch=self._epoch, reason=reason),
         )
 
+    # ------------------------------------------------------------- input control
+    def _clear_input(self) -> None:
+        self._stage0.send(
+            stage_pb2.Stage0Request(clear_input=stage_pb2.Stage0ClearInput(epoch=self._epoch))
+        )
+        self._input_bytes = 0
+        self._pending_text.clear()
+
+    async def _cancel_input(self) -> None:
+        """`input.cancel`: a new epoch; the input and any response of the old one end."""
+        if self._response is not None:
+            await self._cancel_active("input_cancelled")
+        else:
+            self._advance_epoch()
+            await self._persist()
+        self._clear_input()
+        await self._emit(
+            "input_cancelled", spb.InputCancelled(session_id=self.session_id, epoch=self._epoch)
+        )
+        await self._emit("input_cleared", spb.InputCleared())
+
+    async def _barge_in(self, cmd: spb.ClientCommand) -> None:
+        """The client's own VAD heard the user over the assistant."""
+        if not self._capabilities.supports_barge_in:
+            await self._unsupported(cmd, "supports_barge_in")
+            return
+        await self._overlap("barge_in", f"client_{cmd.barge_in.source or 'signal'}")
+        if self._response is not None:
+            await self._cancel_active("barge_in")
+
+    async def _overlap(self, action: str, reason: str, overlap_ms: int = 0) -> None:
+        await self._emit(
+            "overlap_decision",
+            spb.OverlapDecision(
+                session_id=self.session_id,
+                epoch=self._epoch,
+                policy=self._overlap_policy(),
+                action=action,
+                reason=reason,
+                overlap_ms=overlap_ms,
+                buffer_audio=action == "listen",
+                defer_runtime_append=action == "listen",
+                force_listen=action == "listen",
+            ),
+        )
+
+    def _overlap_policy(self) -> str:
+        """`barge_in_on_speech` when asked for, or implied by server VAD's `interrupt_response`."""
+        td = self._config.turn_detection
+        vad_interrupts = session_config.lane(self._config) == stage_pb2.LANE_SERVER_VAD and (
+            td.interrupt_response if td.HasField("interrupt_response") else True
+        )
+        if self._config.overlap_policy == "barge_in_on_speech" or vad_interrupts:
+            return "barge_in_on_speech"
+        return "listen_only"
+
+    async def _speech_over_response(self) -> None:
+        """The user started speaking: if the assistant is answering, the overlap policy decides."""
+        if self._response is None:
+            return
+        if self._overlap_policy() == "barge_in_on_speech":
+            await self._overlap("barge_in", "server_vad_utterance_active")
+            await self._cancel_active("barge_in")
+        elif session_config.lane(self._config) != stage_pb2.LANE_MANUAL:
+            # The answer goes on; what the user says is kept for the turn's end.
+            await self._overlap("listen", "overlap_speech")
+
+    async def _unsupported(self, cmd: spb.ClientCommand, capability: str) -> None:
+        await self._error(
+            "invalid_request_error",
+            "unsupported_capability",
+            f"{cmd.client_type or 'this event'} needs {capability}, "
+            f"which the bound backend ({self._capabilities.implementation_level}) lacks",
+            cmd.event_id,
+            "type",
+        )
+
+    # ------------------------------------------------------------- items
+    async def _item_command(self, cmd: spb.ClientCommand) -> None:
+        kind = cmd.WhichOneof("kind")
+        try:
+            if kind == "create_item":
+                await self._create_item(cmd)
+            elif kind == "retrieve_item":
+                item = await self._conversation.get(cmd.retrieve_item.item_id)
+                await self._emit("item_retrieved", spb.ItemRetrieved(item=item))
+            elif kind == "delete_item":
+                await self._conversation.delete(cmd.delete_item.item_id)
+                if cmd.delete_item.item_id == self._last_item_id:
+                    self._last_item_id = await self._conversation.last_id()
+                    await self._persist()
+                await self._emit("item_deleted", spb.ItemDeleted(item_id=cmd.delete_item.item_id))
+            elif kind == "truncate_item":
+                await self._truncate_item(cmd)
+        except ItemNotFound as exc:
+            param = "previous_item_id" if kind == "create_item" else "item_id"
+            await self._error(
+                "invalid_request_error",
+                "item_not_found",
+                f"Item with item_id '{exc.item_id}' not found in the conversation.",
+                cmd.event_id,
+                param,
+            )
+
+    async def _create_item(self, cmd: spb.ClientCommand) -> None:
+        req = cmd.create_item
+        after = req.previous_item_id if req.HasField("previous_item_id") else None
+        item = items.created_item(req.item, new_id("item"))
+        audio = items.needs_transcription(req.item)
+        if audio:
+            # Heard by stage0 like a commit, then stored where it was asked to go.
+            if self._input_bytes:
+                await self._error(
+                    "invalid_request_error",
+                    "input_audio_buffer_not_empty",
+                    "commit or clear the input audio buffer before creating an audio item",
+                    cmd.event_id,
+                    "item.content",
+                )
+                return
+            if after:
+                await self._conversation.get(after)  # ItemNotFound before anything changes
+            rate = next(p.sample_rate_hz for p in req.item.content if p.audio)
+            rate = rate or self._config.input_audio_format.sample_rate_hz
+            resampler = StreamResampler(rate, STAGE0_RATE)
+            pcm = resampler.process(audio) + resampler.flush()
+            self._stage0.send(
+                stage_pb2.Stage0Request(audio=stage_pb2.Stage0Audio(epoch=self._epoch, pcm16=pcm))
+            )
+            self._pending[item.id] = PendingItem(
+                previous_item_id=after if after is not None else self._last_item_id,
+                created=item,
+                insert_after=after,
+            )
+            self._stage0.send(
+                stage_pb2.Stage0Request(
+                    commit=stage_pb2.Stage0Commit(epoch=self._epoch, item_id=item.id)
+                )
+            )
+            if after is None:
+                self._last_item_id = item.id
+            return
+        await self._conversation.insert(item, after)
+        previous = after if after is not None else self._last_item_id
+        if after is None:
+            self._last_item_id = item.id
+            await self._persist()
+        await self._emit_all(
+            [
+                ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
+                ("item_created", spb.ItemEvent(previous_item_id=previous, item=item)),
+                ("item_done", spb.ItemEvent(previous_item_id=previous, item=item)),
+            ]
+        )
+
+    async def _truncate_item(self, cmd: spb.ClientCommand) -> None:
+        req = cmd.truncate_item
+        if not self._capabilities.supports_audio_truncate:
+            await self._unsupported(cmd, "supports_audio_truncate")
+            return
+        r = self._response
+        if r is not None and r.item_id == req.item_id:
+            # Truncating what is still being said: it stops first.
+            await self._cancel_active("client_cancelled")
+        item = await self._conversation.get(req.item_id)
+        ledger = self._ledgers.find(item_id=req.item_id)
+        if item.role != "assistant" or ledger is None:
+            await self._error(
+                "invalid_request_error",
+                "invalid_value",
+                "only an assistant audio item of this session can be truncated",
+                cmd.event_id,
+                "item_id",
+            )
+            return
+        if req.audio_end_ms > ledger.sent_ms:
+            await self._error(
+                "invalid_request_error",
+                "invalid_value",
+                f"audio_end_ms {req.audio_end_ms} is past the item's audio ({ledger.sent_ms} ms)",
+                cmd.event_id,
+                "audio_end_ms",
+            )
+            return
+        heard = await self._store_heard(ledger, req.audio_end_ms)
+        await self._emit(
+            "item_truncated",
+            spb.ItemTruncated(
+                item_id=req.item_id,
+                content_index=req.content_index,
+                audio_end_ms=req.audio_end_ms,
+                transcript=heard,
+            ),
+        )
+
+    async def _store_heard(self, ledger: Ledger, audio_end_ms: int) -> str:
+        """Keep in history the words whose audio ends by `audio_end_ms`: the next prompt."""
+        heard = ledger.heard(audio_end_ms)
+        item = items.with_transcript(
+            cpb.Item(
+                id=ledger.item_id,
+                type="message",
+                role="assistant",
+                status="incomplete",
+                content=[cpb.ContentPart(type="output_audio")],
+            ),
+            heard,
+        )
+        if ledger.in_history:
+            await self._conversation.replace(item)
+        else:
+            await self._store_assistant(item, ledger)
+        ledger.stored_transcript = heard
+        return heard
+
+    async def _store_assistant(self, item: cpb.Item, ledger: Ledger) -> None:
+        """Into history right after the turn it answers, even if later turns came first."""
+        try:
+            await self._conversation.insert(item, ledger.previous_item_id)
+        except ItemNotFound:
+            await self._conversation.append(item)  # that turn was deleted meanwhile
+        ledger.in_history = True
+
+    # ------------------------------------------------------------- playback
+    async def _playback_ack(self, cmd: spb.ClientCommand) -> None:
+        ack = cmd.playback_ack
+        ledger = self._ledgers.find(response_id=ack.response_id, item_id=ack.item_id)
+        r = self._response
+        if ledger is None and r is not None and ack.response_id in ("", r.id):
+            ledger = r.ledger
+        if ledger is None:
+            await self._error(
+                "invalid_request_error",
+                "response_not_found",
+                f"no response {ack.response_id or ack.item_id} of this session to acknowledge",
+                cmd.event_id,
+                "response_id",
+            )
+            return
+        committed = ack.committed_ms if ack.HasField("committed_ms") else ack.played_ms
+        ledger.acknowledge(ack.played_ms, committed)
+        done = r is None or r.ledger is not ledger
+        if done and (ack.truncate or self._config.playback_commit_policy == "ack_only"):
+            # What was heard becomes the history (ack_only), or cuts it (truncate).
+            await self._store_heard(ledger, ledger.committed_ms)
+        await self._emit(
+            "playback_acknowledged",
+            spb.PlaybackAcknowledged(
+                session_id=self.session_id,
+                epoch=self._epoch,
+                response_id=ledger.response_id,
+                item_id=ledger.item_id,
+                played_ms=ledger.played_ms,
+                committed_ms=ledger.committed_ms,
+                truncate=ack.truncate,
+                playback=ledger.playback(),
+                history_committed=ledger.in_history,
+            ),
+        )
+
     # ------------------------------------------------------------ stage0
     async def _stage0_event(self, ev: stage_pb2.Stage0Event | StreamEnded) -> None:
         if isinstance(ev, StreamEnded):
@@ -637,29 +1001,37 @@ class SessionActor:
             self._metrics.stale_dropped.labels("stage0").inc()
             return
         lane = session_config.lane(self._config)
-        if kind == "speech_started" and lane == stage_pb2.LANE_SERVER_VAD:
-            self._speech_item_id = new_id("item")
-            await self._emit(
-                "speech_started",
-                spb.SpeechStarted(audio_start_ms=msg.audio_start_ms, item_id=self._speech_item_id),
-            )
-            td = self._config.turn_detection
-            interrupt = td.interrupt_response if td.HasField("interrupt_response") else True
-            if self._response is not None and interrupt:
-                # Barge-in: the user talks over the assistant, which stops at once.
-                await self._cancel_active("turn_detected")
+        if kind == "speech_started":
+            if lane == stage_pb2.LANE_SERVER_VAD:
+                self._speech_item_id = new_id("item")
+                self._speech_start_ms = msg.audio_start_ms
+                await self._emit(
+                    "speech_started",
+                    spb.SpeechStarted(
+                        audio_start_ms=msg.audio_start_ms, item_id=self._speech_item_id
+                    ),
+                )
+            await self._speech_over_response()
         elif kind == "speech_stopped" and lane == stage_pb2.LANE_SERVER_VAD:
             item_id = self._speech_item_id or new_id("item")
             self._speech_item_id = ""
             await self._emit(
                 "speech_stopped", spb.SpeechStopped(audio_end_ms=msg.audio_end_ms, item_id=item_id)
             )
-            if self._input_bytes:
+            # The VAD's span holds the prefix padding and the closing silence too.
+            td = self._config.turn_detection
+            speech_ms = (
+                msg.audio_end_ms
+                - self._speech_start_ms
+                - td.prefix_padding_ms
+                - td.silence_duration_ms
+            )
+            if self._input_bytes and not await self._acknowledged_overlap(speech_ms):
                 await self._commit_audio(item_id)
         elif kind == "transcript":
             pending = self._pending.pop(msg.item_id, None)
             if pending is not None:
-                await self._user_item_done(msg.item_id, pending.previous_item_id, msg.text)
+                await self._user_item_done(msg.item_id, pending, msg.text)
             r = self._response
             if not self._pending and r is not None and not r.generation_requested:
                 await self._generate(r)
@@ -686,7 +1058,7 @@ class SessionActor:
         self._turn_id += 1
         self._input_bytes = 0
         self._last_item_id = item_id
-        item = _user_audio_item(item_id, "")
+        item = items.user_audio_item(item_id, "")
         await self._emit_all(
             [
                 ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
@@ -694,7 +1066,7 @@ class SessionActor:
                 ("input_committed", self._committed(previous, item_id)),
             ]
         )
-        await self._user_item_done(item_id, previous, msg.transcript)
+        await self._user_item_done(item_id, PendingItem(previous_item_id=previous), msg.transcript)
         await self._persist()
         if self._config.auto_response:
             await self._start_response(self._default_options(), eager=False)
@@ -952,22 +1324,3 @@ class SessionActor:
         except NotOwnerError:
             self._stand_down()
             raise
-
-
-def _user_audio_item(item_id: str, transcript: str) -> cpb.Item:
-    return cpb.Item(
-        id=item_id,
-        type="message",
-        role="user",
-        status="completed",
-        content=[cpb.ContentPart(type="input_audio", transcript=transcript)],
-    )
-
-
-def _history_message(raw: bytes) -> list[cpb.ChatMessage]:
-    item = cpb.Item()
-    item.ParseFromString(raw)
-    text = "".join(p.text or p.transcript for p in item.content).strip()
-    if not text or item.role not in ("user", "assistant", "system"):
-        return []
-    return [cpb.ChatMessage(role=item.role, content=text)]

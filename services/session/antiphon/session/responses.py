@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from antiphon.session.playback import Ledger
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 
@@ -44,9 +45,22 @@ class ResponseState:
     generation_requested: bool = False
     generation_done: bool = False
     text: str = ""
-    transcript: str = ""
-    audio_ms: int = 0
     metrics: cpb.StageMetrics = field(default_factory=cpb.StageMetrics)
+    # The audio sent so far, its transcript and word marks (what truncation cuts by).
+    ledger: Ledger = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(
+            response_id=self.id, item_id=self.item_id, previous_item_id=self.previous_item_id
+        )
+
+    @property
+    def transcript(self) -> str:
+        return self.ledger.transcript
+
+    @property
+    def audio_ms(self) -> int:
+        return self.ledger.generated_ms
 
     @property
     def audio(self) -> bool:
@@ -72,13 +86,13 @@ class ResponseState:
             id=self.id,
             status=status,
             status_reason=reason,
-            output=[self.item(_item_status(status))] if with_output else [],
+            output=[self.item(item_status(status))] if with_output else [],
             output_modalities=self.options.output_modalities,
             epoch=self.epoch,
             turn_id=self.turn_id,
             metadata=self.options.metadata,
             session_id=self.session_id,
-            playback=cpb.Playback(generated_ms=self.audio_ms, sent_ms=self.audio_ms),
+            playback=self.ledger.playback(),
         )
 
     # ------------------------------------------------------------ events
@@ -107,8 +121,7 @@ class ResponseState:
         self, pcm16: bytes, rate: int, text: str, duration_ms: int, marks: list[cpb.AudioTextMark]
     ) -> list[Event]:
         """One audio delta and the transcript delta paired with it."""
-        self.audio_ms += duration_ms
-        self.transcript += text
+        self.ledger.add_chunk(text, duration_ms, marks)
         delta = spb.AudioDelta(
             ref=self.ref,
             pcm16=pcm16,
@@ -117,7 +130,7 @@ class ResponseState:
             epoch=self.epoch,
             audio_duration_ms=self.audio_ms,
             marks=marks,
-            playback=cpb.Playback(generated_ms=self.audio_ms, sent_ms=self.audio_ms),
+            playback=self.ledger.playback(),
         )
         return [
             ("audio_delta", delta),
@@ -144,7 +157,7 @@ class ResponseState:
         else:
             events.append(("text_done", spb.TextDone(ref=self.ref, text=self.text)))
             part = cpb.ContentPart(type="text", text=self.text)
-        item = self.item(_item_status(status))
+        item = self.item(item_status(status))
         events += [
             ("content_part_done", spb.ContentPartEvent(ref=self.ref, part=part)),
             ("output_item_done", spb.OutputItemEvent(response_id=self.id, item=item)),
@@ -162,7 +175,7 @@ class ResponseState:
         return events
 
 
-def _item_status(response_status: str) -> str:
+def item_status(response_status: str) -> str:
     return {"completed": "completed", "cancelled": "incomplete", "failed": "incomplete"}.get(
         response_status, "in_progress"
     )

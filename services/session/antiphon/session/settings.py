@@ -37,5 +37,8 @@ class SessionSettings(ServiceSettings):
     max_pending_input_bytes_per_session: int = 16 * 1024 * 1024
     max_pending_turns_per_session: int = 4
     completed_append_cache_size: int = 256
+    # A commit over an active auto-response shorter than this is a listener's
+    # acknowledgement ("mm-hm"), not a new turn.
+    short_overlap_ms: int = 600
     # Server default and ceiling for response length in tokens.
     max_output_tokens: int = 256

@@ -143,6 +143,28 @@ return redis.call('RPUSH', KEYS[2], ARGV[2])
 """
 )
 
+# KEYS[1] owner, KEYS[2] history list; ARGV[1] token, ARGV[2] op, ARGV[3] the
+# stored item it is relative to (exact bytes; "" = the start), ARGV[4] new item.
+# Items are found by value, so an edit never lands on a shifted index.
+_EDIT_HISTORY = (
+    _FENCE
+    + """
+local op, at, item = ARGV[2], ARGV[3], ARGV[4]
+if op == 'insert_after' then
+  if at == '' then return redis.call('LPUSH', KEYS[2], item) end
+  return redis.call('LINSERT', KEYS[2], 'AFTER', at, item)
+elseif op == 'replace' then
+  local i = redis.call('LPOS', KEYS[2], at)
+  if not i then return -1 end
+  redis.call('LSET', KEYS[2], i, item)
+  return 1
+elseif op == 'delete' then
+  return redis.call('LREM', KEYS[2], 1, at)
+end
+return redis.error_reply('BAD_OP')
+"""
+)
+
 
 class NotOwnerError(RuntimeError):
     """This replica no longer owns the session; its writes are refused."""
@@ -188,6 +210,7 @@ class SessionStore:
         self._record_op = client.register_script(_RECORD_OP)
         self._set_fields = client.register_script(_SET_FIELDS)
         self._append_history = client.register_script(_APPEND_HISTORY)
+        self._edit_history = client.register_script(_EDIT_HISTORY)
 
     async def ping(self) -> bool:
         try:
@@ -303,6 +326,21 @@ class SessionStore:
     async def append_history(self, session_id: str, token: str, item: bytes) -> int:
         n = await self._fenced(
             self._append_history, [keys.owner(session_id), keys.history(session_id)], [token, item]
+        )
+        return int(n)
+
+    async def edit_history(
+        self, session_id: str, token: str, op: str, at: bytes, item: bytes = b""
+    ) -> int:
+        """`insert_after`, `replace` or `delete` relative to the stored item `at`.
+
+        Returns what Redis did: the new length (insert; -1 if `at` is gone),
+        1/-1 (replace), or the number removed (delete).
+        """
+        n = await self._fenced(
+            self._edit_history,
+            [keys.owner(session_id), keys.history(session_id)],
+            [token, op, at, item],
         )
         return int(n)
 
