@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
+import wave
 from typing import Any
 
 import numpy as np
@@ -12,8 +14,9 @@ from openai._utils import maybe_transform
 from openai.types.realtime import RealtimeClientEventParam, SessionUpdateEvent
 
 from antiphon.common.audio import float32_to_pcm16
+from antiphon.gateway import audio_formats as af
 from antiphon.gateway.errors import ClientError
-from antiphon.gateway.translator import ALIASES, NOT_YET, Translator
+from antiphon.gateway.translator import ALIASES, HANDLERS, INT32_MAX, Translator, metric_label
 from antiphon.session import session_config
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -63,11 +66,50 @@ CANONICAL: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "input_audio_buffer.commit": ({}, "commit"),
     "input_audio_buffer.clear": ({}, "clear_input"),
+    "input.cancel": ({}, "cancel_input"),
+    "input.text.append": ({"text": "and tomorrow?"}, "append_text"),
+    "conversation.item.create": (
+        {
+            "item": {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "Hi."}],
+            }
+        },
+        "create_item",
+    ),
+    "conversation.item.retrieve": ({"item_id": "item_1"}, "retrieve_item"),
+    "conversation.item.delete": ({"item_id": "item_1"}, "delete_item"),
+    "conversation.item.truncate": (
+        {"item_id": "item_1", "content_index": 0, "audio_end_ms": 1850},
+        "truncate_item",
+    ),
     "response.create": ({}, "create_response"),
     "response.cancel": ({}, "cancel_response"),
+    "output_audio_buffer.clear": ({}, "clear_output_audio"),
+    "barge_in": ({}, "barge_in"),
+    "turn.signal": ({"event": "barge_in"}, "barge_in"),
+    "playback.ack": ({"response_id": "resp_1", "played_ms": 1000}, "playback_ack"),
     "session.close": ({}, "close"),
     "session.heartbeat": ({}, "heartbeat"),
     "session.event_ack": ({"server_event_seq": 3}, "event_ack"),
+}
+
+
+def _wav(pcm16: bytes, rate: int = 16000, *, channels: int = 1) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm16)
+    return buf.getvalue()
+
+
+# The legacy append aliases carry WAV unless the event names a format.
+ALIAS_PAYLOAD: dict[str, dict[str, Any]] = {
+    "push_chunk": {"chunk": base64.b64encode(_wav(b"\x01\x00" * 8)).decode()},
+    "input.audio.append": {"audio": base64.b64encode(_wav(b"\x01\x00" * 8)).decode()},
 }
 
 
@@ -274,9 +316,23 @@ def test_non_realtime_session_type_is_refused() -> None:
 @pytest.mark.parametrize(
     ("session", "param"),
     [
-        ({"input_audio_format": "g711_ulaw"}, "session.audio.input.format"),
-        ({"audio": {"input": {"format": {"type": "audio/pcmu"}}}}, "session.audio.input.format"),
-        ({"audio": {"output": {"format": {"type": "audio/pcma"}}}}, "session.audio.output.format"),
+        ({"input_audio_format": "opus"}, "session.audio.input.format"),
+        ({"input_audio_format": "wav"}, "session.audio.input.format"),
+        ({"audio": {"input": {"format": {"type": "audio/opus"}}}}, "session.audio.input.format"),
+        ({"output_audio_format": "pcm_f32le"}, "session.audio.output.format"),
+        ({"audio": {"output": {"format": {"type": "audio/mp3"}}}}, "session.audio.output.format"),
+        (
+            {"audio": {"input": {"format": {"type": "audio/pcmu", "rate": 16000}}}},
+            "session.audio.input.format.rate",
+        ),
+        (
+            {"audio": {"output": {"format": {"type": "audio/pcma", "rate": 24000}}}},
+            "session.audio.output.format.rate",
+        ),
+        (
+            {"input_audio_format": "g711_alaw", "sample_rate_hz": 24000},
+            "session.audio.input.format.rate",
+        ),
     ],
 )
 def test_unsupported_audio_formats_are_refused(session: dict[str, Any], param: str) -> None:
@@ -432,7 +488,7 @@ def test_open_validates_the_session_like_update() -> None:
 def test_every_alias_translates_to_its_canonical_command(alias: str) -> None:
     canonical = ALIASES[alias]
     payload, kind = CANONICAL[canonical]
-    cmd = Translator().translate({"type": alias, **payload})
+    cmd = Translator().translate({"type": alias, **ALIAS_PAYLOAD.get(alias, payload)})
     assert cmd.WhichOneof("kind") == kind
     assert cmd.client_type == canonical
 
@@ -448,30 +504,32 @@ def test_every_canonical_type_translates_to_its_command(
 
 
 def test_push_chunk_accepts_its_chunk_field() -> None:
-    cmd = Translator().translate({"type": "push_chunk", "chunk": _b64(b"\x02\x00")})
-    assert cmd.append_audio.pcm16 == b"\x02\x00"
-
-
-@pytest.mark.parametrize("etype", sorted(NOT_YET))
-def test_not_yet_types_are_refused_as_unsupported_event(etype: str) -> None:
-    err = _refused({"type": etype})
-    assert err.code == "unsupported_event"
-    assert err.param == "type"
+    pcm = _sine(16000, 160)
+    cmd = Translator().translate({"type": "push_chunk", "chunk": _b64(_wav(pcm))})
+    assert (cmd.append_audio.pcm16, cmd.append_audio.sample_rate_hz) == (pcm, 16000)
 
 
 @pytest.mark.parametrize("etype", REFERENCE_CLIENT_TYPES + REFERENCE_CLIENT_ALIASES)
-def test_every_reference_client_type_is_known(etype: str) -> None:
-    """Every documented client type is either translated or refused as not-yet-supported."""
-    known = set(CANONICAL) | set(ALIASES) | set(NOT_YET) | {"session.resume"}
-    assert etype in known
-    payload = CANONICAL.get(ALIASES.get(etype, etype), ({}, ""))[0]
-    try:
-        Translator().translate({"type": etype, **payload})
-    except ClientError as err:
-        # session.resume is a handshake: valid only as a connection's first event.
-        assert err.code == (
-            "session_already_open" if etype == "session.resume" else "unsupported_event"
-        )
+def test_every_reference_client_type_translates_to_a_command(etype: str) -> None:
+    """Every documented client type and alias is handled: nothing is left "not yet"."""
+    if etype == "session.resume":
+        # A handshake: valid only as a connection's first event.
+        assert _refused({"type": etype}).code == "session_already_open"
+        return
+    canonical = ALIASES.get(etype, etype)
+    assert canonical in HANDLERS
+    payload, kind = CANONICAL[canonical]
+    cmd = Translator().translate({"type": etype, **ALIAS_PAYLOAD.get(etype, payload)})
+    assert cmd.WhichOneof("kind") == kind
+    assert metric_label({"type": etype}) == etype
+
+
+def test_the_catalogue_is_exactly_the_reference() -> None:
+    """21 client types and 9 aliases: no handler or alias the reference does not name."""
+    assert len(REFERENCE_CLIENT_TYPES) == 21 and len(REFERENCE_CLIENT_ALIASES) == 9
+    assert set(HANDLERS) | {"session.resume", "input.commit"} == set(REFERENCE_CLIENT_TYPES)
+    assert set(ALIASES) | {"input.commit"} == set(REFERENCE_CLIENT_ALIASES) | {"input.commit"}
+    assert metric_label({"type": "made.up"}) == "unknown"
 
 
 def test_session_resume_is_a_handshake_with_typed_fields() -> None:
@@ -528,7 +586,8 @@ def test_event_id_and_operation_id_are_echoed_into_the_command() -> None:
         ({"audio": "not base64!!"}, "invalid_audio", "audio"),
         ({"audio": "AAE"}, "invalid_audio", "audio"),
         ({"audio": _b64(b"\x00\x01\x02")}, "invalid_audio", "audio"),
-        ({}, "invalid_value", "audio"),
+        ({}, "missing_required_parameter", "audio"),
+        ({"audio": None}, "missing_required_parameter", "audio"),
         ({"audio": 123}, "invalid_value", "audio"),
         ({"audio": [_b64(b"\x00\x00")]}, "invalid_value", "audio"),
         (
@@ -665,3 +724,664 @@ def test_commit_is_speech_false_is_a_silence_declaration() -> None:
         .translate({"type": "input_audio_buffer.commit"})
         .commit.HasField("is_speech")
     )
+
+
+# ------------------------------------------------------------ input events
+def test_input_cancel_is_a_bare_command() -> None:
+    cmd = Translator().translate({"type": "input.cancel", "event_id": "evt_c"})
+    assert cmd.WhichOneof("kind") == "cancel_input"
+    assert (cmd.client_type, cmd.event_id) == ("input.cancel", "evt_c")
+
+
+@pytest.mark.parametrize("etype", ["input.text.append", "input_text.append", "push_text"])
+def test_text_append_and_its_aliases_carry_the_text(etype: str) -> None:
+    cmd = Translator().translate({"type": etype, "text": "and tomorrow?"})
+    assert cmd.append_text == spb.AppendText(text="and tomorrow?")
+    assert cmd.client_type == "input.text.append"
+
+
+@pytest.mark.parametrize(
+    ("event", "code"),
+    [
+        ({}, "missing_required_parameter"),
+        ({"text": None}, "missing_required_parameter"),
+        ({"text": ""}, "invalid_value"),
+        ({"text": 5}, "invalid_value"),
+        ({"text": ["a"]}, "invalid_value"),
+    ],
+)
+def test_text_append_needs_a_non_empty_string(event: dict[str, Any], code: str) -> None:
+    err = _refused({"type": "push_text", **event})
+    assert (err.code, err.param, err.type) == (code, "text", "invalid_request_error")
+
+
+# ------------------------------------------------------ conversation items
+def _create(item: Any, **extra: Any) -> spb.ClientCommand:
+    return Translator().translate({"type": "conversation.item.create", "item": item, **extra})
+
+
+def test_item_create_text_message_from_the_reference() -> None:
+    cmd = _create(
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "Summarise what I said."}],
+        },
+        previous_item_id=None,
+    )
+    create = cmd.create_item
+    assert create.item == cpb.Item(
+        type="message",
+        role="user",
+        content=[cpb.ContentPart(type="input_text", text="Summarise what I said.")],
+    )
+    # `previous_item_id: null` appends, exactly like leaving it out.
+    assert not create.HasField("previous_item_id")
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({}, None),
+        ({"previous_item_id": None}, None),
+        ({"previous_item_id": "root"}, ""),
+        ({"previous_item_id": "item_9"}, "item_9"),
+    ],
+)
+def test_previous_item_id_absent_null_root_or_an_id(
+    extra: dict[str, Any], expected: str | None
+) -> None:
+    """Absent/null = unset (append at the end); "root" = "" (insert first); else after that id."""
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x"}]}
+    create = _create(item, **extra).create_item
+    if expected is None:
+        assert not create.HasField("previous_item_id")
+    else:
+        assert create.HasField("previous_item_id") and create.previous_item_id == expected
+
+
+@pytest.mark.parametrize("role", ["user", "assistant", "system"])
+@pytest.mark.parametrize("part", ["input_text", "text", "output_text"])
+def test_every_role_takes_every_text_part(role: str, part: str) -> None:
+    item = {"type": "message", "role": role, "content": [{"type": part, "text": "hello"}]}
+    made = _create(item).create_item.item
+    assert (made.role, made.content[0].type, made.content[0].text) == (role, part, "hello")
+
+
+def test_item_create_function_call_output_from_the_reference() -> None:
+    made = _create(
+        {"type": "function_call_output", "call_id": "call_7d1f", "output": '{"temperature_c": 24}'}
+    ).create_item.item
+    assert made == cpb.Item(
+        type="function_call_output", call_id="call_7d1f", output='{"temperature_c": 24}'
+    )
+
+
+def test_item_create_keeps_a_client_item_id() -> None:
+    item = {
+        "id": "item_mine",
+        "type": "message",
+        "role": "system",
+        "content": [{"type": "input_text", "text": "Be terse."}],
+    }
+    assert _create(item).create_item.item.id == "item_mine"
+
+
+def test_item_create_input_audio_is_decoded_to_pcm16_in_the_session_format() -> None:
+    pcm = _sine(8000, 800)
+    ulaw = af.pcm16_to_ulaw(pcm)
+    t = Translator()
+    t.translate(_update({"input_audio_format": "g711_ulaw"}))
+    part = {"type": "input_audio", "audio": _b64(ulaw), "transcript": "hello"}
+    made = t.translate(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [part]},
+        }
+    ).create_item.item.content[0]
+    assert made.type == "input_audio"
+    assert made.audio == af.ulaw_to_pcm16(ulaw) and made.sample_rate_hz == 8000
+    assert made.transcript == "hello"
+    # PCM16 (the default) passes through; 0 = the session's input rate.
+    only_audio = {"type": "input_audio", "audio": _b64(pcm)}
+    item = {"type": "message", "role": "user", "content": [only_audio]}
+    plain = _create(item).create_item.item.content[0]
+    assert (plain.audio, plain.sample_rate_hz, plain.transcript) == (pcm, 0, "")
+    only_text = {"type": "input_audio", "transcript": "said"}
+    item = {"type": "message", "role": "user", "content": [only_text]}
+    assert _create(item).create_item.item.content[0].transcript == "said"
+
+
+_USER_TEXT = [{"type": "input_text", "text": "x"}]
+
+
+@pytest.mark.parametrize(
+    ("event", "code", "param"),
+    [
+        ({}, "missing_required_parameter", "item"),
+        ({"item": "text"}, "invalid_value", "item"),
+        (
+            {"item": {"role": "user", "content": _USER_TEXT}},
+            "missing_required_parameter",
+            "item.type",
+        ),
+        ({"item": {"type": "image", "role": "user"}}, "invalid_value", "item.type"),
+        ({"item": {"type": "function_call"}}, "invalid_value", "item.type"),
+        (
+            {"item": {"type": "message", "content": _USER_TEXT}},
+            "missing_required_parameter",
+            "item.role",
+        ),
+        (
+            {"item": {"type": "message", "role": "tool", "content": _USER_TEXT}},
+            "invalid_value",
+            "item.role",
+        ),
+        (
+            {"item": {"type": "message", "role": "user"}},
+            "missing_required_parameter",
+            "item.content",
+        ),
+        (
+            {"item": {"type": "message", "role": "user", "content": []}},
+            "invalid_value",
+            "item.content",
+        ),
+        (
+            {"item": {"type": "message", "role": "user", "content": "hi"}},
+            "invalid_value",
+            "item.content",
+        ),
+        (
+            {"item": {"type": "message", "role": "user", "content": ["hi"]}},
+            "invalid_value",
+            "item.content[0]",
+        ),
+        (
+            {"item": {"type": "message", "role": "user", "content": [{"text": "x"}]}},
+            "missing_required_parameter",
+            "item.content[0].type",
+        ),
+        (
+            {
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [*_USER_TEXT, {"type": "input_text"}],
+                }
+            },
+            "missing_required_parameter",
+            "item.content[1].text",
+        ),
+        (
+            {
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": 3}],
+                }
+            },
+            "invalid_value",
+            "item.content[0].text",
+        ),
+        (
+            {"item": {"type": "message", "role": "user", "content": [{"type": "input_image"}]}},
+            "invalid_value",
+            "item.content[0].type",
+        ),
+        (
+            {
+                "item": {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "input_audio", "transcript": "x"}],
+                }
+            },
+            "invalid_value",
+            "item.content[0].type",
+        ),
+        (
+            {"item": {"type": "message", "role": "user", "content": [{"type": "input_audio"}]}},
+            "missing_required_parameter",
+            "item.content[0].audio",
+        ),
+        (
+            {
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_audio", "audio": "!!"}],
+                }
+            },
+            "invalid_audio",
+            "item.content[0].audio",
+        ),
+        (
+            {
+                "item": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_audio", "audio": _b64(b"\0")}],
+                }
+            },
+            "invalid_audio",
+            "item.content[0].audio",
+        ),
+        (
+            {"item": {"type": "function_call_output", "output": "{}"}},
+            "missing_required_parameter",
+            "item.call_id",
+        ),
+        (
+            {"item": {"type": "function_call_output", "call_id": "", "output": "{}"}},
+            "invalid_value",
+            "item.call_id",
+        ),
+        (
+            {"item": {"type": "function_call_output", "call_id": "c"}},
+            "missing_required_parameter",
+            "item.output",
+        ),
+        (
+            {"item": {"type": "function_call_output", "call_id": "c", "output": {"t": 1}}},
+            "invalid_value",
+            "item.output",
+        ),
+        (
+            {"item": {"type": "function_call_output", "call_id": "c", "output": "", "id": 4}},
+            "invalid_value",
+            "item.id",
+        ),
+        (
+            {
+                "item": {"type": "function_call_output", "call_id": "c", "output": ""},
+                "previous_item_id": 4,
+            },
+            "invalid_value",
+            "previous_item_id",
+        ),
+        (
+            {
+                "item": {"type": "function_call_output", "call_id": "c", "output": ""},
+                "previous_item_id": "",
+            },
+            "invalid_value",
+            "previous_item_id",
+        ),
+    ],
+)
+def test_bad_item_create_is_one_typed_error(event: dict[str, Any], code: str, param: str) -> None:
+    err = _refused({"type": "conversation.item.create", "event_id": "evt_i", **event})
+    assert (err.code, err.param, err.type) == (code, param, "invalid_request_error")
+
+
+@pytest.mark.parametrize(
+    ("etype", "kind"),
+    [("conversation.item.retrieve", "retrieve_item"), ("conversation.item.delete", "delete_item")],
+)
+def test_item_retrieve_and_delete_name_the_item(etype: str, kind: str) -> None:
+    cmd = Translator().translate({"type": etype, "item_id": "item_resp_01"})
+    assert getattr(cmd, kind) == spb.ItemRef(item_id="item_resp_01")
+    for event, code in (
+        ({}, "missing_required_parameter"),
+        ({"item_id": ""}, "invalid_value"),
+        ({"item_id": 9}, "invalid_value"),
+    ):
+        err = _refused({"type": etype, **event})
+        assert (err.code, err.param) == (code, "item_id")
+
+
+def test_item_truncate_from_the_reference() -> None:
+    cmd = Translator().translate(
+        {
+            "type": "conversation.item.truncate",
+            "item_id": "item_resp_01",
+            "content_index": 0,
+            "audio_end_ms": 1850,
+        }
+    )
+    assert cmd.truncate_item == spb.TruncateItem(
+        item_id="item_resp_01", content_index=0, audio_end_ms=1850
+    )
+
+
+_TRUNCATE = {"item_id": "item_1", "content_index": 0, "audio_end_ms": 10}
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "param"),
+    [
+        ({"item_id": None}, "missing_required_parameter", "item_id"),
+        ({"content_index": None}, "missing_required_parameter", "content_index"),
+        ({"audio_end_ms": None}, "missing_required_parameter", "audio_end_ms"),
+        ({"content_index": -1}, "invalid_value", "content_index"),
+        ({"content_index": 1.0}, "invalid_value", "content_index"),
+        ({"content_index": True}, "invalid_value", "content_index"),
+        ({"content_index": INT32_MAX + 1}, "invalid_value", "content_index"),
+        ({"audio_end_ms": -5}, "invalid_value", "audio_end_ms"),
+        ({"audio_end_ms": "1850"}, "invalid_value", "audio_end_ms"),
+        ({"audio_end_ms": 2**63}, "invalid_value", "audio_end_ms"),
+    ],
+)
+def test_bad_item_truncate_is_one_typed_error(
+    change: dict[str, Any], code: str, param: str
+) -> None:
+    event = {"type": "conversation.item.truncate", **_TRUNCATE, **change}
+    event = {k: v for k, v in event.items() if v is not None}
+    err = _refused(event)
+    assert (err.code, err.param) == (code, param)
+
+
+# ----------------------------------------------------- output and overlap
+def test_output_audio_buffer_clear_is_a_bare_command() -> None:
+    cmd = Translator().translate({"type": "output_audio_buffer.clear"})
+    assert cmd.WhichOneof("kind") == "clear_output_audio"
+
+
+def test_barge_in_and_turn_signal_barge_in_are_one_command() -> None:
+    bare = Translator().translate({"type": "barge_in"})
+    assert bare.barge_in == spb.BargeIn(source="client_event")
+    assert bare.client_type == "barge_in"
+    signal = Translator().translate(
+        {"type": "turn.signal", "event": "barge_in", "payload": {"source": "client_vad"}}
+    )
+    assert signal.barge_in == spb.BargeIn(source="client_vad")
+    assert signal.client_type == "turn.signal"
+    alias = Translator().translate({"type": "signal_turn", "event": "barge_in"})
+    assert alias.barge_in == spb.BargeIn(source="client_event")
+    assert alias.client_type == "turn.signal"
+
+
+@pytest.mark.parametrize(
+    ("event", "code", "param"),
+    [
+        ({}, "missing_required_parameter", "event"),
+        ({"event": "end_of_turn"}, "invalid_value", "event"),
+        ({"event": "speak"}, "invalid_value", "event"),
+        ({"event": 1}, "invalid_value", "event"),
+        ({"event": "barge_in", "payload": "now"}, "invalid_value", "payload"),
+        ({"event": "barge_in", "payload": {"source": 3}}, "invalid_value", "payload.source"),
+    ],
+)
+def test_turn_signal_other_than_barge_in_is_refused_on_event(
+    event: dict[str, Any], code: str, param: str
+) -> None:
+    for etype in ("turn.signal", "signal_turn"):
+        err = _refused({"type": etype, **event})
+        assert (err.code, err.param) == (code, param)
+
+
+def test_playback_ack_from_the_reference() -> None:
+    cmd = Translator().translate(
+        {
+            "type": "playback.ack",
+            "response_id": "resp_01",
+            "item_id": "item_resp_01",
+            "played_ms": 1000,
+            "committed_ms": 1000,
+        }
+    )
+    ack = cmd.playback_ack
+    assert ack == spb.PlaybackAck(
+        response_id="resp_01", item_id="item_resp_01", played_ms=1000, committed_ms=1000
+    )
+    assert ack.truncate is False
+    # The truncating ack after an interruption names no item.
+    trunc = Translator().translate(
+        {
+            "type": "audio.playback_ack",
+            "response_id": "resp_01",
+            "played_ms": 1850,
+            "committed_ms": 1850,
+            "truncate": True,
+        }
+    )
+    assert trunc.client_type == "playback.ack"
+    assert trunc.playback_ack == spb.PlaybackAck(
+        response_id="resp_01", played_ms=1850, committed_ms=1850, truncate=True
+    )
+    plain = Translator().translate({"type": "playback.ack", "response_id": "r", "played_ms": 0})
+    assert not plain.playback_ack.HasField("committed_ms")  # = as much as was played
+
+
+_ACK = {"response_id": "resp_01", "played_ms": 1000}
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "param"),
+    [
+        ({"response_id": None}, "missing_required_parameter", "response_id"),
+        ({"response_id": ""}, "invalid_value", "response_id"),
+        ({"played_ms": None}, "missing_required_parameter", "played_ms"),
+        ({"played_ms": -1}, "invalid_value", "played_ms"),
+        ({"played_ms": 10.5}, "invalid_value", "played_ms"),
+        ({"played_ms": False}, "invalid_value", "played_ms"),
+        ({"committed_ms": -1}, "invalid_value", "committed_ms"),
+        ({"committed_ms": "all"}, "invalid_value", "committed_ms"),
+        ({"committed_ms": 1001}, "invalid_value", "committed_ms"),
+        ({"truncate": "yes"}, "invalid_value", "truncate"),
+        ({"item_id": 7}, "invalid_value", "item_id"),
+    ],
+)
+def test_bad_playback_ack_is_one_typed_error(change: dict[str, Any], code: str, param: str) -> None:
+    event = {"type": "playback.ack", **_ACK, **change}
+    event = {k: v for k, v in event.items() if v is not None}
+    err = _refused(event)
+    assert (err.code, err.param) == (code, param)
+
+
+@pytest.mark.parametrize(
+    ("event", "param"),
+    [
+        ({"type": "session.event_ack", "server_event_seq": 2**63}, "server_event_seq"),
+        (
+            {"type": "session.update", "session": {"max_output_tokens": 2**31}},
+            "session.max_output_tokens",
+        ),
+        (
+            {"type": "response.create", "response": {"max_output_tokens": 2**40}},
+            "response.max_output_tokens",
+        ),
+        (
+            {
+                "type": "session.update",
+                "session": {"turn_detection": {"silence_duration_ms": 2**31}},
+            },
+            "session.turn_detection.silence_duration_ms",
+        ),
+        (
+            {"type": "input_audio_buffer.append", "audio": "", "sample_rate_hz": 2**40},
+            "sample_rate_hz",
+        ),
+    ],
+)
+def test_numbers_past_the_proto_range_are_refused_not_crashed(
+    event: dict[str, Any], param: str
+) -> None:
+    err = _refused(event)
+    assert (err.code, err.param) == ("invalid_value", param)
+
+
+def test_event_ack_needs_its_seq() -> None:
+    err = _refused({"type": "session.event_ack"})
+    assert (err.code, err.param) == ("missing_required_parameter", "server_event_seq")
+
+
+# ------------------------------------------------------------ audio formats
+@pytest.mark.parametrize("rate", [16000, 24000])
+def test_pcm_f32le_append_is_clipped_to_pcm16(rate: int) -> None:
+    samples = np.array([0.0, 0.5, -0.5, 1.5, -2.0, np.nan], dtype="<f4")
+    cmd = Translator().translate(
+        _append(samples.tobytes(), format="pcm_f32le", sample_rate_hz=rate)
+    )
+    got = np.frombuffer(cmd.append_audio.pcm16, dtype="<i2").tolist()
+    assert got == [0, 16384, -16384, 32767, -32768, 0]
+    assert cmd.append_audio.sample_rate_hz == rate
+
+
+def test_pcm_f32le_session_reads_appends_as_float() -> None:
+    t = Translator()
+    t.translate(_update({"input_audio_format": "pcm_f32le", "sample_rate_hz": 16000}))
+    floats = np.full(160, 0.25, dtype="<f4").tobytes()
+    append = t.translate(_append(floats)).append_audio
+    assert append.pcm16 == float32_to_pcm16(np.full(160, 0.25))
+    assert append.sample_rate_hz == 0  # the session's (16 kHz) rate, resampled there
+
+
+@pytest.mark.parametrize(
+    ("session", "encoding"),
+    [
+        ({"input_audio_format": "g711_ulaw"}, "g711_ulaw"),
+        ({"input_audio_format": "g711_alaw"}, "g711_alaw"),
+        ({"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcmu"}}}}, "g711_ulaw"),
+        ({"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcma"}}}}, "g711_alaw"),
+    ],
+)
+def test_g711_session_input_is_8khz_and_appends_decode_from_it(
+    session: dict[str, Any], encoding: str
+) -> None:
+    t = Translator()
+    patch = t.translate(_update(session)).update.config
+    assert patch.input_audio_format == cpb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
+    pcm = _sine(8000, 400)
+    coded = af.pcm16_to_ulaw(pcm) if encoding == "g711_ulaw" else af.pcm16_to_alaw(pcm)
+    append = t.translate(_append(coded)).append_audio
+    decoded = af.decode(coded, encoding).pcm16
+    assert (append.pcm16, append.sample_rate_hz) == (decoded, 8000)
+    # A later update without a format keeps the declared encoding.
+    t.translate(_update({"instructions": "x"}))
+    assert t.translate(_append(coded)).append_audio.pcm16 == decoded
+    # And back to PCM16: raw bytes again.
+    t.translate(_update({"input_audio_format": "pcm16"}))
+    assert t.translate(_append(pcm)).append_audio.pcm16 == pcm
+
+
+def test_open_declares_the_input_encoding_too() -> None:
+    t = Translator()
+    t.open(_update({"input_audio_format": "g711_alaw"}), {})
+    coded = af.pcm16_to_alaw(_sine(8000, 80))
+    assert t.translate(_append(coded)).append_audio.sample_rate_hz == 8000
+
+
+def test_a_refused_update_declares_nothing() -> None:
+    t = Translator()
+    with pytest.raises(ClientError):
+        t.translate(_update({"input_audio_format": "g711_ulaw", "temperature": "hot"}))
+    pcm = _sine(16000, 80)
+    assert t.translate(_append(pcm)).append_audio.pcm16 == pcm
+
+
+@pytest.mark.parametrize(
+    ("session", "encoding"),
+    [
+        ({"output_audio_format": "g711_ulaw"}, "g711_ulaw"),
+        ({"audio": {"output": {"format": {"type": "audio/pcma"}}}}, "g711_alaw"),
+    ],
+)
+def test_g711_session_output_is_8khz(session: dict[str, Any], encoding: str) -> None:
+    patch = _patch(session)
+    assert patch.output_audio_format == cpb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "encode"),
+    [
+        ("g711_ulaw", af.pcm16_to_ulaw),
+        ("g711_alaw", af.pcm16_to_alaw),
+        ({"type": "audio/pcmu"}, af.pcm16_to_ulaw),
+        ({"type": "audio/pcma", "rate": 8000}, af.pcm16_to_alaw),
+    ],
+)
+def test_per_event_g711_format_overrides_the_session(fmt: Any, encode: Any) -> None:
+    pcm = _sine(8000, 240)
+    append = Translator().translate(_append(encode(pcm), format=fmt)).append_audio
+    assert append.sample_rate_hz == 8000
+    assert len(append.pcm16) == len(pcm)
+
+
+def test_per_event_format_also_reads_input_audio_format() -> None:
+    floats = np.zeros(10, dtype="<f4").tobytes()
+    append = Translator().translate(_append(floats, input_audio_format="pcm_f32le")).append_audio
+    assert append.pcm16 == b"\x00\x00" * 10
+
+
+@pytest.mark.parametrize("etype", ["push_chunk", "input.audio.append"])
+@pytest.mark.parametrize("rate", [8000, 16000, 44100])
+def test_legacy_aliases_default_to_wav_and_take_its_rate(etype: str, rate: int) -> None:
+    pcm = _sine(rate, rate // 10)
+    cmd = Translator().translate({"type": etype, "audio": _b64(_wav(pcm, rate))})
+    assert (cmd.append_audio.pcm16, cmd.append_audio.sample_rate_hz) == (pcm, rate)
+
+
+def test_legacy_alias_with_a_format_is_not_wav() -> None:
+    pcm = _sine(16000, 160)
+    cmd = Translator().translate({"type": "push_chunk", "chunk": _b64(pcm), "format": "pcm16"})
+    assert cmd.append_audio.pcm16 == pcm
+
+
+def test_canonical_append_takes_wav_when_it_says_so() -> None:
+    pcm = _sine(22050, 2205)
+    append = Translator().translate(_append(_wav(pcm, 22050), format="wav")).append_audio
+    assert (append.pcm16, append.sample_rate_hz) == (pcm, 22050)
+    same = Translator().translate(_append(_wav(pcm, 22050), format="wav", sample_rate_hz=22050))
+    assert same.append_audio.sample_rate_hz == 22050
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "param"),
+    [
+        ({"format": "opus"}, "unsupported_audio_format", "format"),
+        ({"format": {"type": "audio/aac"}}, "unsupported_audio_format", "format"),
+        ({"format": 16}, "invalid_value", "format"),
+        ({"format": {"type": "audio/pcm", "rate": "x"}}, "invalid_value", "format.rate"),
+        (
+            {"format": {"type": "audio/pcm", "rate": 8000}},
+            "unsupported_audio_format",
+            "format.rate",
+        ),
+        (
+            {"format": "g711_ulaw", "sample_rate_hz": 16000},
+            "unsupported_audio_format",
+            "sample_rate_hz",
+        ),
+        (
+            {"format": "pcm_f32le", "sample_rate_hz": 8000},
+            "unsupported_audio_format",
+            "sample_rate_hz",
+        ),
+        (
+            {"format": {"type": "audio/pcm", "rate": 16000}, "sample_rate_hz": 24000},
+            "invalid_value",
+            "sample_rate_hz",
+        ),
+        ({"format": "pcm_f32le"}, "invalid_audio", "audio"),  # 6 bytes: not whole floats
+        ({"format": "wav"}, "invalid_audio", "audio"),  # no RIFF header
+    ],
+)
+def test_bad_per_event_formats_are_refused(extra: dict[str, Any], code: str, param: str) -> None:
+    err = _refused(_append(b"\x00" * 6, **extra))
+    assert (err.code, err.param) == (code, param)
+
+
+def test_wav_rate_must_agree_with_sample_rate_hz() -> None:
+    err = _refused(_append(_wav(b"\x00\x00" * 8, 16000), format="wav", sample_rate_hz=24000))
+    assert (err.code, err.param) == ("invalid_value", "sample_rate_hz")
+
+
+@pytest.mark.parametrize(
+    ("wav_bytes", "code"),
+    [
+        (_wav(b"\x00\x00" * 8, 16000, channels=2), "unsupported_audio_format"),
+        (_wav(b"\x00\x00" * 8, 12345), "unsupported_audio_format"),
+        (b"RIFF\x00\x00\x00\x00WAVE", "invalid_audio"),
+        (b"RIFF\x00\x00\x00\x00WAVEdata\x02\x00\x00\x00\x00\x00", "invalid_audio"),
+    ],
+)
+def test_bad_wav_is_refused(wav_bytes: bytes, code: str) -> None:
+    err = _refused({"type": "push_chunk", "chunk": _b64(wav_bytes)})
+    assert (err.code, err.param) == (code, "audio")
+
+
+def test_legacy_raw_pcm_without_format_is_refused_as_not_wav() -> None:
+    err = _refused({"type": "push_chunk", "chunk": _b64(b"\x02\x00" * 4)})
+    assert (err.code, err.param) == ("invalid_audio", "audio")

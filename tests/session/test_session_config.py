@@ -169,9 +169,30 @@ REJECTED: list[tuple[pb.SessionConfigPatch, str, str]] = [
         "audio.input.format.rate",
     ),
     (
-        pb.SessionConfigPatch(input_audio_format=pb.AudioFormat(encoding="g711_ulaw")),
+        pb.SessionConfigPatch(input_audio_format=pb.AudioFormat(encoding="opus")),
         "unsupported_audio_format",
         "input_audio_format",
+    ),
+    (
+        pb.SessionConfigPatch(
+            input_audio_format=pb.AudioFormat(encoding="g711_ulaw", sample_rate_hz=16000)
+        ),
+        "unsupported_audio_format",
+        "audio.input.format.rate",
+    ),
+    (
+        pb.SessionConfigPatch(
+            input_audio_format=pb.AudioFormat(encoding="pcm_f32le", sample_rate_hz=8000)
+        ),
+        "unsupported_audio_format",
+        "audio.input.format.rate",
+    ),
+    (
+        pb.SessionConfigPatch(
+            output_audio_format=pb.AudioFormat(encoding="g711_alaw", sample_rate_hz=24000)
+        ),
+        "unsupported_audio_format",
+        "audio.output.format",
     ),
     (
         pb.SessionConfigPatch(output_audio_format=pb.AudioFormat(sample_rate_hz=16000)),
@@ -234,9 +255,70 @@ def test_a_valid_field_next_to_an_invalid_one_is_not_applied() -> None:
 
 
 def test_16k_and_24k_input_rates_are_accepted() -> None:
-    for rate in session_config.INPUT_RATES:
-        out = _merge(pb.SessionConfigPatch(input_audio_format=pb.AudioFormat(sample_rate_hz=rate)))
-        assert out.input_audio_format.sample_rate_hz == rate
+    for encoding in ("pcm16", "pcm_f32le"):
+        for rate in session_config.PCM_INPUT_RATES:
+            fmt = pb.AudioFormat(encoding=encoding, sample_rate_hz=rate)
+            out = _merge(pb.SessionConfigPatch(input_audio_format=fmt))
+            assert out.input_audio_format == fmt
+
+
+@pytest.mark.parametrize("encoding", ["g711_ulaw", "g711_alaw"])
+def test_g711_means_8khz_in_and_out(encoding: str) -> None:
+    """Naming G.711 alone sets 8 kHz; leaving it for PCM16 returns to 24 kHz."""
+    g711 = _merge(
+        pb.SessionConfigPatch(
+            input_audio_format=pb.AudioFormat(encoding=encoding),
+            output_audio_format=pb.AudioFormat(encoding=encoding),
+        )
+    )
+    assert g711.input_audio_format == pb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
+    assert g711.output_audio_format == pb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
+    back = _merge(
+        pb.SessionConfigPatch(
+            input_audio_format=pb.AudioFormat(encoding="pcm16"),
+            output_audio_format=pb.AudioFormat(encoding="pcm16"),
+        ),
+        g711,
+    )
+    assert back.input_audio_format == pb.AudioFormat(encoding="pcm16", sample_rate_hz=24000)
+    assert back.output_audio_format == pb.AudioFormat(encoding="pcm16", sample_rate_hz=24000)
+
+
+def test_pcm16_to_f32_keeps_the_declared_rate() -> None:
+    at16k = _merge(pb.SessionConfigPatch(input_audio_format=pb.AudioFormat(sample_rate_hz=16000)))
+    f32 = _merge(
+        pb.SessionConfigPatch(input_audio_format=pb.AudioFormat(encoding="pcm_f32le")), at16k
+    )
+    assert f32.input_audio_format == pb.AudioFormat(encoding="pcm_f32le", sample_rate_hz=16000)
+
+
+@pytest.mark.parametrize(
+    ("session", "encoding"),
+    [
+        ({"input_audio_format": "g711_ulaw", "output_audio_format": "g711_ulaw"}, "g711_ulaw"),
+        (
+            {
+                "type": "realtime",
+                "audio": {
+                    "input": {"format": {"type": "audio/pcma"}},
+                    "output": {"format": {"type": "audio/pcma"}},
+                },
+            },
+            "g711_alaw",
+        ),
+    ],
+)
+def test_g711_sessions_from_the_wire(session: dict[str, Any], encoding: str) -> None:
+    out = _merge(_from_wire(session))
+    assert out.input_audio_format == pb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
+    assert out.output_audio_format == pb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
+
+
+def test_every_append_rate_is_one_the_session_resamples() -> None:
+    """Decoded appends may carry G.711's 8 kHz or a WAV header's rate."""
+    assert set(session_config.PCM_INPUT_RATES) <= set(session_config.INPUT_RATES)
+    assert session_config.G711_RATE in session_config.INPUT_RATES
+    assert {22050, 44100, 48000} <= set(session_config.INPUT_RATES)
 
 
 # -------------------------------------------------------------------- lanes

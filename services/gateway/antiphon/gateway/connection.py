@@ -25,6 +25,7 @@ from opentelemetry import trace
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from antiphon.common import tracing
+from antiphon.gateway.audio_formats import OutputAudio
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.projector import project
@@ -66,6 +67,7 @@ class Connection:
         self._max_bytes = max_message_bytes
         self._reconnect_timeout_s = reconnect_timeout_s
         self._translator = Translator()
+        self._output_audio = OutputAudio()
         self._commands: asyncio.Queue[spb.ClientCommand] = asyncio.Queue()
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._identity: Identity | None = None
@@ -203,7 +205,12 @@ class Connection:
             async for ev in call:
                 kind = ev.WhichOneof("kind")
                 self._remember(ev, kind)
-                self._outbox.put_nowait(project(ev))
+                # Audio deltas leave in the session's output encoding (G.711 or PCM16).
+                encoded = self._output_audio.apply(ev)
+                frame = project(ev)
+                if encoded:
+                    frame["format"] = encoded
+                self._outbox.put_nowait(frame)
                 if kind in TERMINAL or (kind == "error" and ev.seq == 0):
                     self._outbox.put_nowait(None)
                     return True

@@ -11,6 +11,7 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+from antiphon.gateway.audio_formats import ga_format
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 
@@ -30,7 +31,6 @@ def project(ev: spb.ServerEvent) -> Json:
 def session_object(st: spb.SessionState) -> Json:
     c = st.config
     in_rate = c.input_audio_format.sample_rate_hz
-    out_rate = c.output_audio_format.sample_rate_hz
     td = turn_detection(c.turn_detection)
     max_tokens: int | str = c.max_output_tokens or "inf"
     return {
@@ -50,11 +50,11 @@ def session_object(st: spb.SessionState) -> Json:
         "output_audio_format": c.output_audio_format.encoding,
         "audio": {
             "input": {
-                "format": {"type": "audio/pcm", "rate": in_rate},
+                "format": ga_format(c.input_audio_format),
                 "sample_rate_hz": in_rate,
                 "turn_detection": td,
             },
-            "output": {"format": {"type": "audio/pcm", "rate": out_rate}, "voice": c.voice},
+            "output": {"format": ga_format(c.output_audio_format), "voice": c.voice},
         },
         "turn_detection": td,
         "temperature": c.temperature,

@@ -10,8 +10,19 @@ from __future__ import annotations
 from antiphon.v1 import common_pb2 as pb
 from antiphon.v1 import stage_pb2
 
-INPUT_RATES = (16000, 24000)
+# The gateway decodes every client encoding to PCM16 (common.proto
+# `AudioFormat`); these are the rates a decoded append may carry (WAV names
+# its own), each resampled here once. Equal to the gateway's
+# `audio_formats.APPEND_RATES`.
+INPUT_RATES = (8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000)
+# Raw PCM input a session may declare; G.711 is 8 kHz by definition.
+PCM_INPUT_RATES = (16000, 24000)
+G711_RATE = 8000
+G711 = ("g711_ulaw", "g711_alaw")
+INPUT_ENCODINGS = ("pcm16", "pcm_f32le", *G711)
+OUTPUT_ENCODINGS = ("pcm16", *G711)
 OUTPUT_RATE = 24000
+DEFAULT_PCM_RATE = 24000
 MODALITIES = ("audio", "text")
 OVERLAP_POLICIES = ("listen_only", "barge_in_on_speech")
 PLAYBACK_POLICIES = ("ack_only", "commit_all_on_done")
@@ -47,7 +58,7 @@ def defaults(model: str) -> pb.SessionConfig:
         instructions=DEFAULT_INSTRUCTIONS,
         voice="joe",
         output_modalities=["audio"],
-        input_audio_format=pb.AudioFormat(encoding="pcm16", sample_rate_hz=24000),
+        input_audio_format=pb.AudioFormat(encoding="pcm16", sample_rate_hz=DEFAULT_PCM_RATE),
         output_audio_format=pb.AudioFormat(encoding="pcm16", sample_rate_hz=OUTPUT_RATE),
         # OpenAI's default: absent turn_detection means server VAD.
         turn_detection=default_server_vad(),
@@ -83,9 +94,9 @@ def merge(
         del out.output_modalities[:]
         out.output_modalities.extend(patch.output_modalities)
     if patch.HasField("input_audio_format"):
-        _merge_format(out.input_audio_format, patch.input_audio_format)
+        _merge_format(out.input_audio_format, patch.input_audio_format, PCM_INPUT_RATES)
     if patch.HasField("output_audio_format"):
-        _merge_format(out.output_audio_format, patch.output_audio_format)
+        _merge_format(out.output_audio_format, patch.output_audio_format, (OUTPUT_RATE,))
     if patch.has_turn_detection:
         out.turn_detection.CopyFrom(patch.turn_detection)
         if out.turn_detection.mode == pb.TURN_DETECTION_MODE_SERVER_VAD:
@@ -103,26 +114,27 @@ def merge(
 
 
 def validate(cfg: pb.SessionConfig) -> None:
-    if cfg.input_audio_format.encoding != "pcm16":
+    fin, fout = cfg.input_audio_format, cfg.output_audio_format
+    if fin.encoding not in INPUT_ENCODINGS:
         raise ConfigError(
             "unsupported_audio_format",
-            f"input audio format {cfg.input_audio_format.encoding!r} is not supported; use pcm16",
+            f"input audio format {fin.encoding!r} is not supported; use one of {INPUT_ENCODINGS}",
             "input_audio_format",
         )
-    if cfg.input_audio_format.sample_rate_hz not in INPUT_RATES:
+    if fin.sample_rate_hz not in _rates(fin.encoding, PCM_INPUT_RATES):
         raise ConfigError(
             "unsupported_audio_format",
-            f"input sample rate {cfg.input_audio_format.sample_rate_hz} Hz is not supported; "
-            f"use one of {INPUT_RATES}",
+            f"input sample rate {fin.sample_rate_hz} Hz is not supported for {fin.encoding}; "
+            f"use one of {_rates(fin.encoding, PCM_INPUT_RATES)}",
             "audio.input.format.rate",
         )
-    if (
-        cfg.output_audio_format.encoding != "pcm16"
-        or cfg.output_audio_format.sample_rate_hz != OUTPUT_RATE
+    if fout.encoding not in OUTPUT_ENCODINGS or fout.sample_rate_hz not in _rates(
+        fout.encoding, (OUTPUT_RATE,)
     ):
         raise ConfigError(
             "unsupported_audio_format",
-            f"output audio must be pcm16 at {OUTPUT_RATE} Hz",
+            f"output audio must be pcm16 at {OUTPUT_RATE} Hz or G.711 "
+            f"({' or '.join(G711)}) at {G711_RATE} Hz",
             "audio.output.format",
         )
     if not cfg.output_modalities or any(m not in MODALITIES for m in cfg.output_modalities):
@@ -165,11 +177,19 @@ def lane(cfg: pb.SessionConfig) -> stage_pb2.Lane:
     return stage_pb2.LANE_MANUAL
 
 
-def _merge_format(into: pb.AudioFormat, patch: pb.AudioFormat) -> None:
+def _rates(encoding: str, pcm_rates: tuple[int, ...]) -> tuple[int, ...]:
+    return (G711_RATE,) if encoding in G711 else pcm_rates
+
+
+def _merge_format(into: pb.AudioFormat, patch: pb.AudioFormat, pcm_rates: tuple[int, ...]) -> None:
     if patch.encoding:
         into.encoding = patch.encoding
     if patch.sample_rate_hz:
         into.sample_rate_hz = patch.sample_rate_hz
+    elif into.sample_rate_hz not in _rates(into.encoding, pcm_rates):
+        # A new encoding without a rate takes its own default: `g711_ulaw`
+        # means 8 kHz, and leaving G.711 for PCM returns to 24 kHz.
+        into.sample_rate_hz = G711_RATE if into.encoding in G711 else DEFAULT_PCM_RATE
 
 
 def _fill_vad_defaults(td: pb.TurnDetection) -> None:
