@@ -16,6 +16,7 @@ from starlette.websockets import WebSocket
 from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
 from antiphon.gateway.connection import Connection
+from antiphon.gateway.dialect import NATIVE, REALTIME, Dialect
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.settings import GatewaySettings
 
@@ -58,7 +59,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
-    async def realtime(ws: WebSocket) -> None:
+    async def serve(ws: WebSocket, dialect: Dialect) -> None:
         if settings.api_key and not _authorized(ws, settings.api_key):
             await ws.close(CLOSE_POLICY)
             return
@@ -72,10 +73,18 @@ def create_app(settings: GatewaySettings) -> Starlette:
                 metrics,
                 max_message_bytes=settings.max_message_bytes,
                 reconnect_timeout_s=settings.reconnect_timeout_s,
+                dialect=dialect,
             )
             await conn.run()
         finally:
             metrics.connections_active.dec()
+
+    async def realtime(ws: WebSocket) -> None:
+        await serve(ws, REALTIME)
+
+    async def duplex(ws: WebSocket) -> None:
+        # The native dialect: same sessions, the runner's own event names.
+        await serve(ws, NATIVE)
 
     return Starlette(
         routes=[
@@ -84,6 +93,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             Route("/readyz", readyz),
             Route("/metrics", metrics_endpoint),
             WebSocketRoute("/v1/realtime", realtime),
+            WebSocketRoute("/v1/duplex", duplex),
         ],
         lifespan=lifespan,
     )

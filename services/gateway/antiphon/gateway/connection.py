@@ -1,7 +1,8 @@
 """One WebSocket connection: read, translate, forward; receive, project, write.
 
 Exactly one task writes to the socket (the writer), so events keep the
-order the session gave them. A refused client event is sent to the session
+order the session gave them. The route picks the dialect (Realtime, or the
+native `/v1/duplex` names); the connection holds that dialect's projector. A refused client event is sent to the session
 as `rejected`, which journals the error so it gets a `server_event_seq`.
 
 When the stream to the session service is lost (a replica died or is
@@ -25,10 +26,11 @@ from opentelemetry import trace
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from antiphon.common import tracing
+from antiphon.common.ids import new_id
 from antiphon.gateway.audio_formats import OutputAudio
+from antiphon.gateway.dialect import REALTIME, Dialect
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.metrics import GatewayMetrics
-from antiphon.gateway.projector import project
 from antiphon.gateway.translator import Translator, metric_label
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import session_pb2_grpc
@@ -60,6 +62,7 @@ class Connection:
         *,
         max_message_bytes: int,
         reconnect_timeout_s: float,
+        dialect: Dialect = REALTIME,
     ) -> None:
         self._ws = ws
         self._replicas = replicas
@@ -68,6 +71,9 @@ class Connection:
         self._reconnect_timeout_s = reconnect_timeout_s
         self._translator = Translator()
         self._output_audio = OutputAudio()
+        self._normalize = dialect.normalize
+        self._project = dialect.projector()
+        self._close_code = CLOSE_NORMAL
         self._commands: asyncio.Queue[spb.ClientCommand] = asyncio.Queue()
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._identity: Identity | None = None
@@ -102,7 +108,7 @@ class Connection:
             raise ClientError("invalid_json", f"event is not valid JSON: {exc.msg}") from exc
         if not isinstance(event, dict):
             raise ClientError("invalid_event", "an event must be a JSON object")
-        return event
+        return self._normalize(event)
 
     async def _handshake(self) -> spb.ClientCommand:
         """Wait for the opening `session.update` (or `session.resume`)."""
@@ -116,7 +122,9 @@ class Connection:
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
                 # No session yet, so nothing is journaled: seq 0 marks it.
-                self._outbox.put_nowait(_local_error(err, event))
+                self._outbox.put_nowait(
+                    self._local_error(err.type, err.code, err.message, err.param, _event_id(event))
+                )
 
     async def _read_socket(self) -> None:
         """Client events -> commands, for the life of the connection."""
@@ -174,7 +182,12 @@ class Connection:
             if not deadline:
                 deadline = loop.time() + self._reconnect_timeout_s
             if loop.time() > deadline:
-                self._outbox.put_nowait(_unavailable())
+                self._close_code = CLOSE_INTERNAL
+                self._outbox.put_nowait(
+                    self._local_error(
+                        "server_error", "session_unavailable", "the session service is unavailable"
+                    )
+                )
                 self._outbox.put_nowait(None)
                 return
             self._metrics.reconnects.inc()
@@ -207,7 +220,7 @@ class Connection:
                 self._remember(ev, kind)
                 # Audio deltas leave in the session's output encoding (G.711 or PCM16).
                 encoded = self._output_audio.apply(ev)
-                frame = project(ev)
+                frame = self._project(ev)
                 if encoded:
                     frame["format"] = encoded
                 self._outbox.put_nowait(frame)
@@ -230,45 +243,27 @@ class Connection:
             # Attachment-scoped events carry a cursor, not a journal position.
             self._delivered_seq = max(self._delivered_seq, ev.seq)
 
+    def _local_error(
+        self, type_: str, code: str, message: str, param: str = "", event_id: str = ""
+    ) -> dict[str, Any]:
+        """An error no session journaled: seq 0, in this socket's dialect."""
+        error = spb.ErrorEvent(
+            type=type_, code=code, message=message, param=param, event_id=event_id
+        )
+        return self._project(spb.ServerEvent(seq=0, event_id=new_id("event"), error=error))
+
     # ------------------------------------------------------------- write
     async def _write(self) -> None:
-        close_code = CLOSE_NORMAL
         try:
             while (event := await self._outbox.get()) is not None:
                 self._metrics.events_out.labels(event["type"]).inc()
                 await self._ws.send_text(json.dumps(event, separators=(",", ":")))
-                if event["type"] == "error" and event["error"]["code"] == "session_unavailable":
-                    close_code = CLOSE_INTERNAL
         except Exception:
             return
         with contextlib.suppress(Exception):
-            await self._ws.close(close_code)
+            await self._ws.close(self._close_code)
 
 
 def _event_id(event: dict[str, Any] | None) -> str:
     eid = (event or {}).get("event_id")
     return eid if isinstance(eid, str) else ""
-
-
-def _error(
-    type_: str, code: str, message: str, param: str = "", event_id: str = ""
-) -> dict[str, Any]:
-    return {
-        "type": "error",
-        "server_event_seq": 0,
-        "error": {
-            "type": type_,
-            "code": code,
-            "message": message,
-            "param": param or None,
-            "event_id": event_id or None,
-        },
-    }
-
-
-def _local_error(err: ClientError, event: dict[str, Any] | None) -> dict[str, Any]:
-    return _error(err.type, err.code, err.message, err.param, _event_id(event))
-
-
-def _unavailable() -> dict[str, Any]:
-    return _error("server_error", "session_unavailable", "the session service is unavailable")

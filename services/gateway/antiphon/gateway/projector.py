@@ -113,14 +113,13 @@ def content_part(part: cpb.ContentPart) -> Json:
 
 
 def item(it: cpb.Item) -> Json:
-    return {
-        "id": it.id,
-        "object": "realtime.item",
-        "type": it.type,
-        "role": it.role,
-        "status": it.status,
-        "content": [content_part(p) for p in it.content],
-    }
+    """A `realtime.item`; function calls and their outputs have no role or content."""
+    base: Json = {"id": it.id, "object": "realtime.item", "type": it.type, "status": it.status}
+    if it.type == "function_call":
+        return {**base, "name": it.name, "call_id": it.call_id, "arguments": it.arguments}
+    if it.type == "function_call_output":
+        return {**base, "call_id": it.call_id, "output": it.output}
+    return {**base, "role": it.role, "content": [content_part(p) for p in it.content]}
 
 
 def response_object(r: spb.Response, duplex_type: str) -> Json:
@@ -251,6 +250,84 @@ def _listen(e: spb.Listen) -> Json:
     return body
 
 
+def _item_deleted(e: spb.ItemDeleted) -> Json:
+    # Tier 2: the originating event echoed under `event`.
+    return {
+        "item_id": e.item_id,
+        "event": {"type": "conversation.item.deleted", "item_id": e.item_id},
+    }
+
+
+def _item_truncated(e: spb.ItemTruncated) -> Json:
+    truncated = {
+        "item_id": e.item_id,
+        "content_index": e.content_index,
+        "audio_end_ms": e.audio_end_ms,
+    }
+    # The echo also carries the transcript kept (words heard by `audio_end_ms`).
+    return {
+        **truncated,
+        "event": {"type": "conversation.item.truncated", **truncated, "transcript": e.transcript},
+    }
+
+
+def _input_cancelled(e: spb.InputCancelled) -> Json:
+    # The reference projects the native `input.cancelled` as `input_audio_buffer.cleared`;
+    # the native event rides under `event` so a duplex client sees the epoch advance.
+    return {"event": {"type": "input.cancelled", "session_id": e.session_id, "epoch": e.epoch}}
+
+
+def playback_acknowledged(e: spb.PlaybackAcknowledged) -> Json:
+    """The native `playback.acknowledged` event (the Realtime dialect wraps it verbatim)."""
+    return {
+        "type": "playback.acknowledged",
+        "session_id": e.session_id,
+        "epoch": e.epoch,
+        "response_id": e.response_id,
+        "item_id": e.item_id,
+        "played_ms": e.played_ms,
+        "committed_ms": e.committed_ms,
+        "truncate": e.truncate,
+        "playback": playback(e.playback),
+        "history_committed": e.history_committed,
+    }
+
+
+def _overlap_decision(e: spb.OverlapDecision) -> Json:
+    return {
+        "session_id": e.session_id,
+        "epoch": e.epoch,
+        "policy": e.policy,
+        "action": e.action,
+        "reason": e.reason,
+        "overlap_ms": e.overlap_ms,
+        "buffer_audio": e.buffer_audio,
+        "defer_runtime_append": e.defer_runtime_append,
+        "force_listen": e.force_listen,
+    }
+
+
+def _call_ref(e: spb.FunctionCallArguments) -> Json:
+    # Function-call events address the output item, not a content part.
+    return {
+        "response_id": e.ref.response_id,
+        "item_id": e.ref.item_id,
+        "output_index": e.ref.output_index,
+        "call_id": e.call_id,
+    }
+
+
+def _transcription(e: spb.TranscriptionCompleted) -> Json:
+    return {
+        "item_id": e.item_id,
+        "content_index": e.content_index,
+        "transcript": e.transcript,
+        # OpenAI requires `usage`. No separate transcription model runs here (the
+        # transcript comes from stage0, as the reference says): it uses no tokens.
+        "usage": {"type": "tokens", "input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+    }
+
+
 _PROJECTIONS: dict[str, tuple[str, Callable[[Any], Json]]] = {
     "session_created": ("session.created", _session_state),
     "session_updated": ("session.updated", _session_state),
@@ -296,11 +373,7 @@ _PROJECTIONS: dict[str, tuple[str, Callable[[Any], Json]]] = {
     "item_done": ("conversation.item.done", _item_event),
     "transcription_completed": (
         "conversation.item.input_audio_transcription.completed",
-        lambda e: {
-            "item_id": e.item_id,
-            "content_index": e.content_index,
-            "transcript": e.transcript,
-        },
+        _transcription,
     ),
     "response_created": (
         "response.created",
@@ -361,4 +434,27 @@ _PROJECTIONS: dict[str, tuple[str, Callable[[Any], Json]]] = {
     ),
     "rate_limits_updated": ("rate_limits.updated", lambda e: {"rate_limits": []}),
     "response_listen": ("response.listen", _listen),
+    "item_deleted": ("conversation.item.deleted", _item_deleted),
+    "item_retrieved": ("conversation.item.retrieved", lambda e: {"item": item(e.item)}),
+    "item_truncated": ("conversation.item.truncated", _item_truncated),
+    "output_audio_cleared": (
+        "output_audio_buffer.cleared",
+        lambda e: {"response_id": e.response_id},
+    ),
+    "playback_acknowledged": (
+        "playback.acknowledged",
+        lambda e: {"event": playback_acknowledged(e)},
+    ),
+    "overlap_decision": ("overlap.decision", _overlap_decision),
+    "input_cancelled": ("input_audio_buffer.cleared", _input_cancelled),
+    "function_call_arguments_delta": (
+        "response.function_call_arguments.delta",
+        lambda e: {**_call_ref(e), "delta": e.arguments},
+    ),
+    # OpenAI's `.done` also names the function; FunctionCallArguments has no `name` field
+    # yet, so a stock client finds it on the `function_call` output item instead.
+    "function_call_arguments_done": (
+        "response.function_call_arguments.done",
+        lambda e: {**_call_ref(e), "arguments": e.arguments},
+    ),
 }
