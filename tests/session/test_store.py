@@ -315,3 +315,11 @@ async def test_a_lapsed_lease_with_no_successor_is_taken_back_by_its_owner(
     # A successor's token, once set, is never taken back.
     assert await store.take_over("sess_lapse", "own_b")
     assert not await store.refresh_lease("sess_lapse", "own_a")
+
+
+async def test_leases_renew_in_one_batch_and_report_each_loss(store: SessionStore) -> None:
+    for n in range(3):
+        await store.open(f"sess_batch_{n}", f"own_{n}", {"state": "open"})
+    assert await store.take_over("sess_batch_1", "own_other")
+    renewed = await store.refresh_leases([(f"sess_batch_{n}", f"own_{n}") for n in range(3)])
+    assert renewed == [True, False, True]

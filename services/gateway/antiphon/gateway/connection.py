@@ -2,8 +2,9 @@
 
 Exactly one task writes to the socket (the writer), so events keep the
 order the session gave them. The route picks the dialect (Realtime, or the
-native `/v1/duplex` names); the connection holds that dialect's projector. A refused client event is sent to the session
-as `rejected`, which journals the error so it gets a `server_event_seq`.
+native `/v1/duplex` names); the connection holds that dialect's projector.
+A refused client event is sent to the session as `rejected`, which journals
+the error so it gets a `server_event_seq`.
 
 When the stream to the session service is lost (a replica died or is
 draining), the connection resumes its session on a live replica with the

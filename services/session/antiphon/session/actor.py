@@ -241,14 +241,15 @@ class SessionActor:
             self._open_stage1()
 
     def _open_stage0(self) -> None:
-        self._stage0.send(
-            stage_pb2.Stage0Request(
-                open=stage_pb2.Stage0Open(
-                    session_id=self.session_id,
-                    lane=session_config.lane(self._config),
-                    turn_detection=self._config.turn_detection,
-                )
-            )
+        self._stage0.send(stage_pb2.Stage0Request(open=self._stage0_open()))
+
+    def _stage0_open(self) -> stage_pb2.Stage0Open:
+        lane = session_config.lane(self._config)
+        return stage_pb2.Stage0Open(
+            session_id=self.session_id,
+            lane=lane,
+            turn_detection=self._config.turn_detection,
+            skip_vad=lane == stage_pb2.LANE_MANUAL and self._overlap_policy() == "listen_only",
         )
 
     def _open_stage1(self) -> None:
@@ -585,16 +586,12 @@ class SessionActor:
         await self._store.set_fields(
             self.session_id, self.owner_token, {"config": merged.SerializeToString()}
         )
-        if lane_changed or cmd.update.config.has_turn_detection:
-            self._stage0.send(
-                stage_pb2.Stage0Request(
-                    configure=stage_pb2.Stage0Open(
-                        session_id=self.session_id,
-                        lane=session_config.lane(merged),
-                        turn_detection=merged.turn_detection,
-                    )
-                )
-            )
+        if (
+            lane_changed
+            or cmd.update.config.has_turn_detection
+            or cmd.update.config.HasField("overlap_policy")
+        ):
+            self._stage0.send(stage_pb2.Stage0Request(configure=self._stage0_open()))
         await self._emit("session_updated", self._state())
 
     # --------------------------------------------------------- responses
@@ -746,10 +743,10 @@ class SessionActor:
             self._advance_epoch()
             await self._persist()
         self._clear_input()
+        # Projected as `input_audio_buffer.cleared` (with the native event inside).
         await self._emit(
             "input_cancelled", spb.InputCancelled(session_id=self.session_id, epoch=self._epoch)
         )
-        await self._emit("input_cleared", spb.InputCleared())
 
     async def _barge_in(self, cmd: spb.ClientCommand) -> None:
         """The client's own VAD heard the user over the assistant."""
@@ -997,7 +994,8 @@ class SessionActor:
             return
         kind = ev.WhichOneof("kind")
         msg = getattr(ev, kind)
-        if getattr(msg, "epoch", self._epoch) != self._epoch:
+        # A transcript belongs to its committed item (found by id), not to an epoch.
+        if kind != "transcript" and getattr(msg, "epoch", self._epoch) != self._epoch:
             self._metrics.stale_dropped.labels("stage0").inc()
             return
         lane = session_config.lane(self._config)

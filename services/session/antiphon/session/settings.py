@@ -19,6 +19,8 @@ class SessionSettings(ServiceSettings):
     listen: str = "0.0.0.0:50051"
     metrics_port: int = 9101
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # Connections to Redis per replica; more callers wait for one.
+    redis_max_connections: int = 64
     stage0_addresses: list[str] = Field(default_factory=lambda: ["127.0.0.1:50061"])
     stage1_addresses: list[str] = Field(default_factory=lambda: ["127.0.0.1:50071"])
     # A session's owner lease: another replica may take an owner's sessions

@@ -253,6 +253,22 @@ class SessionStore:
         ok = await self._refresh(keys=[keys.owner(session_id), keys.session(session_id)], args=args)
         return bool(ok)
 
+    async def refresh_leases(self, owned: list[tuple[str, str]]) -> list[bool]:
+        """`refresh_lease` for many (session id, token) pairs in one round trip.
+
+        One call per session, one after another, took longer than a lease
+        at a few hundred sessions under load; a pipeline keeps renewal flat.
+        """
+        now = int(time.time() * 1000)
+        async with self._r.pipeline(transaction=False) as pipe:
+            for session_id, token in owned:
+                await self._refresh(
+                    keys=[keys.owner(session_id), keys.session(session_id)],
+                    args=[token, self.lease_ms, now],
+                    client=pipe,
+                )
+            return [bool(ok) for ok in await pipe.execute()]
+
     async def take_over(self, session_id: str, token: str) -> bool:
         """Become the owner of an open session (its old owner is fenced out)."""
         args: list[Any] = [token, self.lease_ms]

@@ -32,6 +32,7 @@ from antiphon.v1 import stage_pb2 as pb
 log = logging.getLogger(__name__)
 
 BYTES_PER_MS = 32  # PCM16 mono 16 kHz
+UNFENCED = 1 << 62
 
 
 class CascadeSession:
@@ -49,6 +50,7 @@ class CascadeSession:
         self._emit = emit
         self.session_id = ""
         self._lane: pb.Lane = pb.LANE_MANUAL
+        self._skip_vad = False
         self._epoch = 0
         self._vad: VadStream = models.vad.stream()
         self._vad_batcher = vad_batcher
@@ -76,7 +78,9 @@ class CascadeSession:
             self._audio(msg.pcm16)
         elif kind == "commit":
             pcm, text = self._take_utterance()
-            self._spawn(self._transcribe_commit(msg.epoch, msg.item_id, pcm, text))
+            # A committed item is the user's, whatever happens to responses:
+            # a later cancel does not stop its transcription.
+            self._spawn(self._transcribe_commit(msg.epoch, msg.item_id, pcm, text), fenced=False)
         elif kind == "clear_input":
             self._utterance.clear()
             self._utterance_start_ms = self._received_ms
@@ -90,6 +94,7 @@ class CascadeSession:
     def _configure(self, open_: pb.Stage0Open) -> None:
         self.session_id = open_.session_id or self.session_id
         self._lane = open_.lane
+        self._skip_vad = open_.skip_vad
         td = open_.turn_detection
         # Without server VAD (manual and native lanes) the VAD still runs,
         # on the endpointer's defaults.
@@ -123,8 +128,9 @@ class CascadeSession:
             del self._utterance[:drop]
             self._utterance_start_ms += drop // BYTES_PER_MS
         self._transcript.update(self._utterance, self._utterance_start_ms)
-        self._vad.push(pcm16)
-        self._vad_batcher.submit(self._vad, self._vad_events)
+        if not self._skip_vad:
+            self._vad.push(pcm16)
+            self._vad_batcher.submit(self._vad, self._vad_events)
 
     def _vad_events(self, events: list[VadEvent]) -> None:
         """The VAD has run all audio received so far (in a batch with other sessions)."""
@@ -187,9 +193,10 @@ class CascadeSession:
         return pcm, text
 
     # ------------------------------------------------------------- tasks
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any, *, fenced: bool = True) -> None:
         task = asyncio.create_task(coro)
-        self._tasks[task] = self._epoch
+        # Unfenced work is never cancelled by an epoch (only by closing).
+        self._tasks[task] = self._epoch if fenced else UNFENCED
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[Any]) -> None:

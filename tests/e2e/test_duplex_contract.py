@@ -1,0 +1,502 @@
+"""The duplex contract, one test per rule (reference: "Normative Realtime event
+contract" and the commit-to-response table of fullduplex-runtime-design.md),
+plus the session behaviours behind them: truncation by word marks, response
+scoped options, conversation items, input cancel, output clear, playback acks
+and capability gating. Real WebSockets, gateway, session, Redis and gRPC; the
+`synthetic` stage backends with the real Silero VAD.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from stack import LocalStack, Ports
+
+from antiphon.v1 import common_pb2 as cpb
+from tests.support.realtime import Event, RealtimeClient, of_type
+from tests.support.speech import silence, spoken
+
+MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+AUTO_LISTEN = {
+    "type": "realtime",
+    "overlap_policy": "listen_only",
+    "audio": {"input": {"turn_detection": {"type": "server_vad", "interrupt_response": False}}},
+}
+QUESTION = silence(300) + spoken("What is the weather like today?") + silence(900)
+AUDIO = "response.output_audio.delta"
+TRANSCRIPT = "response.output_audio_transcript.delta"
+
+
+def url(stack: LocalStack) -> str:
+    return f"ws://127.0.0.1:{stack.ports.gateway}/v1/realtime"
+
+
+@pytest.fixture
+async def fast(synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
+    client = await RealtimeClient.connect(url(synthetic_stack))
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def slow(slow_synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
+    client = await RealtimeClient.connect(url(slow_synthetic_stack))
+    yield client
+    await client.close()
+
+
+async def ask(client: RealtimeClient, pcm: bytes = QUESTION, **response: Any) -> list[Event]:
+    await client.append(pcm)
+    await client.send("input_audio_buffer.commit")
+    await client.send("response.create", **({"response": response} if response else {}))
+    return await client.response_cycle()
+
+
+def of_response(events: list[Event], response_id: str) -> list[Event]:
+    return [
+        e
+        for e in events
+        if e.get("response_id") == response_id or e.get("response", {}).get("id") == response_id
+    ]
+
+
+async def quiet_for(client: RealtimeClient, seconds: float) -> list[Event]:
+    """Everything that arrives within `seconds` (expected: nothing of interest)."""
+    start = len(client.events)
+    try:
+        await client.until(lambda e: False, timeout=seconds)
+    except TimeoutError:
+        pass
+    return client.events[start:]
+
+
+# ------------------------------------------------ the normative lifecycle table
+@pytest.fixture(scope="module")
+async def turns(synthetic_stack: LocalStack) -> dict[str, list[Event]]:
+    """One audio turn, one text-only turn and one cancelled turn, recorded once."""
+    client = await RealtimeClient.connect(url(synthetic_stack))
+    try:
+        await client.open(**MANUAL)
+        recorded = {
+            "audio": await ask(client),
+            "text": await ask(client, output_modalities=["text"]),
+        }
+        await client.append(QUESTION)
+        await client.send("input_audio_buffer.commit")
+        await client.send("response.create")
+        await client.until(lambda e: e["type"] == "response.created")
+        await client.send("response.cancel")
+        recorded["cancelled"] = await client.response_cycle()
+        recorded["all"] = list(client.events)
+    finally:
+        await client.close()
+    return recorded
+
+
+def types(events: list[Event]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def test_rule_response_created_once_and_before_its_output(turns: dict[str, list[Event]]) -> None:
+    for events in (turns["audio"], turns["text"]):
+        t = types(events)
+        assert t.count("response.created") == 1
+        first_output = min(
+            t.index(x)
+            for x in ("response.output_item.added", "response.content_part.added")
+            if x in t
+        )
+        assert t.index("response.created") < first_output
+
+
+def test_rule_speak_at_most_once_after_created_and_before_audio(
+    turns: dict[str, list[Event]],
+) -> None:
+    t = types(turns["audio"])
+    assert t.count("response.speak") == 1
+    assert t.index("response.created") < t.index("response.speak") < t.index(AUDIO)
+    assert "response.speak" not in types(turns["text"])
+
+
+def test_rule_every_audio_delta_is_paired_with_a_transcript_delta(
+    turns: dict[str, list[Event]],
+) -> None:
+    t = types(turns["audio"])
+    deltas = [i for i, x in enumerate(t) if x == AUDIO]
+    assert deltas
+    assert all(t[i + 1] == TRANSCRIPT for i in deltas)
+    assert t.count(TRANSCRIPT) == len(deltas)
+
+
+def test_rule_audio_done_closes_audio_before_terminals_and_is_omitted_without_audio(
+    turns: dict[str, list[Event]],
+) -> None:
+    t = types(turns["audio"])
+    last_delta = max(i for i, x in enumerate(t) if x == AUDIO)
+    assert t.count("response.output_audio.done") == 1
+    assert last_delta < t.index("response.output_audio.done") < t.index("response.done")
+    assert "response.output_audio.done" not in types(turns["text"])
+
+
+def test_rule_transcript_done_is_the_exact_concatenation(turns: dict[str, list[Event]]) -> None:
+    events = turns["audio"]
+    joined = "".join(e["delta"] for e in of_type(events, TRANSCRIPT))
+    (done,) = of_type(events, "response.output_audio_transcript.done")
+    assert joined and done["transcript"] == joined
+    text = turns["text"]
+    (text_done,) = of_type(text, "response.output_text.done")
+    assert text_done["text"] == "".join(
+        e["delta"] for e in of_type(text, "response.output_text.delta")
+    )
+
+
+def test_rule_item_terminals_after_parts_and_before_response_done(
+    turns: dict[str, list[Event]],
+) -> None:
+    for events in (turns["audio"], turns["text"], turns["cancelled"]):
+        t = types(events)
+        assert t.count("response.output_item.done") == 1
+        assert t.count("conversation.item.done") <= 2  # the user item may finish here too
+        assert t.index("response.content_part.done") < t.index("response.output_item.done")
+        assert t.index("response.output_item.done") < t.index("response.done")
+
+
+def test_rule_response_done_exactly_once_and_rate_limits_right_after(
+    turns: dict[str, list[Event]],
+) -> None:
+    t = types(turns["all"])
+    created = [e["response"]["id"] for e in of_type(turns["all"], "response.created")]
+    done = [e["response"]["id"] for e in of_type(turns["all"], "response.done")]
+    assert sorted(created) == sorted(done) and len(set(done)) == len(done) == 3
+    for i, x in enumerate(t):
+        if x == "response.done":
+            assert t[i + 1] == "rate_limits.updated"
+    assert t.count("rate_limits.updated") == t.count("response.done")
+
+
+def test_rule_cancelled_terminal_status_and_no_reused_ids(turns: dict[str, list[Event]]) -> None:
+    (done,) = of_type(turns["cancelled"], "response.done")
+    assert done["response"]["status"] == "cancelled"
+    assert done["response"]["status_details"]["reason"] == "client_cancelled"
+    ids = [e["response"]["id"] for e in of_type(turns["all"], "response.created")]
+    assert len(set(ids)) == len(ids)
+
+
+def test_rule_session_created_comes_first(turns: dict[str, list[Event]]) -> None:
+    assert turns["all"][0]["type"] == "session.created"
+
+
+async def test_rule_listen_may_come_without_a_response(fast: RealtimeClient) -> None:
+    await fast.open(**MANUAL)
+    await fast.append(silence(500))
+    await fast.send("input_audio_buffer.commit", is_speech=False)
+    await fast.until(lambda e: e["type"] == "response.listen")
+    assert not of_type(fast.events, "response.created")
+
+
+# --------------------------------------------------- the commit-to-response table
+async def test_commit_without_auto_response_waits_for_response_create(
+    fast: RealtimeClient,
+) -> None:
+    await fast.open(**MANUAL)
+    await fast.append(QUESTION)
+    await fast.send("input_audio_buffer.commit")
+    await fast.until(lambda e: e["type"] == "input_audio_buffer.committed")
+    assert not of_type(await quiet_for(fast, 1.0), "response.created")
+
+
+async def test_commit_with_auto_response_answers_after_committed(fast: RealtimeClient) -> None:
+    await fast.open(type="realtime")  # server VAD: it commits and answers
+    await fast.append(QUESTION)
+    events = await fast.response_cycle()
+    t = types(events)
+    assert t.index("input_audio_buffer.committed") < t.index("response.created")
+    assert of_type(events, "response.done")[0]["response"]["status"] == "completed"
+
+
+async def test_short_overlap_is_acknowledged_and_creates_no_response(slow: RealtimeClient) -> None:
+    await slow.open(**AUTO_LISTEN)
+    await slow.append(QUESTION)
+    first = await slow.until(lambda e: e["type"] == AUDIO)
+    await slow.append(spoken("Okay.") + silence(900))
+    await slow.response_cycle()
+    (drop,) = [e for e in of_type(slow.events, "overlap.decision") if e["action"] == "drop"]
+    assert drop["reason"] == "short_overlap"
+    assert not of_type(await quiet_for(slow, 1.5), "response.created")
+    assert {e["response"]["id"] for e in of_type(slow.events, "response.created")} == {
+        first["response_id"]
+    }
+
+
+async def test_meaningful_overlap_is_deferred_then_answered_with_a_new_id(
+    slow: RealtimeClient,
+) -> None:
+    await slow.open(**AUTO_LISTEN)
+    await slow.append(QUESTION)
+    first = await slow.until(lambda e: e["type"] == AUDIO)
+    await slow.append(spoken("And what about tomorrow in the mountains?") + silence(900))
+    deferred = await slow.until(lambda e: e["type"] == "input_audio_buffer.committed")
+    assert deferred["event"]["response_create_deferred"] is True
+    one = await slow.response_cycle()
+    assert of_type(one, "response.done")[0]["response"]["id"] == first["response_id"]
+    assert of_type(one, "response.done")[0]["response"]["status"] == "completed"
+    two = await slow.response_cycle()
+    (created,) = of_type(two, "response.created")
+    assert created["response"]["id"] != first["response_id"]
+    assert of_type(two, "response.done")[0]["response"]["status"] == "completed"
+
+
+async def test_silence_commit_is_acknowledged_then_listen(fast: RealtimeClient) -> None:
+    await fast.open(**MANUAL)
+    await fast.append(silence(400))
+    await fast.send("input_audio_buffer.commit", is_speech=False)
+    listen = await fast.until(lambda e: e["type"] == "response.listen")
+    t = types(fast.events)
+    assert t.index("input_audio_buffer.committed") < t.index("response.listen")
+    assert listen["response"]["metadata"]["reason"] == "silence_commit"
+    assert not of_type(fast.events, "conversation.item.added")
+
+
+async def test_empty_commit_is_one_error_and_no_response(fast: RealtimeClient) -> None:
+    await fast.open(**MANUAL)
+    await fast.send("input_audio_buffer.commit")
+    error = await fast.until(lambda e: e["type"] == "error")
+    assert error["error"]["code"] == "input_audio_buffer_empty"
+    assert not of_type(await quiet_for(fast, 0.5), "response.created", "error")
+
+
+async def test_after_a_cancel_the_next_turn_gets_a_new_response(fast: RealtimeClient) -> None:
+    await fast.open(**MANUAL)
+    await fast.append(QUESTION)
+    await fast.send("input_audio_buffer.commit")
+    await fast.send("response.create")
+    created = await fast.until(lambda e: e["type"] == "response.created")
+    await fast.send("response.cancel")
+    await fast.response_cycle()
+    events = await ask(fast)
+    (done,) = of_type(events, "response.done")
+    assert done["response"]["status"] == "completed"
+    assert done["response"]["id"] != created["response"]["id"]
+
+
+# ------------------------------------------------------------ the behaviours
+async def test_truncation_cuts_at_word_marks_and_the_next_prompt_holds_exactly_that(
+    fast: RealtimeClient, synthetic_stack: LocalStack
+) -> None:
+    await fast.open(**MANUAL, extra_body={"return_stage_metrics": True})
+    events = await ask(fast)
+    item = of_type(events, "response.output_item.done")[0]["item"]
+    said = of_type(events, "response.output_audio_transcript.done")[0]["transcript"]
+    # The synthetic voice ends each word at 60 ms per character of its clause.
+    await fast.send(
+        "conversation.item.truncate", item_id=item["id"], content_index=0, audio_end_ms=1500
+    )
+    cut = await fast.until(lambda e: e["type"] in ("conversation.item.truncated", "error"))
+    assert cut["type"] == "conversation.item.truncated", cut
+    assert said.startswith("You said: synthetic utterance")
+    assert cut["event"]["transcript"] == "You said: synthetic"
+    r = aioredis.Redis.from_url(synthetic_stack.redis_url)
+    try:
+        stored = [
+            cpb.Item.FromString(raw)
+            for raw in await r.lrange(f"ap:{{{fast_id(fast)}}}:history", 0, -1)
+        ]
+    finally:
+        await r.aclose()
+    assert [i.content[0].transcript for i in stored if i.role == "assistant"] == [
+        "You said: synthetic"
+    ]
+    nxt = await ask(fast)
+    prompt = of_type(nxt, "response.done")[0]["response"]["metadata"]["stage_metrics"]["prompt"]
+    assert "<assistant>You said: synthetic\n" in prompt
+    assert "milliseconds. Thank you" not in prompt.split("<assistant>You said: synthetic")[1][:40]
+
+
+def fast_id(client: RealtimeClient) -> str:
+    return str(of_type(client.events, "session.created")[0]["session"]["id"])
+
+
+async def test_response_options_are_scoped_to_their_response(fast: RealtimeClient) -> None:
+    await fast.open(**MANUAL, extra_body={"return_stage_metrics": True})
+    one = await ask(
+        fast,
+        output_modalities=["text"],
+        instructions="Answer like a pirate.",
+        metadata={"trace": "turn-1"},
+        max_output_tokens=3,
+    )
+    done_one = of_type(one, "response.done")[0]["response"]
+    assert done_one["output_modalities"] == ["text"]
+    assert done_one["metadata"]["trace"] == "turn-1"
+    assert "Answer like a pirate." in done_one["metadata"]["stage_metrics"]["prompt"]
+    assert len(of_type(one, "response.output_text.delta")) <= 3
+    two = await ask(fast)
+    done_two = of_type(two, "response.done")[0]["response"]
+    assert done_two["output_modalities"] == ["audio"]
+    assert "trace" not in done_two["metadata"]
+    assert "pirate" not in done_two["metadata"]["stage_metrics"]["prompt"]
+    assert of_type(two, AUDIO)
+
+
+async def test_created_items_keep_history_order_and_reach_the_prompt(fast: RealtimeClient) -> None:
+    await fast.open(**MANUAL, extra_body={"return_stage_metrics": True})
+
+    async def create(text: str, **extra: Any) -> Event:
+        await fast.send(
+            "conversation.item.create",
+            item={
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": text}],
+            },
+            **extra,
+        )
+        return await fast.until(lambda e: e["type"] in ("conversation.item.done", "error"))
+
+    a = await create("alpha")
+    c = await create("gamma")
+    b = await create("beta", previous_item_id=a["item"]["id"])
+    assert b["previous_item_id"] == a["item"]["id"]
+    await fast.send("conversation.item.delete", item_id=c["item"]["id"])
+    await fast.until(lambda e: e["type"] == "conversation.item.deleted")
+    await fast.send("response.create")
+    events = await fast.response_cycle()
+    prompt = of_type(events, "response.done")[0]["response"]["metadata"]["stage_metrics"]["prompt"]
+    assert prompt.index("<user>alpha") < prompt.index("<user>beta")
+    assert "gamma" not in prompt
+    await fast.send("conversation.item.retrieve", item_id="item_missing")
+    error = await fast.until(lambda e: e["type"] == "error")
+    assert (error["error"]["code"], error["error"]["param"]) == ("item_not_found", "item_id")
+
+
+async def test_a_function_call_output_item_is_stored_and_prompted(fast: RealtimeClient) -> None:
+    await fast.open(**MANUAL, extra_body={"return_stage_metrics": True})
+    await fast.send(
+        "conversation.item.create",
+        item={"type": "function_call_output", "call_id": "call_7d1f", "output": '{"temp_c": 24}'},
+    )
+    done = await fast.until(lambda e: e["type"] in ("conversation.item.done", "error"))
+    assert done["item"]["type"] == "function_call_output"
+    await fast.send("response.create")
+    events = await fast.response_cycle()
+    prompt = of_type(events, "response.done")[0]["response"]["metadata"]["stage_metrics"]["prompt"]
+    assert '{"temp_c": 24}' in prompt
+
+
+async def test_input_cancel_advances_the_epoch_and_no_old_audio_follows(
+    slow: RealtimeClient,
+) -> None:
+    await slow.open(**MANUAL)
+    await slow.append(QUESTION)
+    await slow.send("input_audio_buffer.commit")
+    await slow.send("response.create")
+    first = await slow.until(lambda e: e["type"] == AUDIO)
+    await slow.send("input.cancel")
+    done = await slow.until(lambda e: e["type"] == "response.done")
+    assert done["response"]["status"] == "cancelled"
+    assert done["response"]["status_details"]["reason"] == "input_cancelled"
+    await slow.until(lambda e: e["type"] == "input_audio_buffer.cleared")
+    later = await quiet_for(slow, 1.5)
+    assert not [e for e in later if e.get("response_id") == first["response_id"]]
+
+
+async def test_output_audio_buffer_clear_stops_the_reply(slow: RealtimeClient) -> None:
+    await slow.open(**MANUAL)
+    await slow.append(QUESTION)
+    await slow.send("input_audio_buffer.commit")
+    await slow.send("response.create")
+    first = await slow.until(lambda e: e["type"] == AUDIO)
+    await slow.send("output_audio_buffer.clear")
+    cleared = await slow.until(lambda e: e["type"] == "output_audio_buffer.cleared")
+    assert cleared["response_id"] == first["response_id"]
+    done = of_type(slow.events, "response.done")[0]["response"]
+    assert (done["status"], done["status_details"]["reason"]) == (
+        "cancelled",
+        "output_audio_cleared",
+    )
+    assert not [e for e in await quiet_for(slow, 1.0) if e["type"] == AUDIO]
+
+
+async def test_client_barge_in_cancels_with_an_overlap_decision(slow: RealtimeClient) -> None:
+    await slow.open(**MANUAL)
+    await slow.append(QUESTION)
+    await slow.send("input_audio_buffer.commit")
+    await slow.send("response.create")
+    await slow.until(lambda e: e["type"] == AUDIO)
+    await slow.send("turn.signal", event="barge_in", payload={"source": "client_vad"})
+    events = await slow.response_cycle()
+    decision = of_type(events, "overlap.decision")[0]
+    assert (decision["policy"], decision["action"]) == ("listen_only", "barge_in")
+    done = of_type(events, "response.done")[0]["response"]
+    assert (done["status"], done["status_details"]["reason"]) == ("cancelled", "barge_in")
+
+
+async def test_ack_only_history_holds_only_what_was_acknowledged(
+    fast: RealtimeClient, synthetic_stack: LocalStack
+) -> None:
+    await fast.open(**MANUAL, playback_commit_policy="ack_only")
+    events = await ask(fast)
+    done = of_type(events, "response.done")[0]["response"]
+    r = aioredis.Redis.from_url(synthetic_stack.redis_url)
+    key = f"ap:{{{fast_id(fast)}}}:history"
+    try:
+
+        async def assistant_texts() -> list[str]:
+            items = [cpb.Item.FromString(raw) for raw in await r.lrange(key, 0, -1)]
+            return [i.content[0].transcript for i in items if i.role == "assistant"]
+
+        assert await assistant_texts() == []  # nothing acknowledged yet
+        await fast.send("playback.ack", response_id=done["id"], played_ms=1200, committed_ms=1200)
+        acked = await fast.until(lambda e: e["type"] in ("playback.acknowledged", "error"))
+        assert acked["type"] == "playback.acknowledged", acked
+        body = acked.get("event", acked)
+        assert body["history_committed"] is True
+        assert body["playback"]["played_ms"] == 1200
+        assert await assistant_texts() == ["You said: synthetic"]
+        await fast.send("audio.playback_ack", response_id=done["id"], played_ms=1800)
+        await fast.until(lambda e: e["type"] == "playback.acknowledged")
+        assert await assistant_texts() == ["You said: synthetic utterance"]
+    finally:
+        await r.aclose()
+
+
+# ------------------------------------------------------------ capability gating
+@pytest.fixture(scope="module")
+def no_barge_in_stack() -> Iterator[LocalStack]:
+    """A stage0 backend that declares no barge-in support."""
+    stack = LocalStack(
+        ports=Ports.free(),
+        extra_env={"ANTIPHON_BACKEND": "synthetic", "ANTIPHON_SUPPORTS_BARGE_IN": "false"},
+    )
+    try:
+        stack.start(timeout_s=180)
+        yield stack
+    finally:
+        stack.stop()
+
+
+async def test_capability_gated_surfaces_are_refused_with_a_typed_error(
+    no_barge_in_stack: LocalStack,
+) -> None:
+    client = await RealtimeClient.connect(url(no_barge_in_stack))
+    try:
+        created = await client.open(**MANUAL)
+        caps = created["session"]["capabilities"]
+        assert caps["supports_barge_in"] is False and caps["supports_audio_truncate"] is True
+        gated: list[tuple[str, dict[str, Any]]] = [
+            ("barge_in", {}),
+            ("turn.signal", {"event": "barge_in"}),
+            ("session.update", {"session": {"overlap_policy": "barge_in_on_speech"}}),
+        ]
+        for event, fields in gated:
+            await client.send(event, event_id=f"evt_{event}", **fields)
+            error = await client.until(lambda e: e["type"] == "error")
+            assert error["error"]["code"] == "unsupported_capability", error
+            assert error["error"]["event_id"] == f"evt_{event}"
+        await asyncio.sleep(0)
+    finally:
+        await client.close()
