@@ -219,6 +219,19 @@ def test_session_is_wired_to_redis_and_both_stages(helm: Path) -> None:
         assert one(items, "Service", f"rel-antiphon-{stage}")["spec"]["clusterIP"] == "None"
 
 
+def test_stage_workers_register_in_redis_under_their_pod_ip(helm: Path) -> None:
+    items = manifests(helm)
+    for stage, port in (("stage0", 50061), ("stage1", 50071)):
+        c = container(one(items, "Deployment", f"rel-antiphon-{stage}"))
+        e = env(c)
+        assert e["ANTIPHON_REDIS_URL"] == "redis://rel-antiphon-redis:6379/0"
+        assert e["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert e["ANTIPHON_ADVERTISE_ADDRESS"] == f"$(POD_IP):{port}"
+        # Kubernetes expands $(POD_IP) only from a variable defined before it.
+        names = [v["name"] for v in c["env"]]
+        assert names.index("POD_IP") < names.index("ANTIPHON_ADVERTISE_ADDRESS")
+
+
 def test_in_chart_redis_has_aof_and_a_volume_claim(helm: Path) -> None:
     redis = one(manifests(helm), "StatefulSet", "rel-antiphon-redis")
     args = container(redis)["args"]

@@ -53,6 +53,10 @@ def running_cluster(
     env = {
         "ANTIPHON_BACKEND": "synthetic",
         "ANTIPHON_MAX_SESSIONS": str(max_sessions),
+        # One worker per stage, which must not be what limits sessions: room
+        # for all of them twice, as a taken-over session may hold its old
+        # binding until the worker notices the old replica is gone.
+        "ANTIPHON_CAPACITY": str(2 * max_sessions),
         "ANTIPHON_DISCONNECT_GRACE_S": str(grace_s),
         "ANTIPHON_RESUME_REPLAY_TTL_S": str(replay_ttl_s),
         "ANTIPHON_OWNER_LEASE_S": "2",

@@ -18,6 +18,23 @@
   value: {{ $v.service.metricsPort | quote }}
 {{- end -}}
 
+{{/*
+A stage worker's environment: the gRPC ports, the Redis of the worker
+registry, and the address it advertises there (its pod IP: each pod is
+dialled directly, not through the headless Service's name).
+*/}}
+{{- define "antiphon.workerEnv" -}}
+{{- $v := index .root.Values .component -}}
+{{ include "antiphon.grpcEnv" . }}
+{{ include "antiphon.redisUrlEnv" .root }}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: ANTIPHON_ADVERTISE_ADDRESS
+  value: {{ printf "$(POD_IP):%d" (int $v.service.port) | quote }}
+{{- end -}}
+
 {{/* A native gRPC probe handler; service "" asks "alive", the service's name asks "ready". */}}
 {{- define "antiphon.grpcCheck" -}}
 {{- $v := index .root.Values .component -}}

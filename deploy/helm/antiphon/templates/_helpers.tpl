@@ -82,7 +82,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-redis" (include "antiphon.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The ANTIPHON_REDIS_URL env entry of the session service. */}}
+{{/* The ANTIPHON_REDIS_URL env entry of the session service and the stage workers. */}}
 {{- define "antiphon.redisUrlEnv" -}}
 - name: ANTIPHON_REDIS_URL
 {{- if .Values.redis.enabled }}

@@ -3,7 +3,9 @@
 A bound session takes requests one by one (`handle`) and reports results
 through the `emit` callback it was built with; this module pumps requests
 in, streams results out in order, and always closes the session, whether
-the session service ended the stream or died.
+the session service ended the stream or died. A worker at capacity, or
+draining, refuses a new binding with RESOURCE_EXHAUSTED before anything is
+built for it; an admitted one is answered with initial metadata at once.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from antiphon.common import tracing
 Req = TypeVar("Req", contravariant=True)
 Ev = TypeVar("Ev")
 
+# Initial metadata of an admitted binding.
+BOUND_METADATA = "antiphon-bound"
+
 
 class BoundSession(Protocol[Req]):
     def handle(self, request: Req) -> None: ...
@@ -30,21 +35,48 @@ class BoundSession(Protocol[Req]):
 
 
 class ActiveSessions:
-    """How many sessions a worker serves now, mirrored into a gauge."""
+    """How many sessions a worker serves now (mirrored into a gauge), and
+    whether it takes another: not beyond its capacity, not while draining."""
 
-    def __init__(self, gauge: Gauge) -> None:
+    def __init__(self, gauge: Gauge, *, capacity: int) -> None:
         self.count = 0
+        self.capacity = capacity
+        self.draining = False
         self._gauge = gauge
+        self._watchers: list[Callable[[], None]] = []
+
+    def watch(self, on_change: Callable[[], None]) -> None:
+        """Call `on_change` whenever the count or the draining flag changes."""
+        self._watchers.append(on_change)
+
+    def refusal(self) -> str | None:
+        """Why a new session may not bind here now; None when it may."""
+        if self.draining:
+            return "worker is draining"
+        if self.count >= self.capacity:
+            return f"worker is at capacity ({self.count}/{self.capacity} sessions)"
+        return None
+
+    async def drain(self) -> None:
+        """SIGTERM: take no new session; the bound ones finish or move (the
+        gRPC server's stop grace ends them)."""
+        self.draining = True
+        self._changed()
 
     @contextlib.contextmanager
     def track(self) -> Iterator[None]:
         self.count += 1
-        self._gauge.set(self.count)
+        self._changed()
         try:
             yield
         finally:
             self.count -= 1
-            self._gauge.set(self.count)
+            self._changed()
+
+    def _changed(self) -> None:
+        self._gauge.set(self.count)
+        for on_change in self._watchers:
+            on_change()
 
 
 async def serve_binding(
@@ -56,17 +88,24 @@ async def serve_binding(
     span_name: str,
 ) -> AsyncIterator[Ev]:
     parent = tracing.extract_metadata(context.invocation_metadata())
-    out: asyncio.Queue[Ev | None] = asyncio.Queue()
-    session = make_session(out.put_nowait)
-
-    async def consume() -> None:
-        try:
-            async for req in requests:
-                session.handle(req)
-        finally:
-            out.put_nowait(None)
-
+    # Checked and counted with no await in between: two binds racing for the
+    # last slot cannot both get it.
+    if (reason := active.refusal()) is not None:
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
     with active.track():
+        # Tells the binder at once that it was admitted (a refusal is the
+        # other answer): the session may have nothing to receive for a while.
+        await context.send_initial_metadata(((BOUND_METADATA, "1"),))
+        out: asyncio.Queue[Ev | None] = asyncio.Queue()
+        session = make_session(out.put_nowait)
+
+        async def consume() -> None:
+            try:
+                async for req in requests:
+                    session.handle(req)
+            finally:
+                out.put_nowait(None)
+
         reader = asyncio.create_task(consume())
         try:
             with trace.get_tracer("antiphon.stage").start_as_current_span(

@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 
 from antiphon.common import bootstrap, metrics
 from antiphon.common.grpcserver import GrpcApp
+from antiphon.common.workers import WorkerRegistry
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.registry import SessionRegistry
 from antiphon.session.service import SessionService
@@ -32,7 +33,10 @@ async def serve(settings: SessionSettings) -> None:
         journal_ttl_s=settings.resume_replay_ttl_s,
         ops_cache_size=settings.completed_append_cache_size,
     )
-    pool = StagePool(settings.stage0_addresses, settings.stage1_addresses)
+    # Workers registered in Redis first; the static lists when none is.
+    pool = StagePool(
+        settings.stage0_addresses, settings.stage1_addresses, registry=WorkerRegistry(client)
+    )
     sessions = SessionRegistry(settings=settings, store=store, pool=pool, metrics=session_metrics)
     service = SessionService(sessions)
     app = GrpcApp(SERVICE_NAME, settings.listen)

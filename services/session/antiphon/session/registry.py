@@ -25,7 +25,7 @@ from antiphon.session.actor import Mail, Outbound, Refusal, SessionActor
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.settings import SessionSettings
 from antiphon.session.snapshot import Snapshot, token_matches
-from antiphon.session.stages import Binding, NoWorkerError, StagePool
+from antiphon.session.stages import Binding, NoWorkerError, StagePool, WorkerFullError
 from antiphon.session.store import SessionStore
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -160,7 +160,14 @@ class SessionRegistry:
 
         try:
             stage0, info0 = await self._pool.bind_stage0(poster("stage0"))
-            stage1, _ = await self._pool.bind_stage1(poster("stage1"))
+            try:
+                stage1, _ = await self._pool.bind_stage1(poster("stage1"))
+            except BaseException:
+                await stage0.close()  # its slot on the stage0 worker
+                raise
+        except WorkerFullError as exc:
+            self._metrics.sessions_refused.labels("worker_capacity").inc()
+            raise Refusal("rate_limit_error", "resource_exhausted", str(exc)) from exc
         except (NoWorkerError, grpc.aio.AioRpcError) as exc:
             self._metrics.sessions_refused.labels("no_worker").inc()
             raise Refusal("server_error", "stage_unavailable", str(exc)) from exc

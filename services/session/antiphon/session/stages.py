@@ -2,7 +2,9 @@
 
 A binding is one bidi `Bind` stream to one worker. Requests go in through a
 queue so the actor never blocks on gRPC flow control; results are handed to
-a callback (the actor's mailbox) in the order the worker sent them.
+a callback (the actor's mailbox) in the order the worker sent them. A
+binding exists only once its worker admitted it: a worker with no room
+refuses (RESOURCE_EXHAUSTED) and the pool tries the next one.
 """
 
 from __future__ import annotations
@@ -17,18 +19,34 @@ import grpc
 
 from antiphon.common import tracing
 from antiphon.common.grpcserver import channel, check_ready
+from antiphon.common.workers import WorkerInfo, WorkerRegistry
 from antiphon.v1 import stage_pb2, stage_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 Req = TypeVar("Req")
+T = TypeVar("T")
 
 STAGE0_SERVICE = "antiphon.v1.Stage0Service"
 STAGE1_SERVICE = "antiphon.v1.Stage1Service"
+# How long a worker may take to answer a Describe or a Bind.
+BIND_TIMEOUT_S = 5.0
 
 
 class NoWorkerError(RuntimeError):
     """No worker of a stage is reachable and ready."""
+
+
+class WorkerFullError(RuntimeError):
+    """Workers of a stage are there, but none has room for another session."""
+
+
+class BindRefused(RuntimeError):
+    """A worker ended a `Bind` before admitting it (RESOURCE_EXHAUSTED: no room)."""
+
+    def __init__(self, address: str, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{address}: {details or code.name}")
+        self.code = code
 
 
 class StreamEnded:
@@ -41,27 +59,44 @@ class StreamEnded:
 class Binding(Generic[Req]):
     """One open `Bind` stream; `on_event(StreamEnded(self))` reports its end."""
 
-    def __init__(self, address: str, call: Any, on_event: Callable[[Any], None]) -> None:
+    def __init__(
+        self,
+        address: str,
+        call: Any,
+        queue: asyncio.Queue[Req | None],
+        on_event: Callable[[Any], None],
+    ) -> None:
         self.address = address
         self._call = call
-        self._queue: asyncio.Queue[Req | None] = asyncio.Queue()
+        self._queue = queue
         self._reader = asyncio.create_task(self._read(on_event))
 
     @classmethod
-    def open(
-        cls, address: str, bind: Callable[..., Any], on_event: Callable[[Any], None]
+    async def open(
+        cls,
+        address: str,
+        bind: Callable[..., Any],
+        on_event: Callable[[Any], None],
+        *,
+        timeout_s: float = BIND_TIMEOUT_S,
     ) -> Binding[Req]:
-        box: list[Binding[Req]] = []
+        """Open a stream and wait for the worker's answer: admitted (its initial
+        metadata) or refused (the stream ends first, e.g. RESOURCE_EXHAUSTED)."""
+        queue: asyncio.Queue[Req | None] = asyncio.Queue()
 
         async def requests() -> AsyncIterator[Req]:
-            binding = box[0]
-            while (req := await binding._queue.get()) is not None:
+            while (req := await queue.get()) is not None:
                 yield req
 
         call = bind(requests(), metadata=tracing.inject_metadata())
-        binding = cls(address, call, on_event)
-        box.append(binding)
-        return binding
+        try:
+            await asyncio.wait_for(call.initial_metadata(), timeout_s)
+        except TimeoutError:
+            call.cancel()
+            raise BindRefused(address, grpc.StatusCode.DEADLINE_EXCEEDED, "no answer") from None
+        if call.done():
+            raise BindRefused(address, await call.code(), await call.details())
+        return cls(address, call, queue, on_event)
 
     def send(self, request: Req) -> None:
         self._queue.put_nowait(request)
@@ -90,60 +125,132 @@ class Binding(Generic[Req]):
 
 
 class StagePool:
-    """The stage workers this replica may bind sessions to."""
+    """The stage workers this replica may bind sessions to.
 
-    def __init__(self, stage0: Sequence[str], stage1: Sequence[str]) -> None:
+    Workers listed in the registry (live, not draining, with room) come
+    first, the one with the most room first (ties in turn); a stage with no
+    registered worker falls back to the static address list, round robin
+    over the ready ones. A worker that refuses (no room) or cannot be
+    reached is skipped for the next one.
+    """
+
+    def __init__(
+        self,
+        stage0: Sequence[str],
+        stage1: Sequence[str],
+        registry: WorkerRegistry | None = None,
+    ) -> None:
+        self._static = {"stage0": list(stage0), "stage1": list(stage1)}
         self._channels = {a: channel(a) for a in (*stage0, *stage1)}
-        self._stage0 = list(stage0)
-        self._stage1 = list(stage1)
-        self._rr0 = itertools.cycle(range(max(1, len(stage0))))
-        self._rr1 = itertools.cycle(range(max(1, len(stage1))))
         self._ready: dict[str, bool] = dict.fromkeys(self._channels, False)
+        self._turns = {"stage0": itertools.count(), "stage1": itertools.count()}
+        self._registry = registry
 
     async def refresh(self) -> bool:
-        """Probe every worker; True when each stage has at least one ready worker."""
-        for addr in self._stage0:
-            self._ready[addr] = await check_ready(self._channels[addr], STAGE0_SERVICE)
-        for addr in self._stage1:
-            self._ready[addr] = await check_ready(self._channels[addr], STAGE1_SERVICE)
-        return any(self._ready[a] for a in self._stage0) and any(
-            self._ready[a] for a in self._stage1
-        )
+        """Probe every worker, static or registered; True when each stage has
+        at least one ready worker (a registered one must not be draining)."""
+        ready = []
+        for stage, service in (("stage0", STAGE0_SERVICE), ("stage1", STAGE1_SERVICE)):
+            registered = [w.address for w in await self._registered(stage) if not w.draining]
+            addresses = list(dict.fromkeys((*self._static[stage], *registered)))
+            # Probing also keeps each channel connected: a bind then never
+            # meets a channel still backing off from a worker's restart.
+            probes = [check_ready(self._channel(a), service) for a in addresses]
+            for addr, ok in zip(addresses, await asyncio.gather(*probes), strict=True):
+                self._ready[addr] = ok
+            ready.append(any(self._ready[a] for a in addresses))
+        return all(ready)
 
-    def _pick(self, addresses: list[str], rr: itertools.cycle[int], stage: str) -> str:
-        for _ in addresses:
-            addr = addresses[next(rr) % len(addresses)]
-            if self._ready[addr]:
-                return addr
-        raise NoWorkerError(f"no ready {stage} worker")
+    def _channel(self, addr: str) -> grpc.aio.Channel:
+        if addr not in self._channels:
+            # A worker first seen in the registry.
+            self._channels[addr] = channel(addr)
+        return self._channels[addr]
 
     def stage0(self, addr: str) -> stage_pb2_grpc.Stage0ServiceStub:
-        return stage_pb2_grpc.Stage0ServiceStub(self._channels[addr])
+        return stage_pb2_grpc.Stage0ServiceStub(self._channel(addr))
 
     def stage1(self, addr: str) -> stage_pb2_grpc.Stage1ServiceStub:
-        return stage_pb2_grpc.Stage1ServiceStub(self._channels[addr])
+        return stage_pb2_grpc.Stage1ServiceStub(self._channel(addr))
 
     async def bind_stage0(
         self, on_event: Callable[[Any], None], *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage0Request], stage_pb2.StageInfo]:
-        """Bind to a ready stage0 worker (preferably not `avoid`, one that just failed)."""
-        if avoid:
-            self._ready[avoid] = False
-        addr = self._pick(self._stage0, self._rr0, "stage0")
-        stub = self.stage0(addr)
-        info = await stub.Describe(stage_pb2.DescribeRequest(), timeout=5)
-        return Binding.open(addr, stub.Bind, on_event), info
+        """Bind to a stage0 worker with room (not `avoid`, one that just failed)."""
+        return await self._bind("stage0", self.stage0, on_event, avoid)
 
     async def bind_stage1(
         self, on_event: Callable[[Any], None], *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage1Request], stage_pb2.StageInfo]:
-        if avoid:
+        return await self._bind("stage1", self.stage1, on_event, avoid)
+
+    async def _bind(
+        self,
+        stage: str,
+        stub_for: Callable[[str], Any],
+        on_event: Callable[[Any], None],
+        avoid: str,
+    ) -> tuple[Binding[Any], stage_pb2.StageInfo]:
+        if avoid in self._ready:
             self._ready[avoid] = False
-        addr = self._pick(self._stage1, self._rr1, "stage1")
-        stub = self.stage1(addr)
-        info = await stub.Describe(stage_pb2.DescribeRequest(), timeout=5)
-        return Binding.open(addr, stub.Bind, on_event), info
+        full: list[str] = []
+        unreachable: list[str] = []
+        for addr in await self._candidates(stage, avoid, full):
+            stub = stub_for(addr)
+            try:
+                info = await stub.Describe(stage_pb2.DescribeRequest(), timeout=BIND_TIMEOUT_S)
+                return await Binding.open(addr, stub.Bind, on_event), info
+            except BindRefused as exc:
+                if exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    full.append(str(exc))
+                    continue
+                unreachable.append(str(exc))
+            except grpc.aio.AioRpcError as exc:
+                unreachable.append(f"{addr}: {exc.code().name}")
+            if addr in self._ready:
+                self._ready[addr] = False
+        if full:
+            raise WorkerFullError(f"no {stage} worker has room: {'; '.join(full)}")
+        raise NoWorkerError(f"no ready {stage} worker" + "".join(f"; {u}" for u in unreachable))
+
+    async def _candidates(self, stage: str, avoid: str, full: list[str]) -> list[str]:
+        """Addresses to try, best first; registered workers with no room go to `full`."""
+        turn = next(self._turns[stage])
+        registered = [w for w in await self._registered(stage) if w.address != avoid]
+        if registered:
+            with_room = _rotated([w for w in registered if w.room > 0], turn)
+            full.extend(
+                f"{w.address}: {'draining' if w.draining else f'{w.active}/{w.capacity} sessions'}"
+                for w in registered
+                if w.room == 0
+            )
+            # One the last probe found down (killed, still listed until its
+            # entry expires) goes last; then the most room; the sort is
+            # stable, so equal ones keep the rotated (round robin) order.
+            ordered = sorted(
+                with_room, key=lambda w: (not self._ready.get(w.address, True), -w.room)
+            )
+            return [w.address for w in ordered]
+        ready = [a for a in self._static[stage] if self._ready[a] and a != avoid]
+        return _rotated(ready, turn)
+
+    async def _registered(self, stage: str) -> list[WorkerInfo]:
+        if self._registry is None:
+            return []
+        try:
+            return await self._registry.workers(stage)
+        except Exception:
+            # Redis away: the static list still works.
+            log.warning("worker registry unreadable", exc_info=True)
+            return []
 
     async def close(self) -> None:
         for ch in self._channels.values():
             await ch.close()
+
+
+def _rotated(items: list[T], turn: int) -> list[T]:
+    if not items:
+        return items
+    k = turn % len(items)
+    return items[k:] + items[:k]

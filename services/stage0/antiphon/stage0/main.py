@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from antiphon.common import bootstrap, metrics
+from antiphon.common import bootstrap, metrics, workers
+from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import CascadeModels, Engines
@@ -28,7 +29,8 @@ async def serve(settings: Stage0Settings) -> None:
     stage_metrics.capacity.set(settings.capacity)
     metrics.serve(registry, settings.metrics_port)
     app = GrpcApp(SERVICE_NAME, settings.listen)
-    service = Stage0Service(settings=settings, metrics=stage_metrics)
+    active = ActiveSessions(stage_metrics.sessions_active, capacity=settings.capacity)
+    service = Stage0Service(settings=settings, metrics=stage_metrics, active=active)
     stage_pb2_grpc.add_Stage0ServiceServicer_to_server(service, app.server)
     # Alive (and answering health checks) while the models load; ready after.
     await app.start()
@@ -36,7 +38,10 @@ async def serve(settings: Stage0Settings) -> None:
     service.models = models
     await app.set_ready(True)
     try:
-        await app.run(grace_s=settings.shutdown_grace_s)
+        # Listed in the worker registry only once ready; on SIGTERM it stops
+        # taking binds (and says so there) before the server's stop grace.
+        async with workers.registered(settings, "stage0", active):
+            await app.run(grace_s=settings.shutdown_grace_s, on_drain=active.drain)
     finally:
         await models.close()
 

@@ -17,12 +17,14 @@ from antiphon.v1 import stage_pb2_grpc
 
 
 class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
-    def __init__(self, *, settings: Stage0Settings, metrics: Stage0Metrics) -> None:
+    def __init__(
+        self, *, settings: Stage0Settings, metrics: Stage0Metrics, active: ActiveSessions
+    ) -> None:
         # Set once the engines have loaded; until then Bind answers UNAVAILABLE.
         self.models: Engines | None = None
         self._settings = settings
         self._metrics = metrics
-        self._active = ActiveSessions(metrics.sessions_active)
+        self._active = active
 
     def capabilities(self) -> cpb.Capabilities:
         return cpb.Capabilities(

@@ -8,10 +8,10 @@ from typing import ClassVar
 from pydantic import Field
 
 from antiphon.common.assets import default_cache_dir
-from antiphon.common.config import ServiceSettings
+from antiphon.common.workers import WorkerSettings
 
 
-class Stage0Settings(ServiceSettings):
+class Stage0Settings(WorkerSettings):
     profile_section: ClassVar[str] = "stage0"
 
     listen: str = "0.0.0.0:50061"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from antiphon.common import bootstrap, metrics
+from antiphon.common import bootstrap, metrics, workers
+from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage1.assets import locate
 from antiphon.stage1.metrics import Stage1Metrics
@@ -44,13 +45,19 @@ async def serve(settings: Stage1Settings) -> None:
     metrics.serve(registry, settings.metrics_port)
     # One synthesis at a time per worker: the voice uses the thread it is given.
     executor = ThreadPoolExecutor(1, thread_name_prefix="tts")
-    service = Stage1Service(tts=tts, executor=executor, settings=settings, metrics=stage_metrics)
+    active = ActiveSessions(stage_metrics.sessions_active, capacity=settings.capacity)
+    service = Stage1Service(
+        tts=tts, executor=executor, settings=settings, metrics=stage_metrics, active=active
+    )
     app = GrpcApp(SERVICE_NAME, settings.listen)
     stage_pb2_grpc.add_Stage1ServiceServicer_to_server(service, app.server)
     await app.start()
     await app.set_ready(True)
     try:
-        await app.run(grace_s=settings.shutdown_grace_s)
+        # Listed in the worker registry only once ready; on SIGTERM it stops
+        # taking binds (and says so there) before the server's stop grace.
+        async with workers.registered(settings, "stage1", active):
+            await app.run(grace_s=settings.shutdown_grace_s, on_drain=active.drain)
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
 

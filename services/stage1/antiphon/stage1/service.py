@@ -18,13 +18,19 @@ from antiphon.v1 import stage_pb2_grpc
 
 class Stage1Service(stage_pb2_grpc.Stage1ServiceServicer):
     def __init__(
-        self, *, tts: Voice, executor: Executor, settings: Stage1Settings, metrics: Stage1Metrics
+        self,
+        *,
+        tts: Voice,
+        executor: Executor,
+        settings: Stage1Settings,
+        metrics: Stage1Metrics,
+        active: ActiveSessions,
     ) -> None:
         self._tts = tts
         self._executor = executor
         self._settings = settings
         self._metrics = metrics
-        self._active = ActiveSessions(metrics.sessions_active)
+        self._active = active
 
     async def Describe(
         self, request: pb.DescribeRequest, context: grpc.aio.ServicerContext

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from antiphon.common.config import ServiceSettings
+from antiphon.common.workers import WorkerSettings
 
 
-class Stage1Settings(ServiceSettings):
+class Stage1Settings(WorkerSettings):
     profile_section: ClassVar[str] = "stage1"
 
     listen: str = "0.0.0.0:50071"

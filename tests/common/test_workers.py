@@ -1,0 +1,179 @@
+"""The worker registry on a real Redis: listing, heartbeat, expiry, drain, leave.
+
+The expiry case registers from a real process and kills it with -9, as a
+crashed worker would vanish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry, Gauge
+
+from antiphon.common import workers
+from antiphon.common.binding import ActiveSessions
+from antiphon.common.workers import WorkerInfo, WorkerRegistry, WorkerSettings
+
+DB = 9  # this module's own database on the shared test Redis
+HEARTBEAT_S = 0.1
+TTL_S = HEARTBEAT_S * workers.TTL_HEARTBEATS
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    c = aioredis.from_url(db_url(redis_url))
+    await c.flushdb()
+    try:
+        yield c
+    finally:
+        await c.aclose()
+
+
+def db_url(redis_url: str) -> str:
+    return f"{redis_url.rsplit('/', 1)[0]}/{DB}"
+
+
+def sessions(capacity: int) -> ActiveSessions:
+    gauge = Gauge("sessions_active", "test", registry=CollectorRegistry())
+    return ActiveSessions(gauge, capacity=capacity)
+
+
+def settings(redis_url: str, address: str) -> WorkerSettings:
+    return WorkerSettings(
+        redis_url=db_url(redis_url), advertise_address=address, heartbeat_s=HEARTBEAT_S
+    )
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> float:
+    """Seconds until `check` holds; fails the test past the timeout."""
+    start = time.monotonic()
+    while not await check():
+        assert time.monotonic() - start < timeout_s, "condition not met in time"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - start
+
+
+async def listed(registry: WorkerRegistry, stage: str) -> dict[str, WorkerInfo]:
+    return {w.address: w for w in await registry.workers(stage)}
+
+
+async def test_a_worker_is_listed_with_its_capacity_and_its_load_as_it_changes(
+    client: aioredis.Redis, redis_url: str
+) -> None:
+    registry = WorkerRegistry(client)
+    active = sessions(capacity=2)
+    async with workers.registered(settings(redis_url, "10.0.0.1:50061"), "stage0", active):
+        assert await listed(registry, "stage0") == {
+            "10.0.0.1:50061": WorkerInfo("10.0.0.1:50061", 2, 0, False)
+        }
+        assert await listed(registry, "stage1") == {}
+        with active.track():
+            # Published when the load changes, not only at the next heartbeat.
+            await eventually(
+                lambda: _has(registry, "stage0", "10.0.0.1:50061", lambda w: w.active == 1),
+                timeout_s=HEARTBEAT_S / 2 + 0.5,
+            )
+            (w,) = await registry.workers("stage0")
+            assert w.room == 1
+        await eventually(lambda: _has(registry, "stage0", "10.0.0.1:50061", lambda w: w.room == 2))
+        # Heartbeats keep it listed well past its TTL.
+        await asyncio.sleep(TTL_S * 3)
+        assert "10.0.0.1:50061" in await listed(registry, "stage0")
+
+
+async def test_a_draining_worker_has_no_room_and_a_leaving_one_is_gone(
+    client: aioredis.Redis, redis_url: str
+) -> None:
+    registry = WorkerRegistry(client)
+    active = sessions(capacity=4)
+    async with workers.registered(settings(redis_url, "10.0.0.2:50071"), "stage1", active):
+        assert active.refusal() is None
+        await active.drain()
+        assert active.refusal() == "worker is draining"
+        await eventually(lambda: _has(registry, "stage1", "10.0.0.2:50071", lambda w: w.draining))
+        (w,) = await registry.workers("stage1")
+        assert w.room == 0
+    # Deregistered at once, not left to expire.
+    assert await listed(registry, "stage1") == {}
+    assert await client.exists(workers.index_key("stage1"), workers.info_key("stage1")) == 0
+
+
+def test_a_full_worker_refuses_until_a_session_ends() -> None:
+    active = sessions(capacity=1)
+    assert active.refusal() is None
+    with active.track():
+        assert active.refusal() == "worker is at capacity (1/1 sessions)"
+    assert active.refusal() is None
+
+
+_WORKER = """
+import asyncio, sys
+from prometheus_client import CollectorRegistry, Gauge
+from antiphon.common import workers
+from antiphon.common.binding import ActiveSessions
+
+async def main():
+    active = ActiveSessions(Gauge("a", "a", registry=CollectorRegistry()), capacity=3)
+    settings = workers.WorkerSettings(
+        redis_url=sys.argv[1], advertise_address=sys.argv[2], heartbeat_s=float(sys.argv[3])
+    )
+    async with workers.registered(settings, "stage0", active):
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_worker_killed_with_sigkill_drops_out_within_its_ttl(
+    client: aioredis.Redis, redis_url: str
+) -> None:
+    registry = WorkerRegistry(client)
+    survivor = sessions(capacity=1)
+    async with workers.registered(settings(redis_url, "10.0.0.4:50061"), "stage0", survivor):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _WORKER, db_url(redis_url), "10.0.0.3:50061", str(HEARTBEAT_S)
+        )
+        try:
+            await eventually(
+                lambda: _has(registry, "stage0", "10.0.0.3:50061", lambda w: w.capacity == 3),
+                timeout_s=30,
+            )
+            proc.kill()
+            await proc.wait()
+            gone_after = await eventually(
+                lambda: _absent(registry, "stage0", "10.0.0.3:50061"), timeout_s=TTL_S + 2
+            )
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert gone_after <= TTL_S + 0.5
+        assert set(await listed(registry, "stage0")) == {"10.0.0.4:50061"}
+        # The reader pruned the dead entry's info too.
+        assert await client.hkeys(workers.info_key("stage0")) == [b"10.0.0.4:50061"]
+
+
+def test_the_advertised_address_defaults_to_the_listen_address_on_this_host() -> None:
+    own = socket.gethostbyname(socket.gethostname())
+    assert WorkerSettings(listen="0.0.0.0:50061").advertised() == f"{own}:50061"
+    assert WorkerSettings(listen="[::]:50061").advertised() == f"{own}:50061"
+    assert WorkerSettings(listen="127.0.0.1:50071").advertised() == "127.0.0.1:50071"
+    explicit = WorkerSettings(listen="0.0.0.0:50061", advertise_address="10.9.8.7:50061")
+    assert explicit.advertised() == "10.9.8.7:50061"
+
+
+async def _has(
+    registry: WorkerRegistry, stage: str, address: str, check: Callable[[WorkerInfo], bool]
+) -> bool:
+    w = (await listed(registry, stage)).get(address)
+    return w is not None and check(w)
+
+
+async def _absent(registry: WorkerRegistry, stage: str, address: str) -> bool:
+    return address not in await listed(registry, stage)
