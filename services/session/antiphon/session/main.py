@@ -25,7 +25,12 @@ async def serve(settings: SessionSettings) -> None:
     registry = metrics.service_registry()
     session_metrics = SessionMetrics(registry)
     metrics.serve(registry, settings.metrics_port)
-    client = aioredis.Redis.from_url(settings.redis_url)
+    # Callers queue for a connection rather than fail: hundreds of actors may
+    # journal at once, and redis-py's default pool raises past 100.
+    connections = aioredis.BlockingConnectionPool.from_url(
+        settings.redis_url, max_connections=settings.redis_max_connections, timeout=30
+    )
+    client = aioredis.Redis(connection_pool=connections)
     store = SessionStore(
         client,
         lease_ms=int(settings.owner_lease_s * 1000),
@@ -67,6 +72,7 @@ async def serve(settings: SessionSettings) -> None:
                 await task
         await pool.close()
         await client.aclose()
+        await connections.disconnect()
 
 
 def main() -> None:

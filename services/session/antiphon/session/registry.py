@@ -161,7 +161,7 @@ class SessionRegistry:
         try:
             stage0, info0 = await self._pool.bind_stage0(poster("stage0"))
             try:
-                stage1, _ = await self._pool.bind_stage1(poster("stage1"))
+                stage1, info1 = await self._pool.bind_stage1(poster("stage1"))
             except BaseException:
                 await stage0.close()  # its slot on the stage0 worker
                 raise
@@ -177,7 +177,7 @@ class SessionRegistry:
                 return (await self._pool.bind_stage0(poster("stage0"), avoid=failed))[0]
             return (await self._pool.bind_stage1(poster("stage1"), avoid=failed))[0]
 
-        snapshot.capabilities = _capabilities(info0)
+        snapshot.capabilities = _capabilities(info0, info1)
         actor = SessionActor(
             snapshot=snapshot,
             owner_token=token,
@@ -212,14 +212,17 @@ class SessionRegistry:
         last_reap = 0.0
         while True:
             await asyncio.sleep(interval)
-            for actor in list(self._actors.values()):
-                try:
-                    if not await self._store.refresh_lease(actor.session_id, actor.owner_token):
-                        actor.post("ownership_lost", None)
-                        continue
-                except Exception:
-                    log.warning("lease renewal failed", exc_info=True)
-                actor.post("tick", None)
+            actors = list(self._actors.values())
+            try:
+                renewed = await self._store.refresh_leases(
+                    [(a.session_id, a.owner_token) for a in actors]
+                )
+            except Exception:
+                # Redis away: the actors carry on, and renewal is retried next round.
+                log.warning("lease renewal failed", exc_info=True)
+                renewed = [True] * len(actors)
+            for actor, ok in zip(actors, renewed, strict=True):
+                actor.post("tick" if ok else "ownership_lost", None)
             if time.monotonic() - last_reap >= self._settings.reaper_interval_s:
                 last_reap = time.monotonic()
                 with contextlib.suppress(Exception):
@@ -257,9 +260,11 @@ class SessionRegistry:
             await asyncio.wait(self._tasks, timeout=self._settings.shutdown_grace_s)
 
 
-def _capabilities(info: stage_pb2.StageInfo) -> cpb.Capabilities:
+def _capabilities(info0: stage_pb2.StageInfo, info1: stage_pb2.StageInfo) -> cpb.Capabilities:
     caps = cpb.Capabilities()
-    caps.CopyFrom(info.capabilities)
+    caps.CopyFrom(info0.capabilities)
+    # Truncation by playback position needs the voice's word timings.
+    caps.supports_audio_truncate = info1.capabilities.supports_audio_truncate
     # The session service itself provides resume and replay.
     caps.supports_session_resume = True
     return caps

@@ -11,6 +11,7 @@ from antiphon.stage0.cascade import CascadeSession
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
 from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.vad import VadBatcher
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
@@ -25,11 +26,15 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
         self._settings = settings
         self._metrics = metrics
         self._active = active
+        # One per worker, made with the engines: every session's VAD frames share its batches.
+        self._vad_batcher: VadBatcher | None = None
 
     def capabilities(self) -> cpb.Capabilities:
         return cpb.Capabilities(
             implementation_level="cascade",
             supports_input_append=True,
+            # Its VAD hears speech over a reply, and a cancel stops the reply's work.
+            supports_barge_in=self._settings.supports_barge_in,
             chunk_period_ms=self._settings.chunk_period_ms,
             input_modes=["append_audio_chunk"],
         )
@@ -53,10 +58,15 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "models are still loading")
             return
         models = self.models
+        if self._vad_batcher is None:
+            self._vad_batcher = VadBatcher(
+                models.vad, observe_batch=self._metrics.vad_batch_size.observe
+            )
+        batcher = self._vad_batcher
         event: pb.Stage0Event
         async for event in serve_binding(
             request_iterator,
-            lambda emit: CascadeSession(models, self._settings, emit, self._metrics),
+            lambda emit: CascadeSession(models, self._settings, emit, self._metrics, batcher),
             context=context,
             active=self._active,
             span_name="stage0.bind",

@@ -36,5 +36,12 @@ class Stage0Settings(WorkerSettings):
     synthetic_ttft_ms: float = 50.0
     synthetic_token_ms: float = 20.0
     synthetic_asr_ms: float = 30.0
+    # Declared in `capabilities.supports_barge_in`. Off only to test that a
+    # backend without barge-in gets the capability-gated surfaces refused.
+    supports_barge_in: bool = True
+    # Streaming ASR: once this much of an utterance waits untranscribed, the
+    # piece up to a quiet moment is transcribed while the user speaks on, so
+    # a turn's end only pays for the rest. 0 = whole utterances only.
+    asr_segment_s: float = 6.0
     # Longest utterance kept for transcription; older audio is dropped.
     max_utterance_s: float = 30.0

@@ -9,6 +9,7 @@ import grpc
 
 from antiphon.common.binding import ActiveSessions, serve_binding
 from antiphon.stage1.metrics import Stage1Metrics
+from antiphon.stage1.scheduler import SynthesisScheduler
 from antiphon.stage1.settings import Stage1Settings
 from antiphon.stage1.synthesis import SynthesisSession, Voice
 from antiphon.v1 import common_pb2 as cpb
@@ -27,7 +28,8 @@ class Stage1Service(stage_pb2_grpc.Stage1ServiceServicer):
         active: ActiveSessions,
     ) -> None:
         self._tts = tts
-        self._executor = executor
+        # One voice thread per worker, shared by its sessions, first clauses first.
+        self._scheduler = SynthesisScheduler(executor, metrics.queue_depth)
         self._settings = settings
         self._metrics = metrics
         self._active = active
@@ -37,7 +39,8 @@ class Stage1Service(stage_pb2_grpc.Stage1ServiceServicer):
     ) -> pb.StageInfo:
         return pb.StageInfo(
             backend=self._settings.backend,
-            capabilities=cpb.Capabilities(),
+            # Every chunk carries word marks, so playback positions map to words.
+            capabilities=cpb.Capabilities(supports_audio_truncate=True),
             capacity=self._settings.capacity,
             active_sessions=self._active.count,
         )
@@ -50,7 +53,13 @@ class Stage1Service(stage_pb2_grpc.Stage1ServiceServicer):
         event: pb.Stage1Event
         async for event in serve_binding(
             request_iterator,
-            lambda emit: SynthesisSession(self._tts, self._executor, self._metrics, emit),
+            lambda emit: SynthesisSession(
+                self._tts,
+                self._scheduler,
+                self._metrics,
+                emit,
+                first_clause_words=self._settings.first_clause_words,
+            ),
             context=context,
             active=self._active,
             span_name="stage1.bind",

@@ -17,6 +17,10 @@ class Stage1Settings(WorkerSettings):
     # One thread: two under contention on a shared 2-core box ran far slower.
     tts_threads: int = 1
     output_rate: int = 24000
+    # A response's first clause may end at a word boundary after this many
+    # words, so speech starts before the LLM finishes its first sentence
+    # (0: cut only at punctuation).
+    first_clause_words: int = 4
     # `synthetic` backend: audio length per character and compute cost ratio.
     synthetic_ms_per_char: float = 60.0
     synthetic_compute_ratio: float = 0.0
