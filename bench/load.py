@@ -338,6 +338,20 @@ def raise_fd_limit(needed: int) -> int:
     return soft
 
 
+def capacity(levels: list[dict[str, Any]], slo_ms: float) -> dict[str, Any]:
+    """The largest level served in real time: every turn answered, no errors,
+    first audio p95 within the SLO. This is the number a worker's `capacity`
+    setting should hold (the measurement behind it, not a guess)."""
+    served = [
+        lv["sessions"]
+        for lv in levels
+        if lv["turns_completed"] == lv["turns_expected"]
+        and not lv["errors"]["count"]
+        and (lv["commit_to_first_audio_ms"] or {}).get("p95", float("inf")) <= slo_ms
+    ]
+    return {"slo_ms": slo_ms, "sessions": max(served, default=0)}
+
+
 def git_commit() -> str:
     try:
         return subprocess.run(
@@ -371,6 +385,12 @@ def main() -> None:
     parser.add_argument("--open-concurrency", type=int, default=32)
     parser.add_argument("--timeout", type=float, default=0.0, help="per response, seconds")
     parser.add_argument("--deflate", action="store_true", help="permessage-deflate on")
+    parser.add_argument(
+        "--slo-ms",
+        type=float,
+        default=0.0,
+        help="report the capacity: the most sessions whose first-audio p95 stays within this",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     levels = [int(x) for x in args.sessions.split(",") if x.strip()]
@@ -426,6 +446,8 @@ def main() -> None:
     finally:
         if bench is not None:
             bench.stop()
+        if args.slo_ms:
+            report["capacity"] = capacity(report["levels"], args.slo_ms)
         out.parent.mkdir(parents=True, exist_ok=True)
         report["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
         out.write_text(json.dumps(report, indent=2))
@@ -435,6 +457,9 @@ def main() -> None:
     if "barge_in" in report:
         b = report["barge_in"]
         print(f"barge-in: {b['barge_in_ms']} audio stop: {b['audio_stop_ms']} {b.get('note', '')}")
+    if "capacity" in report:
+        c = report["capacity"]
+        print(f"capacity: {c['sessions']} sessions within first-audio p95 <= {c['slo_ms']} ms")
     print(f"written to {out} and {out.with_suffix('.png')}")
 
 

@@ -163,3 +163,32 @@ async def test_second_turn_prompt_and_history_hold_the_first_turn(
         assert items[1].content[0].transcript == answer1
     finally:
         await client.close()
+
+
+async def test_speaking_over_the_answer_cancels_it_and_no_later_audio_arrives(
+    model_stack: LocalStack,
+) -> None:
+    """Barge-in with every real model: Silero hears the user over the assistant."""
+    client = await RealtimeClient.connect(f"ws://127.0.0.1:{model_stack.ports.gateway}/v1/realtime")
+    try:
+        await client.open(type="realtime")  # server VAD, interrupt_response by default
+        await client.append(
+            spoken("Tell me a long story about a dragon and a knight.") + silence(900)
+        )
+        first = await client.until(
+            lambda e: e["type"] == "response.output_audio.delta", timeout=120
+        )
+        interrupted = first["response_id"]
+        await client.append(spoken("Wait, stop please.") + silence(900))
+        done = await client.until(lambda e: e["type"] == "response.done", timeout=60)
+        assert done["response"]["id"] == interrupted
+        assert done["response"]["status"] == "cancelled", done["response"]
+        assert done["response"]["status_details"]["reason"] == "barge_in"
+        decisions = of_type(client.events, "overlap.decision")
+        assert [d["action"] for d in decisions] == ["barge_in"]
+        # The interruption is heard as the next turn; nothing of the old reply follows.
+        after = len(client.events)
+        await client.until(lambda e: e["type"] == "response.done", timeout=120)
+        assert not [e for e in client.events[after:] if e.get("response_id") == interrupted]
+    finally:
+        await client.close()

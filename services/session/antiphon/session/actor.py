@@ -891,9 +891,9 @@ class SessionActor:
         if r is not None and r.item_id == req.item_id:
             # Truncating what is still being said: it stops first.
             await self._cancel_active("client_cancelled")
-        item = await self._conversation.get(req.item_id)
         ledger = self._ledgers.find(item_id=req.item_id)
-        if item.role != "assistant" or ledger is None:
+        if ledger is None:
+            await self._conversation.get(req.item_id)  # an unknown id is item_not_found
             await self._error(
                 "invalid_request_error",
                 "invalid_value",

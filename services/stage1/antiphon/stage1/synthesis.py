@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
+from antiphon.common.audio import resample_pcm16
 from antiphon.stage1.clauses import ClauseSplitter
 from antiphon.stage1.metrics import Stage1Metrics
 from antiphon.stage1.scheduler import SynthesisScheduler
@@ -54,6 +55,7 @@ class SynthesisSession:
         first_clause_words: int = 0,
     ) -> None:
         self._first_clause_words = first_clause_words
+        self._out_rate = tts.out_rate
         self._tts = tts
         self._scheduler = scheduler
         self._metrics = metrics
@@ -68,6 +70,8 @@ class SynthesisSession:
     def handle(self, req: pb.Stage1Request) -> None:
         kind = req.WhichOneof("kind")
         if kind == "open":
+            # The session's output rate (8 kHz for G.711); 0 keeps the voice's own.
+            self._out_rate = req.open.sample_rate_hz or self._tts.out_rate
             return
         msg = getattr(req, kind)
         if msg.epoch < self._epoch:
@@ -128,7 +132,8 @@ class SynthesisSession:
                 started = self._first_text.get(work.response_id, now)
                 self._metrics.first_audio.observe(now - started)
             for chunk in chunks:
-                self._emit(pb.Stage1Event(audio=_audio_chunk(work, chunk, self._tts.out_rate)))
+                pcm = resample_pcm16(chunk.pcm16, self._tts.out_rate, self._out_rate)
+                self._emit(pb.Stage1Event(audio=_audio_chunk(work, chunk, pcm, self._out_rate)))
 
     def _wanted(self, work: _Work) -> bool:
         return work.epoch >= self._epoch
@@ -142,11 +147,11 @@ class SynthesisSession:
             await self._worker
 
 
-def _audio_chunk(work: _Work, chunk: SpeechChunk, rate: int) -> pb.AudioChunk:
+def _audio_chunk(work: _Work, chunk: SpeechChunk, pcm16: bytes, rate: int) -> pb.AudioChunk:
     return pb.AudioChunk(
         epoch=work.epoch,
         response_id=work.response_id,
-        pcm16=chunk.pcm16,
+        pcm16=pcm16,
         sample_rate_hz=rate,
         text=chunk.text,
         duration_ms=chunk.duration_ms,
