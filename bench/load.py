@@ -68,7 +68,7 @@ from bench.loadclient import (  # noqa: E402
     append_messages,
     barge_in_trial,
 )
-from bench.loadreport import plot, print_table, summarize_level  # noqa: E402
+from bench.loadreport import plot, print_table, stats, summarize_level  # noqa: E402
 from bench.procstats import ProcSampler  # noqa: E402
 
 QUESTIONS = [
@@ -300,19 +300,10 @@ async def run_barge_in(bench: Bench, trials: int, args: argparse.Namespace) -> d
         # From sending the first 200 ms frame that holds speech: the server has
         # the whole frame at once. A live microphone heard that onset one frame
         # earlier, hence `barge_in_from_capture_ms`.
-        result["barge_in_ms"] = {
-            "p50": round(float(np.percentile(done, 50)), 1),
-            "max": max(done),
-            "n": len(done),
-        }
-        result["barge_in_from_capture_ms"] = {
-            "p50": round(float(np.percentile(done, 50)) + CHUNK_MS, 1),
-            "max": round(max(done) + CHUNK_MS, 1),
-        }
-        result["audio_stop_ms"] = {
-            "p50": round(float(np.percentile(last, 50)), 1),
-            "max": max(last),
-        }
+        result["barge_in_ms"] = stats(done, 50, 95)
+        result["barge_in_from_capture_ms"] = stats([d + CHUNK_MS for d in done], 50, 95)
+        # The last audio delta of the cancelled response, after the onset (0: none after).
+        result["audio_stop_ms"] = stats(last, 50, 95)
     else:
         result["barge_in_ms"] = None
         result["barge_in_from_capture_ms"] = None

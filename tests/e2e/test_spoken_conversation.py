@@ -192,3 +192,41 @@ async def test_speaking_over_the_answer_cancels_it_and_no_later_audio_arrives(
         assert not [e for e in client.events[after:] if e.get("response_id") == interrupted]
     finally:
         await client.close()
+
+
+async def test_truncation_keeps_the_words_piper_had_spoken_and_the_next_prompt_holds_them(
+    model_stack: LocalStack,
+) -> None:
+    client = await RealtimeClient.connect(f"ws://127.0.0.1:{model_stack.ports.gateway}/v1/realtime")
+    try:
+        await client.open(
+            type="realtime",
+            audio={"input": {"turn_detection": None}},
+            extra_body={"return_stage_metrics": True},
+        )
+        await client.append(spoken(QUESTION))
+        await client.send("input_audio_buffer.commit")
+        await client.send("response.create")
+        turn = await client.response_cycle(timeout=180)
+        item = of_type(turn, "response.output_item.done")[0]["item"]
+        said = of_type(turn, "response.output_audio_transcript.done")[0]["transcript"]
+        deltas = of_type(turn, "response.output_audio.delta")
+        first_marks = deltas[0]["metadata"]["audio_text_marks"]
+        # Cut just after the second word of the reply ended in Piper's audio.
+        cut_ms = first_marks[1]["audio_end_ms"] + 10
+        await client.send(
+            "conversation.item.truncate", item_id=item["id"], content_index=0, audio_end_ms=cut_ms
+        )
+        cut = await client.until(lambda e: e["type"] in ("conversation.item.truncated", "error"))
+        assert cut["type"] == "conversation.item.truncated", cut
+        kept = cut["event"]["transcript"]
+        assert kept and said.startswith(kept) and len(kept) < len(said)
+        assert len(kept.split()) == 2  # whole words only, exactly those heard
+        await client.append(spoken("Thank you."))
+        await client.send("input_audio_buffer.commit")
+        await client.send("response.create")
+        nxt = await client.response_cycle(timeout=180)
+        prompt = of_type(nxt, "response.done")[0]["response"]["metadata"]["stage_metrics"]["prompt"]
+        assert kept in prompt and said not in prompt
+    finally:
+        await client.close()
