@@ -36,13 +36,18 @@ def _stack(redis_url: str, db: int, **env: str) -> LocalStack:
     return LocalStack(ports=Ports.free(), redis_url=url, extra_env=env)
 
 
+# The profile's worker capacity is the cascade's, measured on this box; the
+# scripted backends serve more, and admission tests count on max_sessions.
+SYNTHETIC_CAPACITY = {"ANTIPHON_BACKEND": "synthetic", "ANTIPHON_CAPACITY": "16"}
+
+
 @pytest.fixture(scope="session")
 def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
     """Gateway, session and the `synthetic` stage backends: the serving path alone."""
     stack = _stack(
         redis_url,
         1,
-        ANTIPHON_BACKEND="synthetic",
+        **SYNTHETIC_CAPACITY,
         ANTIPHON_MAX_SESSIONS="3",
         ANTIPHON_DISCONNECT_GRACE_S="2",
     )
@@ -57,7 +62,7 @@ def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
 def slow_synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
     """The serving path with a slow scripted LLM (one word per 300 ms): a reply is
     still being spoken when a test talks over it."""
-    stack = _stack(redis_url, 3, ANTIPHON_BACKEND="synthetic", ANTIPHON_SYNTHETIC_TOKEN_MS="300")
+    stack = _stack(redis_url, 3, **SYNTHETIC_CAPACITY, ANTIPHON_SYNTHETIC_TOKEN_MS="300")
     try:
         stack.start(timeout_s=180)
         yield stack

@@ -470,7 +470,11 @@ def no_barge_in_stack() -> Iterator[LocalStack]:
     """A stage0 backend that declares no barge-in support."""
     stack = LocalStack(
         ports=Ports.free(),
-        extra_env={"ANTIPHON_BACKEND": "synthetic", "ANTIPHON_SUPPORTS_BARGE_IN": "false"},
+        extra_env={
+            "ANTIPHON_BACKEND": "synthetic",
+            "ANTIPHON_CAPACITY": "16",
+            "ANTIPHON_SUPPORTS_BARGE_IN": "false",
+        },
     )
     try:
         stack.start(timeout_s=180)

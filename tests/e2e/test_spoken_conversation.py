@@ -175,9 +175,12 @@ async def test_speaking_over_the_answer_cancels_it_and_no_later_audio_arrives(
         await client.append(
             spoken("Tell me a long story about a dragon and a knight.") + silence(900)
         )
-        first = await client.until(
-            lambda e: e["type"] == "response.output_audio.delta", timeout=120
-        )
+        try:
+            first = await client.until(
+                lambda e: e["type"] == "response.output_audio.delta", timeout=120
+            )
+        except TimeoutError:
+            raise AssertionError([e["type"] for e in client.events]) from None
         interrupted = first["response_id"]
         await client.append(spoken("Wait, stop please.") + silence(900))
         done = await client.until(lambda e: e["type"] == "response.done", timeout=60)

@@ -26,6 +26,7 @@ def workers() -> Iterator[LocalStack]:
         ports=ports,
         extra_env={
             "ANTIPHON_BACKEND": "synthetic",
+            "ANTIPHON_CAPACITY": "16",
             "ANTIPHON_SYNTHETIC_TOKEN_MS": "150",
             "ANTIPHON_STAGE0_ADDRESSES": f'["127.0.0.1:{ports.stage0}", "127.0.0.1:{spare0}"]',
             "ANTIPHON_STAGE1_ADDRESSES": f'["127.0.0.1:{ports.stage1}", "127.0.0.1:{spare1}"]',

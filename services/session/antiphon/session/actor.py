@@ -42,6 +42,7 @@ tracer = trace.get_tracer("antiphon.session")
 Mail = tuple[str, Any]
 
 STAGE0_RATE = 16000
+GENERATION_EVENTS = ("delta", "done", "error")
 
 
 @dataclass
@@ -994,8 +995,11 @@ class SessionActor:
             return
         kind = ev.WhichOneof("kind")
         msg = getattr(ev, kind)
-        # A transcript belongs to its committed item (found by id), not to an epoch.
-        if kind != "transcript" and getattr(msg, "epoch", self._epoch) != self._epoch:
+        # Only generation is fenced by the epoch. What stage0 heard (VAD events,
+        # utterances, transcripts) is the user's input, whatever happened to the
+        # reply: the speech that barged in is the next turn, even when its end
+        # was detected before stage0 saw the cancel.
+        if kind in GENERATION_EVENTS and msg.epoch != self._epoch:
             self._metrics.stale_dropped.labels("stage0").inc()
             return
         lane = session_config.lane(self._config)
