@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# The reference lives beside DESIGN.md in the shared folder: inside the
-# checkout on machines that carry it, next to the checkout here.
-_CANDIDATES = (REPO / "shared" / "reference", REPO.parent / "shared" / "reference")
+# The two upstream documents, kept in the repository (docs/reference) so a
+# fresh clone tests against the same contract it implements.
+_CANDIDATES = (REPO / "docs" / "reference",)
 API = "realtime-duplex-api.md"
 RUNTIME = "fullduplex-runtime-design.md"
 _CODE = re.compile(r"`([^`]+)`")
