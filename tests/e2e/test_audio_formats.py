@@ -11,11 +11,8 @@ import base64
 import io
 import re
 import wave
-from collections.abc import AsyncIterator
 
 import numpy as np
-import pytest
-from stack import LocalStack
 
 from antiphon.gateway import audio_formats as af
 from tests.support.realtime import Event, RealtimeClient, of_type
@@ -23,15 +20,6 @@ from tests.support.speech import spoken
 
 # The synthetic ASR reports how much 16 kHz audio it was given.
 HEARD = re.compile(r"synthetic utterance of (\d+) milliseconds")
-
-
-@pytest.fixture
-async def client(synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
-    c = await RealtimeClient.connect(f"ws://127.0.0.1:{synthetic_stack.ports.gateway}/v1/realtime")
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def _heard_ms(client: RealtimeClient) -> int:

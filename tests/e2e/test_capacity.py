@@ -19,11 +19,10 @@ import redis.asyncio as aioredis
 from stack import LocalStack, Ports, free_port
 
 from antiphon.common.workers import TTL_HEARTBEATS, WorkerInfo, WorkerRegistry
-from tests.support.realtime import Event, RealtimeClient, of_type
+from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
 from tests.support.speech import spoken
 
 DB = 10  # this module's own database on the shared test Redis
-MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
 HEARTBEAT_S = 0.2
 # The second worker heartbeats slower: a drain that removes it at once is
 # then told apart from an entry that merely expired.

@@ -9,7 +9,7 @@ and capability gating. Real WebSockets, gateway, session, Redis and gRPC; the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,10 +17,9 @@ import redis.asyncio as aioredis
 from stack import LocalStack, Ports
 
 from antiphon.v1 import common_pb2 as cpb
-from tests.support.realtime import Event, RealtimeClient, of_type
+from tests.support.realtime import MANUAL, Event, RealtimeClient, ask, of_type, realtime_url
 from tests.support.speech import silence, spoken
 
-MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
 AUTO_LISTEN = {
     "type": "realtime",
     "overlap_policy": "listen_only",
@@ -29,31 +28,6 @@ AUTO_LISTEN = {
 QUESTION = silence(300) + spoken("What is the weather like today?") + silence(900)
 AUDIO = "response.output_audio.delta"
 TRANSCRIPT = "response.output_audio_transcript.delta"
-
-
-def url(stack: LocalStack) -> str:
-    return f"ws://127.0.0.1:{stack.ports.gateway}/v1/realtime"
-
-
-@pytest.fixture
-async def fast(synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
-    client = await RealtimeClient.connect(url(synthetic_stack))
-    yield client
-    await client.close()
-
-
-@pytest.fixture
-async def slow(slow_synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
-    client = await RealtimeClient.connect(url(slow_synthetic_stack))
-    yield client
-    await client.close()
-
-
-async def ask(client: RealtimeClient, pcm: bytes = QUESTION, **response: Any) -> list[Event]:
-    await client.append(pcm)
-    await client.send("input_audio_buffer.commit")
-    await client.send("response.create", **({"response": response} if response else {}))
-    return await client.response_cycle()
 
 
 def of_response(events: list[Event], response_id: str) -> list[Event]:
@@ -78,12 +52,12 @@ async def quiet_for(client: RealtimeClient, seconds: float) -> list[Event]:
 @pytest.fixture(scope="module")
 async def turns(synthetic_stack: LocalStack) -> dict[str, list[Event]]:
     """One audio turn, one text-only turn and one cancelled turn, recorded once."""
-    client = await RealtimeClient.connect(url(synthetic_stack))
+    client = await RealtimeClient.connect(realtime_url(synthetic_stack.ports.gateway))
     try:
         await client.open(**MANUAL)
         recorded = {
-            "audio": await ask(client),
-            "text": await ask(client, output_modalities=["text"]),
+            "audio": await ask(client, QUESTION),
+            "text": await ask(client, QUESTION, output_modalities=["text"]),
         }
         await client.append(QUESTION)
         await client.send("input_audio_buffer.commit")
@@ -190,94 +164,96 @@ def test_rule_session_created_comes_first(turns: dict[str, list[Event]]) -> None
     assert turns["all"][0]["type"] == "session.created"
 
 
-async def test_rule_listen_may_come_without_a_response(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL)
-    await fast.append(silence(500))
-    await fast.send("input_audio_buffer.commit", is_speech=False)
-    await fast.until(lambda e: e["type"] == "response.listen")
-    assert not of_type(fast.events, "response.created")
+async def test_rule_listen_may_come_without_a_response(client: RealtimeClient) -> None:
+    await client.open(**MANUAL)
+    await client.append(silence(500))
+    await client.send("input_audio_buffer.commit", is_speech=False)
+    await client.until(lambda e: e["type"] == "response.listen")
+    assert not of_type(client.events, "response.created")
 
 
 # --------------------------------------------------- the commit-to-response table
 async def test_commit_without_auto_response_waits_for_response_create(
-    fast: RealtimeClient,
+    client: RealtimeClient,
 ) -> None:
-    await fast.open(**MANUAL)
-    await fast.append(QUESTION)
-    await fast.send("input_audio_buffer.commit")
-    await fast.until(lambda e: e["type"] == "input_audio_buffer.committed")
-    assert not of_type(await quiet_for(fast, 1.0), "response.created")
+    await client.open(**MANUAL)
+    await client.append(QUESTION)
+    await client.send("input_audio_buffer.commit")
+    await client.until(lambda e: e["type"] == "input_audio_buffer.committed")
+    assert not of_type(await quiet_for(client, 1.0), "response.created")
 
 
-async def test_commit_with_auto_response_answers_after_committed(fast: RealtimeClient) -> None:
-    await fast.open(type="realtime")  # server VAD: it commits and answers
-    await fast.append(QUESTION)
-    events = await fast.response_cycle()
+async def test_commit_with_auto_response_answers_after_committed(client: RealtimeClient) -> None:
+    await client.open(type="realtime")  # server VAD: it commits and answers
+    await client.append(QUESTION)
+    events = await client.response_cycle()
     t = types(events)
     assert t.index("input_audio_buffer.committed") < t.index("response.created")
     assert of_type(events, "response.done")[0]["response"]["status"] == "completed"
 
 
-async def test_short_overlap_is_acknowledged_and_creates_no_response(slow: RealtimeClient) -> None:
-    await slow.open(**AUTO_LISTEN)
-    await slow.append(QUESTION)
-    first = await slow.until(lambda e: e["type"] == AUDIO)
-    await slow.append(spoken("Okay.") + silence(900))
-    await slow.response_cycle()
-    (drop,) = [e for e in of_type(slow.events, "overlap.decision") if e["action"] == "drop"]
+async def test_short_overlap_is_acknowledged_and_creates_no_response(
+    slow_client: RealtimeClient,
+) -> None:
+    await slow_client.open(**AUTO_LISTEN)
+    await slow_client.append(QUESTION)
+    first = await slow_client.until(lambda e: e["type"] == AUDIO)
+    await slow_client.append(spoken("Okay.") + silence(900))
+    await slow_client.response_cycle()
+    (drop,) = [e for e in of_type(slow_client.events, "overlap.decision") if e["action"] == "drop"]
     assert drop["reason"] == "short_overlap"
-    assert not of_type(await quiet_for(slow, 1.5), "response.created")
-    assert {e["response"]["id"] for e in of_type(slow.events, "response.created")} == {
+    assert not of_type(await quiet_for(slow_client, 1.5), "response.created")
+    assert {e["response"]["id"] for e in of_type(slow_client.events, "response.created")} == {
         first["response_id"]
     }
 
 
 async def test_meaningful_overlap_is_deferred_then_answered_with_a_new_id(
-    slow: RealtimeClient,
+    slow_client: RealtimeClient,
 ) -> None:
-    await slow.open(**AUTO_LISTEN)
-    await slow.append(QUESTION)
-    first = await slow.until(lambda e: e["type"] == AUDIO)
-    await slow.append(spoken("And what about tomorrow in the mountains?") + silence(900))
-    deferred = await slow.until(lambda e: e["type"] == "input_audio_buffer.committed")
+    await slow_client.open(**AUTO_LISTEN)
+    await slow_client.append(QUESTION)
+    first = await slow_client.until(lambda e: e["type"] == AUDIO)
+    await slow_client.append(spoken("And what about tomorrow in the mountains?") + silence(900))
+    deferred = await slow_client.until(lambda e: e["type"] == "input_audio_buffer.committed")
     assert deferred["event"]["response_create_deferred"] is True
-    one = await slow.response_cycle()
+    one = await slow_client.response_cycle()
     assert of_type(one, "response.done")[0]["response"]["id"] == first["response_id"]
     assert of_type(one, "response.done")[0]["response"]["status"] == "completed"
-    two = await slow.response_cycle()
+    two = await slow_client.response_cycle()
     (created,) = of_type(two, "response.created")
     assert created["response"]["id"] != first["response_id"]
     assert of_type(two, "response.done")[0]["response"]["status"] == "completed"
 
 
-async def test_silence_commit_is_acknowledged_then_listen(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL)
-    await fast.append(silence(400))
-    await fast.send("input_audio_buffer.commit", is_speech=False)
-    listen = await fast.until(lambda e: e["type"] == "response.listen")
-    t = types(fast.events)
+async def test_silence_commit_is_acknowledged_then_listen(client: RealtimeClient) -> None:
+    await client.open(**MANUAL)
+    await client.append(silence(400))
+    await client.send("input_audio_buffer.commit", is_speech=False)
+    listen = await client.until(lambda e: e["type"] == "response.listen")
+    t = types(client.events)
     assert t.index("input_audio_buffer.committed") < t.index("response.listen")
     assert listen["response"]["metadata"]["reason"] == "silence_commit"
-    assert not of_type(fast.events, "conversation.item.added")
+    assert not of_type(client.events, "conversation.item.added")
 
 
-async def test_empty_commit_is_one_error_and_no_response(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL)
-    await fast.send("input_audio_buffer.commit")
-    error = await fast.until(lambda e: e["type"] == "error")
+async def test_empty_commit_is_one_error_and_no_response(client: RealtimeClient) -> None:
+    await client.open(**MANUAL)
+    await client.send("input_audio_buffer.commit")
+    error = await client.until(lambda e: e["type"] == "error")
     assert error["error"]["code"] == "input_audio_buffer_empty"
-    assert not of_type(await quiet_for(fast, 0.5), "response.created", "error")
+    assert not of_type(await quiet_for(client, 0.5), "response.created", "error")
 
 
-async def test_after_a_cancel_the_next_turn_gets_a_new_response(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL)
-    await fast.append(QUESTION)
-    await fast.send("input_audio_buffer.commit")
-    await fast.send("response.create")
-    created = await fast.until(lambda e: e["type"] == "response.created")
-    await fast.send("response.cancel")
-    await fast.response_cycle()
-    events = await ask(fast)
+async def test_after_a_cancel_the_next_turn_gets_a_new_response(client: RealtimeClient) -> None:
+    await client.open(**MANUAL)
+    await client.append(QUESTION)
+    await client.send("input_audio_buffer.commit")
+    await client.send("response.create")
+    created = await client.until(lambda e: e["type"] == "response.created")
+    await client.send("response.cancel")
+    await client.response_cycle()
+    events = await ask(client, QUESTION)
     (done,) = of_type(events, "response.done")
     assert done["response"]["status"] == "completed"
     assert done["response"]["id"] != created["response"]["id"]
@@ -285,17 +261,17 @@ async def test_after_a_cancel_the_next_turn_gets_a_new_response(fast: RealtimeCl
 
 # ------------------------------------------------------------ the behaviours
 async def test_truncation_cuts_at_word_marks_and_the_next_prompt_holds_exactly_that(
-    fast: RealtimeClient, synthetic_stack: LocalStack
+    client: RealtimeClient, synthetic_stack: LocalStack
 ) -> None:
-    await fast.open(**MANUAL, extra_body={"return_stage_metrics": True})
-    events = await ask(fast)
+    await client.open(**MANUAL, extra_body={"return_stage_metrics": True})
+    events = await ask(client, QUESTION)
     item = of_type(events, "response.output_item.done")[0]["item"]
     said = of_type(events, "response.output_audio_transcript.done")[0]["transcript"]
     # The synthetic voice ends each word at 60 ms per character of its clause.
-    await fast.send(
+    await client.send(
         "conversation.item.truncate", item_id=item["id"], content_index=0, audio_end_ms=1500
     )
-    cut = await fast.until(lambda e: e["type"] in ("conversation.item.truncated", "error"))
+    cut = await client.until(lambda e: e["type"] in ("conversation.item.truncated", "error"))
     assert cut["type"] == "conversation.item.truncated", cut
     assert said.startswith("You said: synthetic utterance")
     assert cut["event"]["transcript"] == "You said: synthetic"
@@ -303,14 +279,14 @@ async def test_truncation_cuts_at_word_marks_and_the_next_prompt_holds_exactly_t
     try:
         stored = [
             cpb.Item.FromString(raw)
-            for raw in await r.lrange(f"ap:{{{fast_id(fast)}}}:history", 0, -1)
+            for raw in await r.lrange(f"ap:{{{fast_id(client)}}}:history", 0, -1)
         ]
     finally:
         await r.aclose()
     assert [i.content[0].transcript for i in stored if i.role == "assistant"] == [
         "You said: synthetic"
     ]
-    nxt = await ask(fast)
+    nxt = await ask(client, QUESTION)
     prompt = of_type(nxt, "response.done")[0]["response"]["metadata"]["stage_metrics"]["prompt"]
     assert "<assistant>You said: synthetic\n" in prompt
     assert "milliseconds. Thank you" not in prompt.split("<assistant>You said: synthetic")[1][:40]
@@ -320,10 +296,11 @@ def fast_id(client: RealtimeClient) -> str:
     return str(of_type(client.events, "session.created")[0]["session"]["id"])
 
 
-async def test_response_options_are_scoped_to_their_response(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL, extra_body={"return_stage_metrics": True})
+async def test_response_options_are_scoped_to_their_response(client: RealtimeClient) -> None:
+    await client.open(**MANUAL, extra_body={"return_stage_metrics": True})
     one = await ask(
-        fast,
+        client,
+        QUESTION,
         output_modalities=["text"],
         instructions="Answer like a pirate.",
         metadata={"trace": "turn-1"},
@@ -334,7 +311,7 @@ async def test_response_options_are_scoped_to_their_response(fast: RealtimeClien
     assert done_one["metadata"]["trace"] == "turn-1"
     assert "Answer like a pirate." in done_one["metadata"]["stage_metrics"]["prompt"]
     assert len(of_type(one, "response.output_text.delta")) <= 3
-    two = await ask(fast)
+    two = await ask(client, QUESTION)
     done_two = of_type(two, "response.done")[0]["response"]
     assert done_two["output_modalities"] == ["audio"]
     assert "trace" not in done_two["metadata"]
@@ -342,11 +319,13 @@ async def test_response_options_are_scoped_to_their_response(fast: RealtimeClien
     assert of_type(two, AUDIO)
 
 
-async def test_created_items_keep_history_order_and_reach_the_prompt(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL, extra_body={"return_stage_metrics": True})
+async def test_created_items_keep_history_order_and_reach_the_prompt(
+    client: RealtimeClient,
+) -> None:
+    await client.open(**MANUAL, extra_body={"return_stage_metrics": True})
 
     async def create(text: str, **extra: Any) -> Event:
-        await fast.send(
+        await client.send(
             "conversation.item.create",
             item={
                 "type": "message",
@@ -355,80 +334,82 @@ async def test_created_items_keep_history_order_and_reach_the_prompt(fast: Realt
             },
             **extra,
         )
-        return await fast.until(lambda e: e["type"] in ("conversation.item.done", "error"))
+        return await client.until(lambda e: e["type"] in ("conversation.item.done", "error"))
 
     a = await create("alpha")
     c = await create("gamma")
     b = await create("beta", previous_item_id=a["item"]["id"])
     assert b["previous_item_id"] == a["item"]["id"]
-    await fast.send("conversation.item.delete", item_id=c["item"]["id"])
-    await fast.until(lambda e: e["type"] == "conversation.item.deleted")
-    await fast.send("response.create")
-    events = await fast.response_cycle()
+    await client.send("conversation.item.delete", item_id=c["item"]["id"])
+    await client.until(lambda e: e["type"] == "conversation.item.deleted")
+    await client.send("response.create")
+    events = await client.response_cycle()
     prompt = of_type(events, "response.done")[0]["response"]["metadata"]["stage_metrics"]["prompt"]
     assert prompt.index("<user>alpha") < prompt.index("<user>beta")
     assert "gamma" not in prompt
-    await fast.send("conversation.item.retrieve", item_id="item_missing")
-    error = await fast.until(lambda e: e["type"] == "error")
+    await client.send("conversation.item.retrieve", item_id="item_missing")
+    error = await client.until(lambda e: e["type"] == "error")
     assert (error["error"]["code"], error["error"]["param"]) == ("item_not_found", "item_id")
 
 
-async def test_a_function_call_output_item_is_stored_and_prompted(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL, extra_body={"return_stage_metrics": True})
-    await fast.send(
+async def test_a_function_call_output_item_is_stored_and_prompted(client: RealtimeClient) -> None:
+    await client.open(**MANUAL, extra_body={"return_stage_metrics": True})
+    await client.send(
         "conversation.item.create",
         item={"type": "function_call_output", "call_id": "call_7d1f", "output": '{"temp_c": 24}'},
     )
-    done = await fast.until(lambda e: e["type"] in ("conversation.item.done", "error"))
+    done = await client.until(lambda e: e["type"] in ("conversation.item.done", "error"))
     assert done["item"]["type"] == "function_call_output"
-    await fast.send("response.create")
-    events = await fast.response_cycle()
+    await client.send("response.create")
+    events = await client.response_cycle()
     prompt = of_type(events, "response.done")[0]["response"]["metadata"]["stage_metrics"]["prompt"]
     assert '{"temp_c": 24}' in prompt
 
 
 async def test_input_cancel_advances_the_epoch_and_no_old_audio_follows(
-    slow: RealtimeClient,
+    slow_client: RealtimeClient,
 ) -> None:
-    await slow.open(**MANUAL)
-    await slow.append(QUESTION)
-    await slow.send("input_audio_buffer.commit")
-    await slow.send("response.create")
-    first = await slow.until(lambda e: e["type"] == AUDIO)
-    await slow.send("input.cancel")
-    done = await slow.until(lambda e: e["type"] == "response.done")
+    await slow_client.open(**MANUAL)
+    await slow_client.append(QUESTION)
+    await slow_client.send("input_audio_buffer.commit")
+    await slow_client.send("response.create")
+    first = await slow_client.until(lambda e: e["type"] == AUDIO)
+    await slow_client.send("input.cancel")
+    done = await slow_client.until(lambda e: e["type"] == "response.done")
     assert done["response"]["status"] == "cancelled"
     assert done["response"]["status_details"]["reason"] == "input_cancelled"
-    await slow.until(lambda e: e["type"] == "input_audio_buffer.cleared")
-    later = await quiet_for(slow, 1.5)
+    await slow_client.until(lambda e: e["type"] == "input_audio_buffer.cleared")
+    later = await quiet_for(slow_client, 1.5)
     assert not [e for e in later if e.get("response_id") == first["response_id"]]
 
 
-async def test_output_audio_buffer_clear_stops_the_reply(slow: RealtimeClient) -> None:
-    await slow.open(**MANUAL)
-    await slow.append(QUESTION)
-    await slow.send("input_audio_buffer.commit")
-    await slow.send("response.create")
-    first = await slow.until(lambda e: e["type"] == AUDIO)
-    await slow.send("output_audio_buffer.clear")
-    cleared = await slow.until(lambda e: e["type"] == "output_audio_buffer.cleared")
+async def test_output_audio_buffer_clear_stops_the_reply(slow_client: RealtimeClient) -> None:
+    await slow_client.open(**MANUAL)
+    await slow_client.append(QUESTION)
+    await slow_client.send("input_audio_buffer.commit")
+    await slow_client.send("response.create")
+    first = await slow_client.until(lambda e: e["type"] == AUDIO)
+    await slow_client.send("output_audio_buffer.clear")
+    cleared = await slow_client.until(lambda e: e["type"] == "output_audio_buffer.cleared")
     assert cleared["response_id"] == first["response_id"]
-    done = of_type(slow.events, "response.done")[0]["response"]
+    done = of_type(slow_client.events, "response.done")[0]["response"]
     assert (done["status"], done["status_details"]["reason"]) == (
         "cancelled",
         "output_audio_cleared",
     )
-    assert not [e for e in await quiet_for(slow, 1.0) if e["type"] == AUDIO]
+    assert not [e for e in await quiet_for(slow_client, 1.0) if e["type"] == AUDIO]
 
 
-async def test_client_barge_in_cancels_with_an_overlap_decision(slow: RealtimeClient) -> None:
-    await slow.open(**MANUAL)
-    await slow.append(QUESTION)
-    await slow.send("input_audio_buffer.commit")
-    await slow.send("response.create")
-    await slow.until(lambda e: e["type"] == AUDIO)
-    await slow.send("turn.signal", event="barge_in", payload={"source": "client_vad"})
-    events = await slow.response_cycle()
+async def test_client_barge_in_cancels_with_an_overlap_decision(
+    slow_client: RealtimeClient,
+) -> None:
+    await slow_client.open(**MANUAL)
+    await slow_client.append(QUESTION)
+    await slow_client.send("input_audio_buffer.commit")
+    await slow_client.send("response.create")
+    await slow_client.until(lambda e: e["type"] == AUDIO)
+    await slow_client.send("turn.signal", event="barge_in", payload={"source": "client_vad"})
+    events = await slow_client.response_cycle()
     decision = of_type(events, "overlap.decision")[0]
     assert (decision["policy"], decision["action"]) == ("listen_only", "barge_in")
     done = of_type(events, "response.done")[0]["response"]
@@ -436,13 +417,13 @@ async def test_client_barge_in_cancels_with_an_overlap_decision(slow: RealtimeCl
 
 
 async def test_ack_only_history_holds_only_what_was_acknowledged(
-    fast: RealtimeClient, synthetic_stack: LocalStack
+    client: RealtimeClient, synthetic_stack: LocalStack
 ) -> None:
-    await fast.open(**MANUAL, playback_commit_policy="ack_only")
-    events = await ask(fast)
+    await client.open(**MANUAL, playback_commit_policy="ack_only")
+    events = await ask(client, QUESTION)
     done = of_type(events, "response.done")[0]["response"]
     r = aioredis.Redis.from_url(synthetic_stack.redis_url)
-    key = f"ap:{{{fast_id(fast)}}}:history"
+    key = f"ap:{{{fast_id(client)}}}:history"
     try:
 
         async def assistant_texts() -> list[str]:
@@ -450,15 +431,15 @@ async def test_ack_only_history_holds_only_what_was_acknowledged(
             return [i.content[0].transcript for i in items if i.role == "assistant"]
 
         assert await assistant_texts() == []  # nothing acknowledged yet
-        await fast.send("playback.ack", response_id=done["id"], played_ms=1200, committed_ms=1200)
-        acked = await fast.until(lambda e: e["type"] in ("playback.acknowledged", "error"))
+        await client.send("playback.ack", response_id=done["id"], played_ms=1200, committed_ms=1200)
+        acked = await client.until(lambda e: e["type"] in ("playback.acknowledged", "error"))
         assert acked["type"] == "playback.acknowledged", acked
         body = acked.get("event", acked)
         assert body["history_committed"] is True
         assert body["playback"]["played_ms"] == 1200
         assert await assistant_texts() == ["You said: synthetic"]
-        await fast.send("audio.playback_ack", response_id=done["id"], played_ms=1800)
-        await fast.until(lambda e: e["type"] == "playback.acknowledged")
+        await client.send("audio.playback_ack", response_id=done["id"], played_ms=1800)
+        await client.until(lambda e: e["type"] == "playback.acknowledged")
         assert await assistant_texts() == ["You said: synthetic utterance"]
     finally:
         await r.aclose()
@@ -486,7 +467,7 @@ def no_barge_in_stack() -> Iterator[LocalStack]:
 async def test_capability_gated_surfaces_are_refused_with_a_typed_error(
     no_barge_in_stack: LocalStack,
 ) -> None:
-    client = await RealtimeClient.connect(url(no_barge_in_stack))
+    client = await RealtimeClient.connect(realtime_url(no_barge_in_stack.ports.gateway))
     try:
         created = await client.open(**MANUAL)
         caps = created["session"]["capabilities"]

@@ -8,16 +8,12 @@ bytes (tests/support/golden.py says exactly what is ignored and why).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 from stack import LocalStack
 
 from tests.support import golden
-from tests.support.realtime import Event, RealtimeClient, of_type
+from tests.support.realtime import MANUAL, RealtimeClient, ask, of_type, realtime_url
 from tests.support.speech import silence, spoken
 
-MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
 LISTENING_VAD = {
     "type": "realtime",
     "overlap_policy": "listen_only",
@@ -26,104 +22,79 @@ LISTENING_VAD = {
 QUESTION = silence(300) + spoken("What is the weather like today?") + silence(900)
 
 
-def url(stack: LocalStack) -> str:
-    return f"ws://127.0.0.1:{stack.ports.gateway}/v1/realtime"
+async def test_plain_turn(client: RealtimeClient) -> None:
+    await client.open(**MANUAL)
+    await ask(client, QUESTION)
+    golden.check("plain_turn", client.events)
 
 
-@pytest.fixture
-async def fast(synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
-    client = await RealtimeClient.connect(url(synthetic_stack))
-    yield client
-    await client.close()
+async def test_text_only_response(client: RealtimeClient) -> None:
+    await client.open(**MANUAL)
+    await ask(client, QUESTION, output_modalities=["text"])
+    golden.check("text_only_response", client.events)
 
 
-@pytest.fixture
-async def slow(slow_synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
-    client = await RealtimeClient.connect(url(slow_synthetic_stack))
-    yield client
-    await client.close()
+async def test_barge_in(slow_client: RealtimeClient) -> None:
+    await slow_client.open(**MANUAL)
+    await slow_client.append(QUESTION)
+    await slow_client.send("input_audio_buffer.commit")
+    await slow_client.send("response.create")
+    await slow_client.until(lambda e: e["type"] == "response.output_audio.delta")
+    await slow_client.send("barge_in")
+    await slow_client.response_cycle()
+    golden.check("barge_in", slow_client.events)
 
 
-async def ask(client: RealtimeClient, **response: object) -> list[Event]:
-    await client.append(QUESTION)
-    await client.send("input_audio_buffer.commit")
-    await client.send("response.create", **({"response": response} if response else {}))
-    return await client.response_cycle()
-
-
-async def test_plain_turn(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL)
-    await ask(fast)
-    golden.check("plain_turn", fast.events)
-
-
-async def test_text_only_response(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL)
-    await ask(fast, output_modalities=["text"])
-    golden.check("text_only_response", fast.events)
-
-
-async def test_barge_in(slow: RealtimeClient) -> None:
-    await slow.open(**MANUAL)
-    await slow.append(QUESTION)
-    await slow.send("input_audio_buffer.commit")
-    await slow.send("response.create")
-    await slow.until(lambda e: e["type"] == "response.output_audio.delta")
-    await slow.send("barge_in")
-    await slow.response_cycle()
-    golden.check("barge_in", slow.events)
-
-
-async def test_deferred_overlap(slow: RealtimeClient) -> None:
-    await slow.open(**LISTENING_VAD)
-    await slow.append(QUESTION)
-    await slow.until(lambda e: e["type"] == "response.output_audio.delta")
+async def test_deferred_overlap(slow_client: RealtimeClient) -> None:
+    await slow_client.open(**LISTENING_VAD)
+    await slow_client.append(QUESTION)
+    await slow_client.until(lambda e: e["type"] == "response.output_audio.delta")
     # A real question over the answer: heard, kept, and answered after it.
-    await slow.append(spoken("And what about tomorrow in the mountains?") + silence(900))
-    await slow.response_cycle()
-    await slow.response_cycle()
-    golden.check("deferred_overlap", slow.events)
+    await slow_client.append(spoken("And what about tomorrow in the mountains?") + silence(900))
+    await slow_client.response_cycle()
+    await slow_client.response_cycle()
+    golden.check("deferred_overlap", slow_client.events)
 
 
-async def test_listen_only_short_overlap(slow: RealtimeClient) -> None:
-    await slow.open(**LISTENING_VAD)
-    await slow.append(QUESTION)
-    await slow.until(lambda e: e["type"] == "response.output_audio.delta")
-    await slow.append(spoken("Okay.") + silence(900))  # a listener's acknowledgement
-    await slow.response_cycle()
-    golden.check("listen_only_short_overlap", slow.events)
+async def test_listen_only_short_overlap(slow_client: RealtimeClient) -> None:
+    await slow_client.open(**LISTENING_VAD)
+    await slow_client.append(QUESTION)
+    await slow_client.until(lambda e: e["type"] == "response.output_audio.delta")
+    await slow_client.append(spoken("Okay.") + silence(900))  # a listener's acknowledgement
+    await slow_client.response_cycle()
+    golden.check("listen_only_short_overlap", slow_client.events)
 
 
-async def test_truncation(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL)
-    events = await ask(fast)
+async def test_truncation(client: RealtimeClient) -> None:
+    await client.open(**MANUAL)
+    events = await ask(client, QUESTION)
     item_id = of_type(events, "response.output_item.done")[0]["item"]["id"]
-    await fast.send(
+    await client.send(
         "conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=1500
     )
-    await fast.until(lambda e: e["type"] in ("conversation.item.truncated", "error"))
-    golden.check("truncation", fast.events)
+    await client.until(lambda e: e["type"] in ("conversation.item.truncated", "error"))
+    golden.check("truncation", client.events)
 
 
-async def test_item_create_retrieve_delete(fast: RealtimeClient) -> None:
-    await fast.open(**MANUAL)
-    await fast.send(
+async def test_item_create_retrieve_delete(client: RealtimeClient) -> None:
+    await client.open(**MANUAL)
+    await client.send(
         "conversation.item.create",
         item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
     )
-    added = await fast.until(lambda e: e["type"] in ("conversation.item.done", "error"))
+    added = await client.until(lambda e: e["type"] in ("conversation.item.done", "error"))
     item_id = added["item"]["id"]
-    await fast.send("conversation.item.retrieve", item_id=item_id)
-    await fast.until(lambda e: e["type"] in ("conversation.item.retrieved", "error"))
-    await fast.send("conversation.item.delete", item_id=item_id)
-    await fast.until(lambda e: e["type"] in ("conversation.item.deleted", "error"))
-    await fast.send("conversation.item.retrieve", item_id=item_id)
-    await fast.until(lambda e: e["type"] == "error")
-    golden.check("item_create_retrieve_delete", fast.events)
+    await client.send("conversation.item.retrieve", item_id=item_id)
+    await client.until(lambda e: e["type"] in ("conversation.item.retrieved", "error"))
+    await client.send("conversation.item.delete", item_id=item_id)
+    await client.until(lambda e: e["type"] in ("conversation.item.deleted", "error"))
+    await client.send("conversation.item.retrieve", item_id=item_id)
+    await client.until(lambda e: e["type"] == "error")
+    golden.check("item_create_retrieve_delete", client.events)
 
 
 async def test_resume_mid_response(slow_synthetic_stack: LocalStack) -> None:
-    first = await RealtimeClient.connect(url(slow_synthetic_stack))
+    first = await RealtimeClient.connect(realtime_url(slow_synthetic_stack.ports.gateway))
     created = await first.open(**MANUAL)
     await first.append(QUESTION)
     await first.send("input_audio_buffer.commit")
@@ -131,7 +102,9 @@ async def test_resume_mid_response(slow_synthetic_stack: LocalStack) -> None:
     await first.until(lambda e: e["type"] == "response.output_audio.delta")
     await first.ws.close()  # the network drops; the session lives on
     session = created["session"]
-    second = await RealtimeClient.connect(url(slow_synthetic_stack) + "?duplex=1&autostart=0")
+    second = await RealtimeClient.connect(
+        realtime_url(slow_synthetic_stack.ports.gateway) + "?duplex=1&autostart=0"
+    )
     try:
         await second.send(
             "session.resume",

@@ -16,20 +16,16 @@ from __future__ import annotations
 
 import itertools
 import typing
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from openai.types.realtime import RealtimeServerEvent
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from stack import LocalStack
 
 from tests.support import reference
-from tests.support.realtime import Event, RealtimeClient, of_type
+from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
 from tests.support.speech import spoken
 
-MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
 # An event the bound backend may lack: refused with one of these, it is skipped.
 SKIPPABLE = {"unsupported_event", "unsupported_capability"}
 
@@ -160,15 +156,6 @@ class Driver:
             or (e["type"] == "response.done" and e["response_id"] == response_id)
         ]
         return "response.done" in types and types[-1] == "rate_limits.updated"
-
-
-@pytest.fixture
-async def client(synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
-    c = await RealtimeClient.connect(f"ws://127.0.0.1:{synthetic_stack.ports.gateway}/v1/realtime")
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def _drive_the_whole_surface(client: RealtimeClient) -> Driver:

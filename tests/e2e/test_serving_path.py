@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 from stack import LocalStack
 
 from antiphon.v1 import session_pb2 as spb
-from tests.support.realtime import Event, RealtimeClient, audio_bytes, of_type
+from tests.support.realtime import MANUAL, Event, RealtimeClient, audio_bytes, of_type, realtime_url
 from tests.support.speech import silence, spoken
 
 RESPONSE_ORDER = [
@@ -37,20 +36,6 @@ TERMINAL_ORDER = [
     "response.done",
     "rate_limits.updated",
 ]
-MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
-
-
-def ws_url(stack: LocalStack, query: str = "") -> str:
-    return f"ws://127.0.0.1:{stack.ports.gateway}/v1/realtime{query}"
-
-
-@pytest.fixture
-async def client(synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
-    c = await RealtimeClient.connect(ws_url(synthetic_stack))
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 def response_events(events: list[Event], response_id: str) -> list[Event]:
@@ -274,7 +259,9 @@ async def test_server_vad_lane_detects_the_turn_and_answers_without_a_commit(
 async def test_native_lane_listens_then_speaks_after_silence_with_no_commit(
     synthetic_stack: LocalStack,
 ) -> None:
-    client = await RealtimeClient.connect(ws_url(synthetic_stack, "?duplex=1&native_duplex=1"))
+    client = await RealtimeClient.connect(
+        realtime_url(synthetic_stack.ports.gateway, "?duplex=1&native_duplex=1")
+    )
     try:
         created = await client.open(type="realtime", turn_detection=None)
         assert created["session"]["extra_body"]["native_duplex"] is True
@@ -293,7 +280,9 @@ async def test_native_lane_listens_then_speaks_after_silence_with_no_commit(
 async def test_admission_refuses_past_max_sessions_and_frees_on_close(
     synthetic_stack: LocalStack,
 ) -> None:
-    clients = [await RealtimeClient.connect(ws_url(synthetic_stack)) for _ in range(4)]
+    clients = [
+        await RealtimeClient.connect(realtime_url(synthetic_stack.ports.gateway)) for _ in range(4)
+    ]
     try:
         opened = [await c.open(**MANUAL) for c in clients[:3]]
         assert all(o["type"] == "session.created" for o in opened)
@@ -304,7 +293,7 @@ async def test_admission_refuses_past_max_sessions_and_frees_on_close(
         await clients[0].send("session.close")
         closed = await clients[0].until(lambda e: e["type"] == "session.closed")
         assert closed["reason"] == "session_close"
-        late = await RealtimeClient.connect(ws_url(synthetic_stack))
+        late = await RealtimeClient.connect(realtime_url(synthetic_stack.ports.gateway))
         clients.append(late)
         assert (await late.open(**MANUAL))["type"] == "session.created"
     finally:

@@ -12,10 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 from stack import LocalStack, Ports, free_port
 
-from tests.support.realtime import RealtimeClient, of_type
+from tests.support.realtime import MANUAL, RealtimeClient, of_type
 from tests.support.speech import spoken
-
-MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.support.cluster import Cluster, running_cluster
-from tests.support.realtime import Event, RealtimeClient, of_type
+from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
 from tests.support.speech import silence, spoken
 
-MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
 MAX_SESSIONS = 5
 GRACE_S = 2.0
 REPLAY_TTL_S = 5.0

@@ -12,6 +12,13 @@ import websockets
 
 Event = dict[str, Any]
 
+# A session whose turns end only at an explicit commit (`turn_detection: null`).
+MANUAL: dict[str, Any] = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+
+
+def realtime_url(gateway_port: int, query: str = "") -> str:
+    return f"ws://127.0.0.1:{gateway_port}/v1/realtime{query}"
+
 
 class RealtimeClient:
     def __init__(self, ws: websockets.ClientConnection) -> None:
@@ -86,15 +93,20 @@ def audio_bytes(events: list[Event]) -> bytes:
     )
 
 
+async def ask(client: RealtimeClient, pcm16: bytes, **response: Any) -> list[Event]:
+    """One manual turn: the audio, a commit, `response.create` (with `response` options)."""
+    await client.append(pcm16)
+    await client.send("input_audio_buffer.commit")
+    await client.send("response.create", **({"response": response} if response else {}))
+    return await client.response_cycle()
+
+
 async def one_turn(gateway_port: int, pcm16: bytes) -> list[Event]:
     """A whole session with one turn (`turn_detection: null`): its events."""
-    client = await RealtimeClient.connect(f"ws://127.0.0.1:{gateway_port}/v1/realtime")
+    client = await RealtimeClient.connect(realtime_url(gateway_port))
     try:
-        await client.open(type="realtime", audio={"input": {"turn_detection": None}})
-        await client.append(pcm16)
-        await client.send("input_audio_buffer.commit")
-        await client.send("response.create")
-        await client.response_cycle()
+        await client.open(**MANUAL)
+        await ask(client, pcm16)
     finally:
         await client.close()
     return client.events

@@ -411,15 +411,7 @@ class SessionActor:
                 stage_pb2.Stage0Request(clear_input=stage_pb2.Stage0ClearInput(epoch=self._epoch))
             )
             self._input_bytes = 0
-            await self._emit(
-                "input_committed",
-                spb.InputCommitted(
-                    previous_item_id=self._last_item_id,
-                    turn_id=self._turn_id,
-                    epoch=self._epoch,
-                    session_id=self.session_id,
-                ),
-            )
+            await self._emit("input_committed", self._committed_without_item())
             await self._listen("silence_commit")
             return
         if len(self._pending) >= self._settings.max_pending_turns_per_session:
@@ -464,15 +456,7 @@ class SessionActor:
         ):
             return False
         self._clear_input()
-        await self._emit(
-            "input_committed",
-            spb.InputCommitted(
-                previous_item_id=self._last_item_id,
-                turn_id=self._turn_id,
-                epoch=self._epoch,
-                session_id=self.session_id,
-            ),
-        )
+        await self._emit("input_committed", self._committed_without_item())
         await self._overlap("drop", "short_overlap", speech_ms)
         return True
 
@@ -487,8 +471,7 @@ class SessionActor:
         await self._conversation.append(item)
         await self._emit_all(
             [
-                ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
-                ("item_created", spb.ItemEvent(previous_item_id=previous, item=item)),
+                *item_events(previous, item, "item_added", "item_created"),
                 ("input_committed", self._committed(previous, item_id)),
                 ("item_done", spb.ItemEvent(previous_item_id=previous, item=item)),
             ]
@@ -516,8 +499,7 @@ class SessionActor:
         item = items.user_audio_item(item_id, "")
         await self._emit_all(
             [
-                ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
-                ("item_created", spb.ItemEvent(previous_item_id=previous, item=item)),
+                *item_events(previous, item, "item_added", "item_created"),
                 ("input_committed", self._committed(previous, item_id)),
             ]
         )
@@ -536,9 +518,7 @@ class SessionActor:
                 await self._conversation.append(item)
             await self._emit_all(
                 [
-                    ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
-                    ("item_created", spb.ItemEvent(previous_item_id=previous, item=item)),
-                    ("item_done", spb.ItemEvent(previous_item_id=previous, item=item)),
+                    *item_events(previous, item, "item_added", "item_created", "item_done"),
                 ]
             )
             return
@@ -552,6 +532,15 @@ class SessionActor:
                 ),
                 ("item_done", spb.ItemEvent(previous_item_id=previous, item=item)),
             ]
+        )
+
+    def _committed_without_item(self) -> spb.InputCommitted:
+        """The acknowledgement of a commit that made no turn (silence, a short remark)."""
+        return spb.InputCommitted(
+            previous_item_id=self._last_item_id,
+            turn_id=self._turn_id,
+            epoch=self._epoch,
+            session_id=self.session_id,
         )
 
     def _committed(self, previous: str, item_id: str) -> spb.InputCommitted:
@@ -877,9 +866,7 @@ class SessionActor:
             await self._persist()
         await self._emit_all(
             [
-                ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
-                ("item_created", spb.ItemEvent(previous_item_id=previous, item=item)),
-                ("item_done", spb.ItemEvent(previous_item_id=previous, item=item)),
+                *item_events(previous, item, "item_added", "item_created", "item_done"),
             ]
         )
 
@@ -1063,8 +1050,7 @@ class SessionActor:
         item = items.user_audio_item(item_id, "")
         await self._emit_all(
             [
-                ("item_added", spb.ItemEvent(previous_item_id=previous, item=item)),
-                ("item_created", spb.ItemEvent(previous_item_id=previous, item=item)),
+                *item_events(previous, item, "item_added", "item_created"),
                 ("input_committed", self._committed(previous, item_id)),
             ]
         )
@@ -1326,3 +1312,8 @@ class SessionActor:
         except NotOwnerError:
             self._stand_down()
             raise
+
+
+def item_events(previous: str, item: cpb.Item, *kinds: str) -> list[Event]:
+    """One item's event under each of `kinds` (`item_added`, `item_created`, `item_done`)."""
+    return [(kind, spb.ItemEvent(previous_item_id=previous, item=item)) for kind in kinds]
