@@ -30,14 +30,6 @@ AUDIO = "response.output_audio.delta"
 TRANSCRIPT = "response.output_audio_transcript.delta"
 
 
-def of_response(events: list[Event], response_id: str) -> list[Event]:
-    return [
-        e
-        for e in events
-        if e.get("response_id") == response_id or e.get("response", {}).get("id") == response_id
-    ]
-
-
 async def quiet_for(client: RealtimeClient, seconds: float) -> list[Event]:
     """Everything that arrives within `seconds` (expected: nothing of interest)."""
     start = len(client.events)

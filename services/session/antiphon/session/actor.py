@@ -702,7 +702,6 @@ class SessionActor:
         ):
             # Everything sent counts as said; a later truncation cuts it to what was heard.
             await self._store_assistant(r.item(item_status(status)), r.ledger)
-            r.ledger.stored_transcript = r.transcript
         self._ledgers.add(r.ledger)
         self._metrics.responses.labels(status).inc()
         self._response = None
@@ -927,7 +926,6 @@ class SessionActor:
             await self._conversation.replace(item)
         else:
             await self._store_assistant(item, ledger)
-        ledger.stored_transcript = heard
         return heard
 
     async def _store_assistant(self, item: cpb.Item, ledger: Ledger) -> None:

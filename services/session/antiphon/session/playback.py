@@ -27,10 +27,8 @@ class Ledger:
     sent_ms: int = 0
     played_ms: int = 0
     committed_ms: int = 0
-    # Whether the response's item is in the conversation history, and as
-    # much of it as what.
+    # Whether the response's item is in the conversation history.
     in_history: bool = False
-    stored_transcript: str = ""
 
     def add_chunk(self, text: str, duration_ms: int, marks: list[cpb.AudioTextMark]) -> None:
         """One chunk sent to the client (journaled before it is sent)."""
