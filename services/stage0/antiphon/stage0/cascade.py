@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from antiphon.stage0.llm import GenerationMetrics
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
 from antiphon.stage0.settings import Stage0Settings
-from antiphon.stage0.transcript import StreamingTranscript
+from antiphon.stage0.transcript import PendingText, StreamingTranscript
 from antiphon.stage0.vad import (
     EndpointerConfig,
     SpeechStarted,
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 BYTES_PER_MS = 32  # PCM16 mono 16 kHz
 UNFENCED = 1 << 62
+# server_vad utterances kept for their commit; more waiting means none is coming.
+MAX_SEGMENTED = 4
 
 
 class CascadeSession:
@@ -62,6 +65,10 @@ class CascadeSession:
         self._utterance_start_ms = 0
         self._received_ms = 0
         self._next_unit_ms = 0
+        # server_vad: utterances the VAD ended, waiting for the session's commit.
+        # Each is set aside the moment the VAD ends it, because the audio after
+        # it is trimmed between utterances and the commit arrives later.
+        self._segmented: deque[tuple[bytes, PendingText]] = deque()
         self._tasks: dict[asyncio.Task[Any], int] = {}
 
     # ---------------------------------------------------------- requests
@@ -77,11 +84,12 @@ class CascadeSession:
         if kind == "audio":
             self._audio(msg.pcm16)
         elif kind == "commit":
-            pcm, text = self._take_utterance()
+            pcm, text = self._committed_audio()
             # A committed item is the user's, whatever happens to responses:
             # a later cancel does not stop its transcription.
             self._spawn(self._transcribe_commit(msg.epoch, msg.item_id, pcm, text), fenced=False)
         elif kind == "clear_input":
+            self._drop_segmented()
             self._utterance.clear()
             self._utterance_start_ms = self._received_ms
             self._transcript.reset()
@@ -175,8 +183,14 @@ class CascadeSession:
             )
         )
         if self._lane == pb.LANE_NATIVE:
-            _pcm, text = self._take_utterance()
+            _pcm, text = self._take_utterance(ev.audio_end_ms)
             self._spawn(self._transcribe_utterance(self._epoch, ev.audio_end_ms, text))
+        elif self._lane == pb.LANE_SERVER_VAD:
+            if len(self._segmented) == MAX_SEGMENTED:
+                # Never committed (the session dropped it as a short overlap
+                # and its clear was lost, or it is not listening): not a turn.
+                self._segmented.popleft()[1].close()
+            self._segmented.append(self._take_utterance(ev.audio_end_ms))
 
     def _trim_to(self, start_ms: int) -> None:
         drop_ms = start_ms - self._utterance_start_ms
@@ -184,13 +198,39 @@ class CascadeSession:
             del self._utterance[: drop_ms * BYTES_PER_MS]
             self._utterance_start_ms = start_ms
 
-    def _take_utterance(self) -> tuple[bytes, Awaitable[str]]:
-        """The utterance's audio, and its text once the last of it is transcribed."""
-        pcm = bytes(self._utterance)
+    def _take_utterance(self, end_ms: int | None = None) -> tuple[bytes, PendingText]:
+        """The utterance's audio up to `end_ms` (all of it by default), and its
+        text once the last of it is transcribed. Audio after `end_ms` (received
+        before the VAD caught up, or burst ahead) starts the next utterance."""
+        cut = len(self._utterance)
+        if end_ms is not None:
+            cut = min(cut, max(0, end_ms - self._utterance_start_ms) * BYTES_PER_MS)
+        pcm = bytes(self._utterance[:cut])
         text = self._transcript.take(pcm, self._utterance_start_ms)
-        self._utterance.clear()
-        self._utterance_start_ms = self._received_ms
+        del self._utterance[:cut]
+        self._utterance_start_ms += cut // BYTES_PER_MS
         return pcm, text
+
+    def _drop_segmented(self) -> None:
+        for _pcm, text in self._segmented:
+            text.close()
+        self._segmented.clear()
+
+    def _committed_audio(self) -> tuple[bytes, PendingText]:
+        """What a commit seals: the utterances the VAD ended, if any are waiting
+        (server_vad), else everything heard since the last commit."""
+        if not self._segmented:
+            return self._take_utterance()
+        taken = list(self._segmented)
+        self._segmented.clear()
+        if len(taken) == 1:
+            return taken[0]
+
+        async def joined() -> str:
+            texts = [await text for _pcm, text in taken]
+            return " ".join(t for t in texts if t)
+
+        return b"".join(pcm for pcm, _text in taken), joined()
 
     # ------------------------------------------------------------- tasks
     def _spawn(self, coro: Any, *, fenced: bool = True) -> None:
@@ -213,13 +253,13 @@ class CascadeSession:
         with self._metrics.queue_depth.labels("asr").track_inprogress():
             return await self._models.transcribe(pcm)
 
-    async def _transcribed(self, text: Awaitable[str]) -> str:
+    async def _transcribed(self, text: PendingText) -> str:
         # What the user waits for: only the tail of the utterance is left by now.
         with self._metrics.asr_latency.time():
             return await text
 
     async def _transcribe_commit(
-        self, epoch: int, item_id: str, pcm: bytes, text: Awaitable[str]
+        self, epoch: int, item_id: str, pcm: bytes, text: PendingText
     ) -> None:
         heard = await self._transcribed(text)
         self._emit(
@@ -230,7 +270,7 @@ class CascadeSession:
             )
         )
 
-    async def _transcribe_utterance(self, epoch: int, end_ms: int, text: Awaitable[str]) -> None:
+    async def _transcribe_utterance(self, epoch: int, end_ms: int, text: PendingText) -> None:
         heard = await self._transcribed(text)
         # The cascade's policy: speak after any utterance with words in it.
         decision = pb.DECISION_SPEAK if heard.strip() else pb.DECISION_LISTEN
@@ -307,6 +347,7 @@ class CascadeSession:
 
     async def close(self) -> None:
         self._vad_batcher.discard(self._vad)
+        self._drop_segmented()
         self._transcript.reset()
         tasks = list(self._tasks)
         for task in tasks:

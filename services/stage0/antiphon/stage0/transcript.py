@@ -10,7 +10,7 @@ left to transcribe.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,8 @@ PAUSE_RATIO = 0.05
 MIN_PIECE_MS = 1500
 
 Transcriber = Callable[[bytes], Coroutine[Any, Any, str]]
+# An utterance's text, once the last of it is transcribed; `close()` it to drop it.
+PendingText = Coroutine[Any, Any, str]
 
 
 def pause_cut(pcm16: bytes, *, force: bool = False) -> int | None:
@@ -99,7 +101,7 @@ class StreamingTranscript:
         audio = pending[:cut]
         self._pieces.append(_Piece(audio, asyncio.create_task(self._transcribe(audio))))
 
-    def take(self, utterance: bytes, start_ms: int) -> Awaitable[str]:
+    def take(self, utterance: bytes, start_ms: int) -> PendingText:
         """The utterance ended: its whole text, once its pieces and tail are transcribed.
 
         The state moves into the returned awaitable and is cleared at once, so

@@ -1,0 +1,136 @@
+"""Every lane hears a question spoken into a live microphone, with the real models.
+
+Audio goes out as a microphone sends it: one 200 ms append every 200 ms on
+the wall clock, the question and then silence that keeps coming. Each lane
+(manual commit, server_vad as OpenAI's default, the native duplex lane) is
+asked by two unrelated voices (Piper, espeak-ng) at both input rates. The
+user's transcript must carry the question's words, and the answer must be
+generated from a prompt that holds what was heard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from stack import LocalStack
+
+from tests.support.realtime import Event, Microphone, RealtimeClient, audio_bytes, of_type
+from tests.support.realtime import realtime_url as url_of
+from tests.support.speech import VOICES, Voice, silence, spoken
+
+pytestmark = pytest.mark.models
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    words: frozenset[str]
+
+
+QUESTIONS = {
+    "piper": Question("What is the capital of France?", frozenset({"capital", "france"})),
+    "espeak": Question("What color is the sky on a sunny day?", frozenset({"sky", "sunny"})),
+}
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
+def _session(lane: str, rate: int, turn_detection: dict[str, Any] | None = None) -> dict[str, Any]:
+    audio_in: dict[str, Any] = {"format": {"type": "audio/pcm", "rate": rate}}
+    if lane != "server_vad":
+        audio_in["turn_detection"] = None
+    elif turn_detection is not None:
+        audio_in["turn_detection"] = turn_detection
+    # Absent turn_detection is OpenAI's default: server_vad.
+    extra: dict[str, Any] = {"return_stage_metrics": True}
+    if lane == "native":
+        extra["native_duplex"] = True
+    return {"type": "realtime", "audio": {"input": audio_in}, "extra_body": extra}
+
+
+async def _live_turn(
+    stack: LocalStack,
+    lane: str,
+    voice: Voice,
+    rate: int,
+    turn_detection: dict[str, Any] | None = None,
+) -> list[Event]:
+    question = QUESTIONS[voice]
+    query = "?duplex=1" if lane == "native" else ""
+    client = await RealtimeClient.connect(url_of(stack.ports.gateway, query))
+    try:
+        created = await client.open(**_session(lane, rate, turn_detection))
+        assert created["type"] == "session.created", created
+        async with Microphone(client, rate) as mic:
+            await asyncio.sleep(0.6)  # the microphone is live before the user speaks
+            await mic.say(spoken(question.text, rate, voice))
+            if lane == "manual":
+                # Push-to-talk: released as the question ends; silence keeps flowing.
+                await client.send("input_audio_buffer.commit")
+                await client.send("response.create")
+            events = await client.response_cycle(timeout=180)
+    finally:
+        await client.close()
+    errors = of_type(client.events, "error")
+    assert not errors, errors
+    heard = of_type(events, "conversation.item.input_audio_transcription.completed")
+    assert heard, [e["type"] for e in events]
+    assert question.words <= words(heard[0]["transcript"]), heard[0]["transcript"]
+    done = of_type(events, "response.done")[-1]["response"]
+    assert done["status"] == "completed", done
+    # The answer is to what was heard: its prompt holds the user's words.
+    assert heard[0]["transcript"].strip() in done["metadata"]["stage_metrics"]["prompt"]
+    assert audio_bytes(events), "no answer audio"
+    return client.events
+
+
+@pytest.mark.parametrize("rate", [16000, 24000])
+@pytest.mark.parametrize("voice", VOICES)
+@pytest.mark.parametrize("lane", ["manual", "server_vad", "native"])
+async def test_lane_hears_a_live_question(
+    model_stack: LocalStack, lane: str, voice: Voice, rate: int
+) -> None:
+    events = await _live_turn(model_stack, lane, voice, rate)
+    if lane == "server_vad":
+        types = [e["type"] for e in events]
+        assert "input_audio_buffer.commit" not in types
+        assert types.index("input_audio_buffer.speech_started") < types.index(
+            "input_audio_buffer.speech_stopped"
+        )
+
+
+@pytest.mark.parametrize(
+    "turn_detection",
+    [
+        {"type": "server_vad"},
+        {"type": "server_vad", "silence_duration_ms": 300, "prefix_padding_ms": 100},
+        {"type": "server_vad", "silence_duration_ms": 1200, "prefix_padding_ms": 800},
+    ],
+    ids=["explicit", "short-silence", "long-silence"],
+)
+async def test_server_vad_hears_a_live_question_whatever_its_timing_settings(
+    model_stack: LocalStack, turn_detection: dict[str, Any]
+) -> None:
+    await _live_turn(model_stack, "server_vad", "espeak", 24000, turn_detection)
+
+
+async def test_server_vad_hears_a_question_burst_faster_than_real_time(
+    model_stack: LocalStack,
+) -> None:
+    """One extra case, never the only one: a client that sends its audio at once."""
+    question = QUESTIONS["espeak"]
+    client = await RealtimeClient.connect(url_of(model_stack.ports.gateway))
+    try:
+        await client.open(**_session("server_vad", 24000))
+        await client.append(silence(400) + spoken(question.text, 24000, "espeak") + silence(1500))
+        events = await client.response_cycle(timeout=180)
+    finally:
+        await client.close()
+    heard = of_type(events, "conversation.item.input_audio_transcription.completed")
+    assert heard and question.words <= words(heard[0]["transcript"]), heard

@@ -1,0 +1,169 @@
+"""A stage0 cascade session hears what its VAD segmented, however late the commit comes.
+
+The session service commits a server_vad turn only after stage0's
+`speech_stopped` has travelled to it and back. Meanwhile live audio keeps
+arriving, so these tests feed audio the way a microphone does (200 ms at a
+time, then silence) and commit only after more silence was heard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from antiphon.stage0.asr import WhisperAsr
+from antiphon.stage0.assets import Stage0Assets
+from antiphon.stage0.cascade import CascadeSession
+from antiphon.stage0.metrics import Stage0Metrics
+from antiphon.stage0.models import TextGenerator
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.vad import SileroVad, VadBatcher
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import stage_pb2 as pb
+from tests.support.speech import VOICES, Voice, spoken
+
+CHUNK = 6400  # 200 ms of PCM16 at 16 kHz
+SILENCE = b"\x00" * CHUNK
+
+
+@dataclass
+class Hearing:
+    """The engines a listening session uses: the real VAD and Whisper, no LLM."""
+
+    vad: SileroVad
+    asr: WhisperAsr
+    executor: ThreadPoolExecutor
+
+    @property
+    def llm(self) -> TextGenerator:
+        raise AssertionError("these tests never generate")
+
+    async def transcribe(self, pcm16: bytes) -> str:
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.asr.transcribe, pcm16
+        )
+
+    async def close(self) -> None:
+        self.executor.shutdown()
+
+
+@pytest.fixture(scope="module")
+def hearing(assets: Stage0Assets) -> Hearing:
+    return Hearing(
+        SileroVad(assets.vad_onnx, threads=1),
+        WhisperAsr(assets.whisper_dir, threads=1),
+        ThreadPoolExecutor(1),
+    )
+
+
+@pytest.fixture
+async def events() -> AsyncIterator[list[pb.Stage0Event]]:
+    yield []
+
+
+def _session(hearing: Hearing, events: list[pb.Stage0Event], lane: pb.Lane) -> CascadeSession:
+    session = CascadeSession(
+        hearing,
+        Stage0Settings(),
+        events.append,
+        Stage0Metrics(CollectorRegistry()),
+        VadBatcher(hearing.vad),
+    )
+    td = cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_SERVER_VAD)
+    session.handle(
+        pb.Stage0Request(open=pb.Stage0Open(session_id="s", lane=lane, turn_detection=td))
+    )
+    return session
+
+
+async def _feed(session: CascadeSession, pcm16: bytes) -> None:
+    """Audio as a microphone sends it, each chunk given time for the VAD to run."""
+    for i in range(0, len(pcm16), CHUNK):
+        chunk = pcm16[i : i + CHUNK]
+        session.handle(pb.Stage0Request(audio=pb.Stage0Audio(pcm16=chunk + SILENCE[len(chunk) :])))
+        await asyncio.sleep(0.01)
+
+
+def _kinds(events: list[pb.Stage0Event]) -> list[str]:
+    return [str(e.WhichOneof("kind")) for e in events]
+
+
+async def _transcript(events: list[pb.Stage0Event], timeout_s: float = 30) -> pb.Transcript:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            for e in events:
+                if e.WhichOneof("kind") == "transcript":
+                    return e.transcript
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("voice", VOICES)
+@pytest.mark.parametrize("late_ms", [0, 600, 2000])
+async def test_server_vad_commit_after_speech_stopped_hears_the_utterance(
+    hearing: Hearing, events: list[pb.Stage0Event], late_ms: int, voice: Voice
+) -> None:
+    """The commit that follows `speech_stopped` transcribes the speech, even when
+    more live silence arrived in between (the audio is never trimmed away)."""
+    session = _session(hearing, events, pb.LANE_SERVER_VAD)
+    try:
+        await _feed(
+            session, SILENCE * 2 + spoken("What color is the sky on a sunny day?", 16000, voice)
+        )
+        for _ in range(30):
+            if "speech_stopped" in _kinds(events):
+                break
+            await _feed(session, SILENCE)
+        assert "speech_stopped" in _kinds(events)
+        await _feed(session, SILENCE * (late_ms // 200))
+        session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="item_1")))
+        heard = await _transcript(events)
+        assert heard.item_id == "item_1"
+        assert "sky" in heard.text.lower() and "sunny" in heard.text.lower(), heard.text
+    finally:
+        await session.close()
+
+
+@pytest.mark.models
+async def test_server_vad_commit_takes_only_the_segmented_utterance(
+    hearing: Hearing, events: list[pb.Stage0Event], say: Callable[[str], bytes]
+) -> None:
+    """Speech that starts before the commit of the one before it belongs to the next turn."""
+    session = _session(hearing, events, pb.LANE_SERVER_VAD)
+    try:
+        await _feed(session, say("Good morning to you.") + SILENCE * 5)
+        assert "speech_stopped" in _kinds(events)
+        await _feed(session, say("Tell me about the weather tomorrow."))
+        session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="first")))
+        first = await _transcript(events)
+        assert "morning" in first.text.lower() and "weather" not in first.text.lower(), first.text
+        events.clear()
+        await _feed(session, SILENCE * 5)
+        session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="second")))
+        second = await _transcript(events)
+        assert second.item_id == "second" and "weather" in second.text.lower(), second.text
+    finally:
+        await session.close()
+
+
+@pytest.mark.models
+async def test_cleared_input_drops_a_segmented_utterance(
+    hearing: Hearing, events: list[pb.Stage0Event], say: Callable[[str], bytes]
+) -> None:
+    """A short overlap the session dropped (it clears the input) is never a later turn."""
+    session = _session(hearing, events, pb.LANE_SERVER_VAD)
+    try:
+        await _feed(session, say("Good morning to you.") + SILENCE * 5)
+        assert "speech_stopped" in _kinds(events)
+        session.handle(pb.Stage0Request(clear_input=pb.Stage0ClearInput()))
+        await _feed(session, say("Tell me about the weather tomorrow.") + SILENCE * 5)
+        session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="only")))
+        heard = await _transcript(events)
+        assert "weather" in heard.text.lower() and "morning" not in heard.text.lower(), heard.text
+    finally:
+        await session.close()
