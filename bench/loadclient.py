@@ -1,29 +1,57 @@
 """One Realtime session of the load generator: paced audio in, timed events out.
 
 Every received event is stamped with the client's monotonic clock the moment
-its frame is read, by one reader task per socket; the driver sends paced
-`input_audio_buffer.append` events (one per 200 ms of audio, in real time),
-commits, asks for a response and waits for `response.done`.
+its frame is read, by one reader task per socket. In the manual lane the
+driver sends paced `input_audio_buffer.append` events (one per 200 ms of
+audio, in real time), commits, asks for a response and waits for
+`response.done`. In the `server_vad` and native lanes a `Mic` streams like a
+live microphone: one 200 ms append every 200 ms on an absolute wall-clock
+schedule, the question and then silence, without stopping; the server alone
+decides when the user has finished.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import websockets
 
+INPUT_RATE = 24000  # the session's input rate: OpenAI's default, PCM16 mono
 CHUNK_MS = 200
-CHUNK_BYTES = 24000 * 2 * CHUNK_MS // 1000  # PCM16 mono 24 kHz
+CHUNK_BYTES = INPUT_RATE * 2 * CHUNK_MS // 1000
 AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
+TRANSCRIPT = "conversation.item.input_audio_transcription.completed"
+ANSWER = ("response.output_audio_transcript.done", "response.audio_transcript.done")
+# The events a turn reads back after the fact (with their client receipt time).
+LOGGED = frozenset(
+    {
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        TRANSCRIPT,
+        *ANSWER,
+        "response.created",
+        "response.done",
+    }
+)
 MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
 SERVER_VAD = {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
+# The native duplex lane (docs/realtime.md): the model listens while the user
+# speaks and answers speech followed by silence; no commit, no server VAD turns.
+NATIVE = {
+    "type": "realtime",
+    "audio": {"input": {"turn_detection": None}},
+    "extra_body": {"native_duplex": True},
+}
+LANES: dict[str, dict[str, Any]] = {"manual": MANUAL, "server_vad": SERVER_VAD, "native": NATIVE}
 
 Event = dict[str, Any]
 
@@ -53,6 +81,19 @@ HEARTBEAT = json.dumps({"type": "session.heartbeat"})
 CLOSE = json.dumps({"type": "session.close"})
 
 
+@dataclass(frozen=True)
+class Question:
+    """A spoken question as append frames; `speech_end` indexes the last frame holding speech."""
+
+    text: str
+    frames: list[str]
+    speech_end: int
+
+    @property
+    def audio_ms(self) -> int:
+        return len(self.frames) * CHUNK_MS
+
+
 class SessionError(Exception):
     """The session cannot go on (socket closed, refused, timed out); `code` says why."""
 
@@ -65,11 +106,25 @@ class SessionError(Exception):
 class TurnResult:
     session: int
     turn: int
+    lane: str = "manual"
     status: str = "timeout"
     reason: str = ""
-    # Client clock, milliseconds after the commit was sent.
+    # Client clock, milliseconds after the commit was sent (manual lane only).
     first_audio_ms: float | None = None
     done_ms: float | None = None
+    # Client clock, milliseconds after the send of the last append holding speech.
+    eos_first_audio_ms: float | None = None
+    eos_done_ms: float | None = None
+    # ... to the server's own turn events (server_vad and native lanes).
+    eos_speech_stopped_ms: float | None = None
+    eos_committed_ms: float | None = None
+    eos_created_ms: float | None = None
+    # What the server heard: None when no transcription event came at all.
+    transcript: str | None = None
+    # What it answered (the spoken answer's transcript).
+    answer: str = ""
+    # `response.created` events during the turn (more than one: the turn was split).
+    responses: int = 0
     # Largest gap between consecutive audio deltas of the response.
     audio_gap_max_ms: float | None = None
     audio_deltas: int = 0
@@ -95,6 +150,9 @@ class _Response:
     gaps: list[float] = field(default_factory=list)
     response_id: str = ""
     done: asyncio.Future[Event] | None = None
+    created: asyncio.Future[float] | None = None
+    # Answer audio received, in ms of PCM16 at the output rate (24 kHz by default).
+    audio_ms: float = 0.0
 
 
 class LoadSession:
@@ -111,7 +169,12 @@ class LoadSession:
         self._reader = asyncio.create_task(self._read())
         # Every audio delta as (client time, response id): the barge-in probe reads them.
         self.audio_log: list[tuple[float, str]] = []
+        # The turn events of `LOGGED`, as (client time, type, event).
+        self.log: list[tuple[float, str, Event]] = []
+        self._logged = asyncio.Event()
         self.closed_code = ""
+        # The session the server settled on (its `session.updated`).
+        self.session: dict[str, Any] = {}
 
     @classmethod
     async def connect(cls, index: int, url: str, deflate: bool, timeout_s: float) -> LoadSession:
@@ -149,6 +212,7 @@ class LoadSession:
             r = self._response
             if r is not None and r.done is not None and not r.done.done():
                 r.done.set_exception(fail)
+            self._logged.set()
 
     def _on_event(self, t: float, ev: Event) -> None:
         kind = ev.get("type", "")
@@ -159,7 +223,9 @@ class LoadSession:
             r.gaps.append((t - r.t_prev) * 1000)
             r.t_prev = t
             if kind == "response.created":
-                r.response_id = ev["response"]["id"]
+                r.response_id = r.response_id or ev["response"]["id"]
+                if r.created is not None and not r.created.done():
+                    r.created.set_result(t)
             elif kind in AUDIO_DELTAS:
                 if r.last_audio is not None:
                     r.gap_max = max(r.gap_max, (t - r.last_audio) * 1000)
@@ -167,12 +233,17 @@ class LoadSession:
                     r.first_audio = t
                 r.last_audio = t
                 r.deltas += 1
+                audio = ev.get("delta") or ev.get("audio") or ""
+                r.audio_ms += len(audio) * 3 / 4 / (2 * INPUT_RATE / 1000)
             elif kind == "response.done" and r.done is not None and not r.done.done():
                 r.t_done = t
                 self._response = None  # later events belong to no response
                 r.done.set_result(ev)
         if kind in AUDIO_DELTAS:
             self.audio_log.append((t, ev.get("response_id", "")))
+        elif kind in LOGGED:
+            self.log.append((t, kind, ev))
+            self._logged.set()
         fut = self._waiting.pop(kind, None)
         if fut is not None and not fut.done():
             fut.set_result((t, ev))
@@ -201,17 +272,19 @@ class LoadSession:
         if ev["type"] == "error":
             raise SessionError(ev["error"].get("code") or "error")
         self.session_id = ev["session"]["id"]
-        await self.wait(updated, timeout_s)
+        self.session = (await self.wait(updated, timeout_s)).get("session") or {}
 
     async def stream(
-        self, frames: Sequence[str], start_at: float, heartbeat_at: int = -1
-    ) -> tuple[float, asyncio.Future[tuple[float, Event]] | None, float]:
+        self, frames: Sequence[str], start_at: float, heartbeat_at: int = -1, mark_at: int = -1
+    ) -> tuple[float, asyncio.Future[tuple[float, Event]] | None, float, float]:
         """Send `frames` paced in real time from `start_at` (monotonic).
 
-        Returns (worst send lateness in ms, the heartbeat's future, when it was sent)."""
+        Returns (worst send lateness in ms, the heartbeat's future, when it was
+        sent, when frame `mark_at` was sent)."""
         late_max = 0.0
         hb: asyncio.Future[tuple[float, Event]] | None = None
         t_hb = 0.0
+        t_mark = 0.0
         for i, frame in enumerate(frames):
             due = start_at + i * CHUNK_MS / 1000
             delay = due - time.monotonic()
@@ -220,18 +293,58 @@ class LoadSession:
             else:
                 late_max = max(late_max, -delay * 1000)
             await self.ws.send(frame)
+            if i == mark_at:
+                t_mark = time.monotonic()
             if i == heartbeat_at:
                 hb = self.expect("session.heartbeat_ack")
                 t_hb = time.monotonic()
                 await self.ws.send(HEARTBEAT)
-        return late_max, hb, t_hb
+        return late_max, hb, t_hb, t_mark
+
+    async def transcript(self, since: int, grace_s: float) -> str | None:
+        """The user transcripts logged from `self.log[since]` on, joined; waits up to
+        `grace_s` for one to come. None: the server sent no transcription at all."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            heard = [
+                ev.get("transcript") or "" for _t, k, ev in self.log[since:] if k == TRANSCRIPT
+            ]
+            left = deadline - time.monotonic()
+            if heard or left <= 0 or self._reader.done():
+                return " ".join(h.strip() for h in heard).strip() if heard else None
+            self._logged.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._logged.wait(), left)
+
+    def _after(self, since: int, t0: float, kind: str) -> float | None:
+        """Milliseconds from `t0` to the first `kind` logged from `self.log[since]` after `t0`."""
+        for t, k, _ev in self.log[since:]:
+            if k == kind and t >= t0:
+                return round((t - t0) * 1000, 2)
+        return None
+
+    def _created_since(self, since: int) -> int:
+        return sum(1 for _t, k, _ev in self.log[since:] if k == "response.created")
+
+    def _answer_since(self, since: int) -> str:
+        said = [ev.get("transcript") or "" for _t, k, ev in self.log[since:] if k in ANSWER]
+        return " ".join(a.strip() for a in said).strip()
 
     async def turn(
-        self, turn: int, frames: Sequence[str], start_at: float, timeout_s: float
+        self,
+        turn: int,
+        question: Question,
+        start_at: float,
+        timeout_s: float,
+        grace_s: float = 10.0,
     ) -> TurnResult:
         """One manual-lane turn: paced audio, commit + response.create, to `response.done`."""
+        frames = question.frames
         result = TurnResult(self.index, turn)
-        late, hb, t_hb = await self.stream(frames, start_at, heartbeat_at=len(frames) // 2)
+        since = len(self.log)
+        late, hb, t_hb, t_eos = await self.stream(
+            frames, start_at, heartbeat_at=len(frames) // 2, mark_at=question.speech_end
+        )
         result.send_late_max_ms = round(late, 1)
         t_commit = time.monotonic()
         r = _Response(t_commit=t_commit, t_prev=t_commit, done=self._loop.create_future())
@@ -251,8 +364,10 @@ class LoadSession:
             result.status = done.get("status", "")
             result.reason = (done.get("status_details") or {}).get("reason") or ""
             result.done_ms = round(((r.t_done or r.t_prev) - t_commit) * 1000, 2)
+            result.eos_done_ms = round(((r.t_done or r.t_prev) - t_eos) * 1000, 2)
         if r.first_audio is not None:
             result.first_audio_ms = round((r.first_audio - t_commit) * 1000, 2)
+            result.eos_first_audio_ms = round((r.first_audio - t_eos) * 1000, 2)
             # A gap needs two deltas: a one-chunk answer has none.
             result.audio_gap_max_ms = round(r.gap_max, 2) if r.deltas > 1 else None
         result.audio_deltas = r.deltas
@@ -263,6 +378,88 @@ class LoadSession:
                 result.heartbeat_ms = round((t_ack - t_hb) * 1000, 2)
             except (TimeoutError, SessionError):
                 self.errors["heartbeat_lost"] += 1
+        result.transcript = await self.transcript(since, grace_s if done is not None else 0.0)
+        result.responses = self._created_since(since)
+        result.answer = self._answer_since(since)
+        return result
+
+    async def live_turn(
+        self,
+        turn: int,
+        lane: str,
+        mic: Mic,
+        question: Question,
+        timeout_s: float,
+        no_response_s: float,
+        grace_s: float = 10.0,
+    ) -> TurnResult:
+        """One `server_vad` or native turn: the live `mic` says `question` and goes on
+        with silence; no commit, no `response.create`. Waits for the server's
+        answer to `response.done` (a `no_response` turn when none starts within
+        `no_response_s` of the end of speech), then for it to play out in real
+        time, as a listener would, before the next question."""
+        result = TurnResult(self.index, turn, lane=lane)
+        since = len(self.log)
+        r = _Response(t_commit=0.0, t_prev=0.0)
+
+        def at_end_of_speech(t: float) -> None:
+            # Called by the mic right after the last speech frame is sent, before
+            # any other task runs: no event of the answer can be missed.
+            r.t_commit = r.t_prev = t
+            r.done = self._loop.create_future()
+            r.created = self._loop.create_future()
+            r.done.add_done_callback(_quiet)
+            r.created.add_done_callback(_quiet)
+            self._response = r
+
+        said = mic.say(question.frames, speech_end=question.speech_end, on_end=at_end_of_speech)
+        said.heartbeat_at = len(question.frames) // 2
+        t_eos = await asyncio.wait_for(said.end, question.audio_ms / 1000 + timeout_s)
+        assert r.done is not None and r.created is not None
+        done: Event | None = None
+        try:
+            either: set[asyncio.Future[Any]] = {r.created, r.done}
+            started, _ = await asyncio.wait(either, timeout=no_response_s)
+            if not started:
+                result.status = "no_response"
+            else:
+                done = (await asyncio.wait_for(r.done, timeout_s))["response"]
+        except TimeoutError:
+            result.status = "timeout"
+        finally:
+            self._response = None
+        for fut in (r.created, r.done):
+            if fut.done():
+                fut.result()  # a closed socket raises its SessionError here
+        result.send_late_max_ms = round(said.late_max_ms, 1)
+        if done is not None:
+            result.status = done.get("status", "")
+            result.reason = (done.get("status_details") or {}).get("reason") or ""
+            result.eos_done_ms = round(((r.t_done or r.t_prev) - t_eos) * 1000, 2)
+        if r.first_audio is not None:
+            result.eos_first_audio_ms = round((r.first_audio - t_eos) * 1000, 2)
+            result.audio_gap_max_ms = round(r.gap_max, 2) if r.deltas > 1 else None
+        result.audio_deltas = r.deltas
+        result.event_gaps_ms = [round(g, 3) for g in r.gaps]
+        result.eos_speech_stopped_ms = self._after(
+            since, t_eos, "input_audio_buffer.speech_stopped"
+        )
+        result.eos_committed_ms = self._after(since, t_eos, "input_audio_buffer.committed")
+        result.eos_created_ms = self._after(since, t_eos, "response.created")
+        if said.heartbeat is not None:
+            try:
+                t_ack, _ = await asyncio.wait_for(said.heartbeat, timeout_s)
+                result.heartbeat_ms = round((t_ack - said.t_heartbeat) * 1000, 2)
+            except (TimeoutError, SessionError):
+                self.errors["heartbeat_lost"] += 1
+        result.transcript = await self.transcript(since, grace_s if done is not None else 0.0)
+        result.responses = self._created_since(since)
+        result.answer = self._answer_since(since)
+        if r.first_audio is not None:
+            # The listener hears the answer out before speaking again.
+            played = r.first_audio + r.audio_ms / 1000 - time.monotonic()
+            if played > 0:
+                await asyncio.sleep(played)
         return result
 
     async def close(self, timeout_s: float = 10.0) -> None:
@@ -279,46 +476,111 @@ class LoadSession:
             self._reader.cancel()
 
 
+class Said:
+    """One utterance given to a `Mic`: when its frames went out (client clock)."""
+
+    def __init__(
+        self,
+        frames: Sequence[str],
+        speech_end: int,
+        on_end: Callable[[float], None] | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self.frames = list(frames)
+        self.speech_end = speech_end if speech_end >= 0 else len(self.frames) - 1
+        self.on_end = on_end
+        self.sent = 0
+        # The send time of the first frame, and of the last one holding speech.
+        self.onset: asyncio.Future[float] = loop.create_future()
+        self.end: asyncio.Future[float] = loop.create_future()
+        for fut in (self.onset, self.end):
+            fut.add_done_callback(_quiet)
+        # A `session.heartbeat` goes out after frame `heartbeat_at` (-1: none).
+        self.heartbeat_at = -1
+        self.heartbeat: asyncio.Future[tuple[float, Event]] | None = None
+        self.t_heartbeat = 0.0
+        # Worst lateness of any frame (speech or silence) sent while this was current.
+        self.late_max_ms = 0.0
+
+    def fail(self, exc: BaseException) -> None:
+        for fut in (self.onset, self.end):
+            if not fut.done():
+                fut.set_exception(exc)
+
+
 class Mic:
-    """A live microphone on the session: one frame every 200 ms, silence unless speaking."""
+    """A live microphone on the session: one 200 ms frame every 200 ms on an
+    absolute schedule from `start()` (a late frame never shifts the later ones),
+    silence unless speaking, until `stop()`."""
 
     def __init__(self, session: LoadSession, silence: str) -> None:
         self._session = session
         self._silence = silence
-        self._queue: list[str] = []
-        self._onset: asyncio.Future[float] | None = None
+        self._said: Said | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+    def start(self, at: float | None = None) -> None:
+        """Start streaming at monotonic time `at` (now by default)."""
+        self._task = asyncio.create_task(self._run(time.monotonic() if at is None else at))
 
-    def say(self, frames: Sequence[str]) -> asyncio.Future[float]:
-        """Speak `frames` next; the future gets the client time the first one was sent."""
-        self._queue = list(frames)
-        self._onset = asyncio.get_running_loop().create_future()
-        return self._onset
+    def say(
+        self,
+        frames: Sequence[str],
+        speech_end: int = -1,
+        on_end: Callable[[float], None] | None = None,
+    ) -> Said:
+        """Speak `frames` from the next frame slot on, then silence again.
 
-    async def _run(self) -> None:
-        t0 = time.monotonic()
+        `on_end(t)` is called right after frame `speech_end` (the last one by
+        default) is sent at client time `t`, before any other task runs."""
+        if self._said is not None:
+            self._said.fail(SessionError("interrupted"))
+        self._said = Said(frames, speech_end, on_end)
+        return self._said
+
+    async def _run(self, t0: float) -> None:
         i = 0
-        while True:
-            delay = t0 + i * CHUNK_MS / 1000 - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            frame = self._queue.pop(0) if self._queue else self._silence
-            onset = self._onset if frame is not self._silence else None
-            await self._session.ws.send(frame)
-            if onset is not None and not onset.done():
-                onset.set_result(time.monotonic())
-            i += 1
+        try:
+            while True:
+                delay = t0 + i * CHUNK_MS / 1000 - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                said = self._said
+                if said is not None:
+                    said.late_max_ms = max(said.late_max_ms, -delay * 1000)
+                k = -1
+                if said is not None and said.sent < len(said.frames):
+                    k = said.sent
+                    said.sent += 1
+                    await self._session.ws.send(said.frames[k])
+                else:
+                    await self._session.ws.send(self._silence)
+                t = time.monotonic()
+                if said is not None and k >= 0:
+                    if k == 0 and not said.onset.done():
+                        said.onset.set_result(t)
+                    if k == said.speech_end and not said.end.done():
+                        said.end.set_result(t)
+                        if said.on_end is not None:
+                            said.on_end(t)
+                    if k == said.heartbeat_at:
+                        said.heartbeat = self._session.expect("session.heartbeat_ack")
+                        said.t_heartbeat = time.monotonic()
+                        await self._session.ws.send(HEARTBEAT)
+                i += 1
+        except Exception as exc:  # the socket went away: the waiters learn why
+            if self._said is not None:
+                code = self._session.closed_code or type(exc).__name__
+                self._said.fail(SessionError(code))
+            raise
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, websockets.ConnectionClosed):
-                pass
+            except (asyncio.CancelledError, Exception):
+                pass  # a socket that went away is the turn's to report
 
 
 async def barge_in_trial(
@@ -342,7 +604,7 @@ async def barge_in_trial(
         response_id = (await session.wait(created, timeout_s))["response"]["id"]
         done = session.expect("response.done")
         await session.wait(session.expect(*AUDIO_DELTAS), timeout_s)
-        t_onset = await mic.say(barge)
+        t_onset = await mic.say(barge).onset
         try:
             t_done, ev = await asyncio.wait_for(done, 30.0)
         except TimeoutError:

@@ -41,8 +41,12 @@ def summarize_level(
     lag_ms: list[float],
     usage: dict[str, dict[str, Any]],
     synthetic: bool,
+    lane: str = "manual",
+    session: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     first = [r.first_audio_ms for r in results if r.first_audio_ms is not None]
+    eos_first = [r.eos_first_audio_ms for r in results if r.eos_first_audio_ms is not None]
+    eos_done = [r.eos_done_ms for r in results if r.eos_done_ms is not None]
     done = [r.done_ms for r in results if r.done_ms is not None]
     gaps = [r.audio_gap_max_ms for r in results if r.audio_gap_max_ms is not None]
     heartbeat = [r.heartbeat_ms for r in results if r.heartbeat_ms is not None]
@@ -54,7 +58,17 @@ def summarize_level(
     for r in results:
         if r.status != "completed":
             codes[f"response_{r.status}" + (f":{r.reason}" if r.reason else "")] += 1
+    # A turn the server heard nothing of is an error, whatever was answered:
+    # an empty transcript means the lane did not hear the user.
+    empty = sum(1 for r in results if r.transcript is not None and not r.transcript.strip())
+    missing = sum(1 for r in results if r.transcript is None)
+    if empty:
+        codes["empty_transcript"] += empty
+    if missing:
+        codes["transcript_missing"] += missing
+    split = sum(1 for r in results if r.responses > 1)
     level: dict[str, Any] = {
+        "lane": lane,
         "sessions": n,
         "opened": opened,
         "refused": dict(refused),
@@ -62,12 +76,22 @@ def summarize_level(
         "turns_expected": n * turns,
         "turns_wall_s": round(turns_wall_s, 1),
         "session_open_ms": stats(open_ms, 50, 99),
+        # From the send of the last append holding speech (client clock): the
+        # latency a speaker feels, whichever side ends the turn.
+        "end_of_speech_to_first_audio_ms": stats(eos_first, 50, 95, 99),
+        "end_of_speech_to_done_ms": stats(eos_done, 50, 95, 99),
         "commit_to_first_audio_ms": stats(first, 50, 95, 99),
         "commit_to_done_ms": stats(done, 50, 95, 99),
         "audio_chunk_gap_max_ms": stats(gaps, 50, 99),
         "heartbeat_rtt_ms": stats(heartbeat, 50, 99),
         "event_gap_ms": stats(event_gaps, 50, 99),
         "responses": dict(statuses),
+        "transcripts": {
+            "heard": len(results) - empty - missing,
+            "empty": empty,
+            "missing": missing,
+        },
+        "turns_with_several_responses": split,
         "errors": {"count": sum(codes.values()), "codes": dict(codes)},
         "client": {
             "loop_lag_ms": stats(lag_ms, 50, 99),
@@ -75,6 +99,18 @@ def summarize_level(
         },
         "processes": usage,
     }
+    if lane != "manual":
+        # Where the time after the end of speech goes: the server's endpointing
+        # (speech_stopped), the turn it commits, the response it starts.
+        level["end_of_speech_to"] = {
+            key: stats(
+                [v for r in results if (v := getattr(r, f"eos_{key}_ms")) is not None], 50, 95
+            )
+            for key in ("speech_stopped", "committed", "created")
+        }
+        if session is not None:
+            audio_in = (session.get("audio") or {}).get("input") or {}
+            level["turn_detection"] = audio_in.get("turn_detection", session.get("turn_detection"))
     if synthetic:
         # Stage clocks are zero: every millisecond here is gateway + session + gRPC + Redis.
         level["overhead"] = {
@@ -83,6 +119,7 @@ def summarize_level(
             "event_gap_ms": _p50_p99(event_gaps),
         }
     level["samples"] = {
+        "end_of_speech_to_first_audio_ms": eos_first,
         "commit_to_first_audio_ms": first,
         "heartbeat_rtt_ms": heartbeat,
         "audio_chunk_gap_max_ms": gaps,
@@ -110,8 +147,9 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
     """One line per level on stdout: latency, errors, CPU % and peak RSS per process."""
     if header:
         print(
-            f"{'backend':<10}{'sess':>5}{'open':>5}{'refused':>8}{'turns':>7}"
-            f"  {'first audio p50/p95/p99 ms':<27}{'hb rtt p50/p99':<15}{'gap max':>8}"
+            f"{'backend':<10}{'lane':<11}{'sess':>5}{'open':>5}{'refused':>8}{'turns':>7}"
+            f"  {'eos->audio p50/p95':<19}{'commit->audio p50/p95/p99':<26}"
+            f"{'hb rtt p50/p99':<15}{'gap max':>8}{'empty':>6}"
             f"{'errors':>7}{'mach%':>7}{'other%':>7}  CPU % mean/peak-1s, peak RSS MiB: "
             + " ".join(SERVICES)
         )
@@ -123,18 +161,21 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
         )
         gap = lv["audio_chunk_gap_max_ms"]
         print(
-            f"{backend:<10}{lv['sessions']:>5}{lv['opened']:>5}{sum(lv['refused'].values()):>8}"
-            f"{lv['turns_completed']:>7}"
-            f"  {_fmt(lv['commit_to_first_audio_ms'], 'p50', 'p95', 'p99'):<27}"
+            f"{backend:<10}{lv.get('lane', 'manual'):<11}{lv['sessions']:>5}{lv['opened']:>5}"
+            f"{sum(lv['refused'].values()):>8}{lv['turns_completed']:>7}"
+            f"  {_fmt(lv['end_of_speech_to_first_audio_ms'], 'p50', 'p95'):<19}"
+            f"{_fmt(lv['commit_to_first_audio_ms'], 'p50', 'p95', 'p99'):<26}"
             f"{_fmt(lv['heartbeat_rtt_ms'], 'p50', 'p99'):<15}"
-            f"{(gap or {}).get('max', 0):>8.0f}{lv['errors']['count']:>7}"
+            f"{(gap or {}).get('max', 0):>8.0f}{lv['transcripts']['empty']:>6}"
+            f"{lv['errors']['count']:>7}"
             f"{procs['machine']['cpu_pct']:>7.0f}{procs['others']['cpu_pct']:>7.0f}  {cpu}",
             flush=True,
         )
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    """ECDFs per level: commit -> first audio, heartbeat round trip, audio chunk gap max."""
+    """ECDFs per level: end of speech (and commit) -> first audio, heartbeat round
+    trip, audio chunk gap max."""
     try:
         import matplotlib
 
@@ -144,14 +185,19 @@ def plot(report: dict[str, Any], path: Path) -> None:
         print("matplotlib is not installed: no plot", file=sys.stderr)
         return
     panels = [
+        ("end_of_speech_to_first_audio_ms", "end of speech -> first audio delta (ms)"),
         ("commit_to_first_audio_ms", "commit -> first audio delta (ms)"),
         ("heartbeat_rtt_ms", "heartbeat -> ack round trip (ms)"),
         ("audio_chunk_gap_max_ms", "largest gap between audio deltas, per response (ms)"),
     ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5))
-    for ax, (key, label) in zip(axes, panels, strict=True):
+    # A lane without a commit has no commit panel.
+    panels = [p for p in panels if any(lv["samples"].get(p[0]) for lv in report["levels"])]
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for ax, (key, label) in zip(axes[0], panels, strict=True):
         for lv in report["levels"]:
-            values = np.sort(np.asarray(lv["samples"][key], dtype=np.float64))
+            values = np.sort(np.asarray(lv["samples"].get(key, []), dtype=np.float64))
             if values.size == 0:
                 continue
             ecdf = np.arange(1, values.size + 1) / values.size
@@ -163,7 +209,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.legend(title="sessions", fontsize=8)
     machine = report["machine"]
     fig.suptitle(
-        f"Antiphon load, backend={report['backend']}, {report['turns_per_session']} turns/session, "
+        f"Antiphon load, backend={report['backend']}, lane={report.get('lane', 'manual')}, "
+        f"voice={report.get('voice', 'piper')}, {report['turns_per_session']} turns/session, "
         f"{machine['cpus']} CPUs, commit {report['commit']}"
     )
     fig.tight_layout()
