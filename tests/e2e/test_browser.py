@@ -1,0 +1,239 @@
+"""The demo page in headless Chromium with a fake microphone, on the real models.
+
+Debian's Chromium and chromedriver, driven by Selenium with both paths given
+(Selenium Manager never runs, nothing is downloaded). The microphone is a WAV
+the test makes: what the user says, then silence long enough that Chromium,
+which loops the file, says it only once during the test. The page captures it
+through its AudioWorklet, resamples it to the session's rate, streams 200 ms
+appends and plays the answer; the test reads what the page shows and the
+counters it exposes as `window.antiphonStats`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import wave
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.chrome.webdriver import WebDriver
+from selenium.webdriver.common.by import By
+from stack import LocalStack
+
+from tests.support.speech import Voice, silence, spoken
+
+pytestmark = pytest.mark.models
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+QUESTION = "What is the capital of France?"
+MIC_RATE = 24000
+# Chromium loops the fake microphone's file: what it says comes back after this.
+TRAILING_SILENCE_MS = 40_000
+TURN_TIMEOUT_S = 60.0
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--use-fake-ui-for-media-stream",
+    "--use-fake-device-for-media-stream",
+    "--autoplay-policy=no-user-gesture-required",
+    "--window-size=1000,800",
+]
+
+# What the page shows, read from its DOM, and its counters.
+PAGE_STATE = """
+const texts = (sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent);
+return {
+  stats: window.antiphonStats,
+  user: texts("#log .user:not(.pending) .text"),
+  assistant: texts("#log .assistant:not(.pending) .text"),
+  interrupted: texts("#log .assistant.interrupted .text"),
+  errors: texts("#errors p"),
+  log: document.getElementById("log").innerText,
+};
+"""
+
+State = dict[str, Any]
+
+
+@pytest.fixture(autouse=True)
+def _chromium_installed() -> None:
+    # A missing browser fails loudly: a skipped demo test is how a deaf page ships.
+    if shutil.which(CHROMIUM) is None or shutil.which(CHROMEDRIVER) is None:
+        pytest.fail(
+            "Debian's chromium and chromium-driver are missing: "
+            "apt-get install -y chromium chromium-driver (.ci/run does)"
+        )
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
+def fake_microphone(path: Path, voice: Voice, script: list[tuple[int, str]]) -> Path:
+    """A WAV of `script`: each entry is (silence before it in ms, what is said)."""
+    pcm = b"".join(silence(gap, MIC_RATE) + spoken(text, MIC_RATE, voice) for gap, text in script)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(MIC_RATE)
+        w.writeframes(pcm + silence(TRAILING_SILENCE_MS, MIC_RATE))
+    return path
+
+
+@contextmanager
+def chromium(microphone: Path, profile: Path) -> Iterator[WebDriver]:
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in [
+        *FLAGS,
+        f"--user-data-dir={profile}",
+        f"--use-file-for-fake-audio-capture={microphone}",
+    ]:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def page_state(driver: WebDriver) -> State:
+    state: State = driver.execute_script(PAGE_STATE)
+    return state
+
+
+def wait_for(
+    driver: WebDriver, what: str, done: Callable[[State], bool], timeout: float = TURN_TIMEOUT_S
+) -> State:
+    """Poll the page until `done(state)`; on timeout fail with what the page showed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = page_state(driver)
+        if done(state):
+            return state
+        if time.monotonic() > deadline:
+            console = [entry["message"] for entry in driver.get_log("browser")]
+            detail = json.dumps({**state, "console": console}, indent=1, default=str)
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}:\n{detail}")
+        time.sleep(0.25)
+
+
+def start(driver: WebDriver, gateway_port: int, *, native: bool) -> State:
+    """Open the page, pick the lane, press Start; returns the page once the session is live."""
+    driver.get(f"http://127.0.0.1:{gateway_port}/")
+    if native:
+        driver.find_element(By.ID, "native").click()
+    driver.find_element(By.ID, "start").click()
+    return wait_for(driver, "the session to open", lambda s: s["stats"]["state"] == "live", 20)
+
+
+def answers(n: int) -> Callable[[State], bool]:
+    """The page shows `n` heard user turns and `n` finished answers, and played audio."""
+
+    def done(state: State) -> bool:
+        return (
+            len(state["user"]) >= n
+            and len(state["assistant"]) >= n
+            and state["stats"]["samplesScheduled"] > 0
+        )
+
+    return done
+
+
+def stop(driver: WebDriver) -> None:
+    driver.find_element(By.ID, "stop").click()
+    wait_for(driver, "the page to stop", lambda s: s["stats"]["state"] == "idle", 10)
+
+
+@pytest.mark.parametrize(("lane", "voice"), [("server_vad", "piper"), ("native", "espeak")])
+def test_the_page_shows_the_heard_question_and_plays_the_answer(
+    model_stack: LocalStack, tmp_path: Path, lane: str, voice: Voice
+) -> None:
+    """The default lane (turn_detection absent, so server_vad) and the native lane
+    (extra_body.native_duplex): the page shows "you: ..." with the question's
+    words and the assistant's answer, and schedules the answer's audio."""
+    mic = fake_microphone(tmp_path / "mic.wav", voice, [(500, QUESTION)])
+    with chromium(mic, tmp_path / "profile") as driver:
+        start(driver, model_stack.ports.gateway, native=lane == "native")
+        state = wait_for(driver, "the spoken answer", answers(1))
+        driver.save_screenshot(str(tmp_path / "page.png"))
+        assert {"capital", "france"} <= words(state["user"][0]), state
+        assert state["assistant"][0].strip(), state
+        stats = state["stats"]
+        assert stats["samplesScheduled"] > 0 and stats["chunksScheduled"] > 0, stats
+        # The microphone really streamed: 200 ms appends at the session's rate.
+        assert stats["appendsSent"] >= 10 and stats["inputRate"] == MIC_RATE, stats
+        assert stats["contextRate"] > 0, stats
+        assert state["errors"] == [], state["errors"]
+        stop(driver)
+
+
+def test_talking_over_the_answer_stops_its_playback_and_truncates_it_where_it_was_heard(
+    model_stack: LocalStack, tmp_path: Path
+) -> None:
+    """Default lane: the user asks for a story and talks over it. On speech_started
+    the page stops every scheduled chunk at once and sends
+    conversation.item.truncate with what it really played; the server cuts the
+    item there (its echo carries the same audio_end_ms)."""
+    script = [(500, "Tell me a long story about a dragon and a knight."), (7000, "Wait, stop.")]
+    mic = fake_microphone(tmp_path / "mic.wav", "piper", script)
+    with chromium(mic, tmp_path / "profile") as driver:
+        start(driver, model_stack.ports.gateway, native=False)
+        state = wait_for(
+            driver,
+            "the barge-in and the server's truncation",
+            lambda s: any(b["serverAudioEndMs"] is not None for b in s["stats"]["bargeIns"]),
+        )
+        driver.save_screenshot(str(tmp_path / "page.png"))
+        (cut,) = state["stats"]["bargeIns"]
+        assert 0 < cut["playedMs"] < cut["scheduledMs"], cut
+        assert cut["serverAudioEndMs"] == cut["playedMs"], cut
+        assert state["stats"]["truncations"] == 1, state["stats"]
+        assert len(state["interrupted"]) == 1, state
+        assert state["errors"] == [], state["errors"]
+        stop(driver)
+
+
+def test_a_dropped_socket_resumes_the_same_session_and_the_next_question_is_answered(
+    model_stack: LocalStack, tmp_path: Path
+) -> None:
+    """The socket drops between two questions: the page resumes the session
+    (session.resume with its token, incarnation and last seq), says so, and the
+    second question is heard and answered in that same session."""
+    script = [(500, QUESTION), (15000, "And what is the capital of Italy?")]
+    mic = fake_microphone(tmp_path / "mic.wav", "piper", script)
+    with chromium(mic, tmp_path / "profile") as driver:
+        opened = start(driver, model_stack.ports.gateway, native=True)
+        wait_for(driver, "the first answer", answers(1))
+        driver.execute_script("window.antiphon.dropConnection()")
+        wait_for(driver, "the resume", lambda s: s["stats"]["resumes"] == 1)
+        state = wait_for(driver, "the second answer", answers(2))
+        driver.save_screenshot(str(tmp_path / "page.png"))
+        stats = state["stats"]
+        assert stats["sessionId"] == opened["stats"]["sessionId"], stats
+        assert stats["resumes"] == 1 and stats["reconnects"] == 1, stats
+        # The second turn was heard in the resumed session (its words are the ASR's business).
+        assert "capital" in words(state["user"][1]), state
+        assert state["assistant"][1].strip(), state
+        # The drop was shown while it lasted, and the page says how it came back.
+        assert [e for e in stats["errors"] if "connection lost" in e] == stats["errors"], stats
+        assert len(stats["errors"]) == 1 and state["errors"] == [], state
+        assert "resumed session" in state["log"], state
+        stop(driver)
