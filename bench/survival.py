@@ -37,7 +37,8 @@ def pct(values: list[float], p: float) -> float:
 
 async def resume_latency(cluster: Cluster, rounds: int) -> list[float]:
     client = await RealtimeClient.connect(cluster.url(1))
-    created = await client.open(**MANUAL)
+    # Resumable: each round closes its socket cleanly, then resumes on a new one.
+    created = await client.open(**MANUAL, resumable=True)
     for _ in range(REPLAYED):  # each heartbeat_ack is one journaled event
         await client.send("session.heartbeat")
     head = (await client.until(lambda e: e["server_event_seq"] == REPLAYED + 2))["server_event_seq"]

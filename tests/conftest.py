@@ -59,6 +59,28 @@ def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
 
 
 @pytest.fixture(scope="session")
+def two_slot_stack(redis_url: str) -> Iterator[LocalStack]:
+    """The serving path with room for two sessions on each stage worker: what
+    "capacity follows the sockets" is measured against. Admission allows
+    more, so only the stage slots limit; a 30 s grace outlasts a 10 s drop;
+    the scripted LLM speaks a word per 120 ms, so a reply can be cut off."""
+    stack = _stack(
+        redis_url,
+        12,
+        ANTIPHON_BACKEND="synthetic",
+        ANTIPHON_CAPACITY="2",
+        ANTIPHON_MAX_SESSIONS="4",
+        ANTIPHON_DISCONNECT_GRACE_S="30",
+        ANTIPHON_SYNTHETIC_TOKEN_MS="120",
+    )
+    try:
+        stack.start(timeout_s=180)
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="session")
 def slow_synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
     """The serving path with a slow scripted LLM (one word per 300 ms): a reply is
     still being spoken when a test talks over it."""

@@ -8,6 +8,9 @@ bytes (tests/support/golden.py says exactly what is ignored and why).
 
 from __future__ import annotations
 
+import asyncio
+
+import redis.asyncio as aioredis
 from stack import LocalStack
 
 from tests.support import golden
@@ -93,6 +96,20 @@ async def test_item_create_retrieve_delete(client: RealtimeClient) -> None:
     golden.check("item_create_retrieve_delete", client.events)
 
 
+async def _detached(stack: LocalStack, session_id: str) -> None:
+    """Until the session let its stage0 slot go (it heard of the drop)."""
+    r = aioredis.Redis.from_url(stack.redis_url)
+    try:
+        for _ in range(200):
+            bound = await r.hget(f"ap:{{{session_id}}}:session", "stage0")  # type: ignore[misc]
+            if bound == b"":
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the session never detached")
+    finally:
+        await r.aclose()
+
+
 async def test_resume_mid_response(slow_synthetic_stack: LocalStack) -> None:
     first = await RealtimeClient.connect(realtime_url(slow_synthetic_stack.ports.gateway))
     created = await first.open(**MANUAL)
@@ -100,8 +117,11 @@ async def test_resume_mid_response(slow_synthetic_stack: LocalStack) -> None:
     await first.send("input_audio_buffer.commit")
     await first.send("response.create")
     await first.until(lambda e: e["type"] == "response.output_audio.delta")
-    await first.ws.close()  # the network drops; the session lives on
+    # The network drops (no close frame): the session lives on, resumable,
+    # and the reply it could not finish without its stage slots ends.
+    first.ws.transport.abort()
     session = created["session"]
+    await _detached(slow_synthetic_stack, session["id"])
     second = await RealtimeClient.connect(
         realtime_url(slow_synthetic_stack.ports.gateway) + "?duplex=1&autostart=0"
     )

@@ -111,8 +111,10 @@ async def test_lane_hears_a_live_question(
         {"type": "server_vad"},
         {"type": "server_vad", "silence_duration_ms": 300, "prefix_padding_ms": 100},
         {"type": "server_vad", "silence_duration_ms": 1200, "prefix_padding_ms": 800},
+        {"type": "semantic_vad"},
+        {"type": "semantic_vad", "eagerness": "high"},
     ],
-    ids=["explicit", "short-silence", "long-silence"],
+    ids=["explicit", "short-silence", "long-silence", "semantic", "semantic-high"],
 )
 async def test_server_vad_hears_a_live_question_whatever_its_timing_settings(
     model_stack: LocalStack, turn_detection: dict[str, Any]

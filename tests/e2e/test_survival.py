@@ -9,7 +9,9 @@ tested here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -49,6 +51,14 @@ async def start_turn(client: RealtimeClient, text: str = "Tell me about the sea.
     await client.send("response.create")
 
 
+async def drop(client: RealtimeClient) -> None:
+    """The network goes: the TCP connection dies with no close frame (a clean
+    close would end the session: capacity follows the sockets)."""
+    client.ws.transport.abort()
+    with contextlib.suppress(Exception):
+        await client.ws.wait_closed()
+
+
 async def resume(
     cluster: Cluster, created: Event, last_seq: int, *, gateway: int = 2, token: str = ""
 ) -> RealtimeClient:
@@ -70,8 +80,8 @@ async def test_a_dropped_socket_resumes_on_another_gateway_with_exact_replay(
     await start_turn(client)
     await client.until(lambda e: e["type"] == "response.output_audio.delta")
     seen = list(client.events)
-    await client.ws.close()  # dropped mid-response, no session.close
-    await asyncio.sleep(0.5)  # the response goes on while detached
+    await drop(client)  # mid-response, no session.close
+    await asyncio.sleep(0.5)
     again = await resume(cluster, created, seen[-1]["server_event_seq"], gateway=2)
     try:
         resumed = await again.until(lambda e: e["type"] in ("session.resumed", "error"))
@@ -80,11 +90,20 @@ async def test_a_dropped_socket_resumes_on_another_gateway_with_exact_replay(
         rest = await again.response_cycle()
         # Every event exactly once, in order, with its original seq.
         assert seqs(seen + rest) == list(range(1, len(seqs(seen + rest)) + 1))
-        assert of_type(rest, "response.done")[0]["response"]["status"] == "completed"
+        # Detached, the session held no stage slot: the response ended there.
+        done = of_type(rest, "response.done")[0]["response"]
+        assert (done["status"], done["status_details"]["reason"]) == (
+            "cancelled",
+            "client_disconnected",
+        )
         joined = "".join(
             e["delta"] for e in of_type(seen + rest, "response.output_audio_transcript.delta")
         )
         assert joined == of_type(rest, "response.output_audio_transcript.done")[0]["transcript"]
+        # Bound again on resume: the next turn is answered whole.
+        await start_turn(again, "And now?")
+        nxt = await again.response_cycle()
+        assert of_type(nxt, "response.done")[0]["response"]["status"] == "completed"
     finally:
         await again.close()
 
@@ -105,7 +124,7 @@ async def test_resume_with_a_wrong_token_is_refused_and_changes_nothing(cluster:
 
 async def test_resume_after_the_grace_period_is_expired(cluster: Cluster) -> None:
     client, created = await open_client(cluster)
-    await client.ws.close()
+    await drop(client)
     await asyncio.sleep(GRACE_S + 1.5)
     late = await resume(cluster, created, 2)
     try:
@@ -113,6 +132,33 @@ async def test_resume_after_the_grace_period_is_expired(cluster: Cluster) -> Non
         assert err["error"]["code"] == "session_resume_expired"
     finally:
         await late.ws.close()
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+async def test_a_gateway_that_drains_or_dies_is_not_a_client_close(
+    cluster: Cluster, how: signal.Signals
+) -> None:
+    """Only the client ends its session by leaving: a gateway draining (its
+    sockets close with 1012) or killed only detaches it, and it resumes."""
+    client, created = await open_client(cluster, gateway=2)
+    try:
+        await client.send("session.heartbeat")
+        ack = await client.until(lambda e: e["type"] == "session.heartbeat_ack")
+        proc = cluster.stack.procs["gateway2"]
+        proc.send_signal(how)
+        proc.wait(30)
+        again = await resume(cluster, created, ack["server_event_seq"], gateway=1)
+        try:
+            resumed = await again.until(lambda e: e["type"] in ("session.resumed", "error"))
+            assert resumed["type"] == "session.resumed", resumed
+            await start_turn(again)
+            cycle = await again.response_cycle()
+            assert of_type(cycle, "response.done")[0]["response"]["status"] == "completed"
+        finally:
+            await again.close()
+    finally:
+        cluster.stack.spawn_gateway("gateway2", cluster.gateway2)
+        cluster.stack.wait_ready(60, gateway_port=cluster.gateway2)
 
 
 async def test_a_takeover_replaces_the_old_socket_and_refuses_its_writes(cluster: Cluster) -> None:
@@ -160,6 +206,34 @@ async def test_kill_9_of_the_owning_replica_the_session_continues_on_another(
         await client.close()
         cluster.start_replica_a()
         cluster.stack.wait_ready(60)
+
+
+async def test_a_socket_that_resumed_the_session_fails_over_like_the_first(
+    cluster: Cluster,
+) -> None:
+    """The gateway resumes on the client's behalf from the cursor the client
+    resumed at: nothing replayed twice, nothing skipped, then it carries on."""
+    client, created = await open_client(cluster, gateway=1)
+    await client.send("session.heartbeat")
+    ack = await client.until(lambda e: e["type"] == "session.heartbeat_ack")
+    await drop(client)
+    again = await resume(cluster, created, ack["server_event_seq"], gateway=1)
+    owner = ""
+    try:
+        await again.until(lambda e: e["type"] == "session.resumed")
+        owner = await cluster.owner_of(created["session"]["id"])
+        cluster.stack.kill(owner)
+        await again.until(lambda e: e["type"] == "session.resumed", timeout=30)
+        await again.send("session.heartbeat")
+        # The first command after the fail-over reaches the new stream.
+        await again.until(lambda e: e["type"] == "session.heartbeat_ack", timeout=10)
+        numbers = seqs(client.events + again.events)
+        assert numbers == list(range(1, len(numbers) + 1))
+    finally:
+        await again.close()
+        if owner:
+            cluster.restart(owner)
+            cluster.stack.wait_ready(60)
 
 
 async def test_redis_restarted_between_turns_the_session_continues(cluster: Cluster) -> None:
@@ -258,7 +332,7 @@ async def test_a_resume_the_journal_cannot_fill_requires_resync(cluster: Cluster
     await client.send("session.event_ack", server_event_seq=last["server_event_seq"])
     await client.send("session.heartbeat")  # ordered after the ack in the mailbox
     await client.until(lambda e: e["server_event_seq"] == 6)
-    await client.ws.close()
+    await drop(client)
     again = await resume(cluster, created, 1)  # events 2..5 were acked and trimmed
     try:
         resync = await again.until(lambda e: e["type"] == "session.resync_required")

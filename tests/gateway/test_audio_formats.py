@@ -250,38 +250,36 @@ def test_encode_g711_output_resamples_to_8khz_one_byte_per_sample(
     assert len(direct.pcm16) == len(at8k) // 2
 
 
-def _state(encoding: str, rate: int) -> spb.SessionState:
-    cfg = session_config.defaults("m")
-    cfg.output_audio_format.CopyFrom(cpb.AudioFormat(encoding=encoding, sample_rate_hz=rate))
-    return spb.SessionState(config=cfg)
-
-
-def _delta(pcm: bytes) -> spb.ServerEvent:
+def _delta(pcm: bytes, encoding: str = "", rate: int = 0) -> spb.ServerEvent:
     return spb.ServerEvent(
-        audio_delta=spb.AudioDelta(pcm16=pcm, sample_rate_hz=24000, audio_duration_ms=100)
+        audio_delta=spb.AudioDelta(
+            pcm16=pcm,
+            sample_rate_hz=24000,
+            audio_duration_ms=100,
+            format=cpb.AudioFormat(encoding=encoding, sample_rate_hz=rate),
+        )
     )
 
 
-def test_output_audio_follows_the_session_events_it_relays() -> None:
-    out = af.OutputAudio()
+def test_each_delta_leaves_in_the_format_the_session_made_it_for() -> None:
+    """No per-socket state: a socket that resumed, or a replay that crosses a
+    later session.update, encodes each delta by its own `format`."""
     pcm = _tone(24000, 100)
-    plain = _delta(pcm)
-    assert out.apply(plain) is None and plain.audio_delta.pcm16 == pcm
-    assert out.apply(spb.ServerEvent(session_created=_state("g711_ulaw", 8000))) is None
-    assert out.encoding == "g711_ulaw"
-    coded = _delta(pcm)
-    assert out.apply(coded) == "g711_ulaw"
+    plain = _delta(pcm, "pcm16", 24000)
+    assert af.encode_delta(plain) is None and plain.audio_delta.pcm16 == pcm
+    # A delta journaled before deltas named their format: PCM16, as it was made.
+    unnamed = _delta(pcm)
+    assert af.encode_delta(unnamed) is None and unnamed.audio_delta.pcm16 == pcm
+    coded = _delta(pcm, "g711_ulaw", 8000)
+    assert af.encode_delta(coded) == "g711_ulaw"
     assert coded.audio_delta.sample_rate_hz == 8000 and len(coded.audio_delta.pcm16) == 800
     assert coded.audio_delta.audio_duration_ms == 100
-    # Other events pass untouched.
+    alaw = _delta(pcm, "g711_alaw", 8000)
+    assert af.encode_delta(alaw) == "g711_alaw"
+    assert alaw.audio_delta.pcm16 != coded.audio_delta.pcm16
+    # Other events pass untouched, whatever the session's format.
     text = spb.ServerEvent(text_delta=spb.TextDelta(delta="hi"))
-    assert out.apply(text) is None
-    out.apply(spb.ServerEvent(session_updated=_state("g711_alaw", 8000)))
-    alaw = _delta(pcm)
-    assert out.apply(alaw) == "g711_alaw"
-    out.apply(spb.ServerEvent(session_updated=_state("pcm16", 24000)))
-    back = _delta(pcm)
-    assert out.apply(back) is None and back.audio_delta.pcm16 == pcm
+    assert af.encode_delta(text) is None
 
 
 @pytest.mark.parametrize(

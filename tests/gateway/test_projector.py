@@ -11,6 +11,7 @@ import pytest
 from google.protobuf.message import Message
 from openai._models import construct_type_unchecked
 from openai.types.realtime import RealtimeServerEvent
+from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad
 
 from antiphon.gateway.projector import project
 from antiphon.v1 import common_pb2 as cpb
@@ -245,6 +246,25 @@ def test_turn_detection_mode_none_projects_to_null() -> None:
     )["session"]
     assert s["turn_detection"] is None
     assert s["audio"]["input"]["turn_detection"] is None
+
+
+def test_semantic_vad_projects_in_openai_shape_and_validates_with_the_sdk() -> None:
+    td = cpb.TurnDetection(
+        mode=cpb.TURN_DETECTION_MODE_SEMANTIC_VAD,
+        eagerness="high",
+        create_response=True,
+        interrupt_response=False,
+    )
+    wire = project(_event("session_updated", _state(turn_detection=td)))
+    expected = {
+        "type": "semantic_vad",
+        "eagerness": "high",
+        "create_response": True,
+        "interrupt_response": False,
+    }
+    assert wire["session"]["turn_detection"] == expected
+    assert wire["session"]["audio"]["input"]["turn_detection"] == expected
+    SemanticVad.model_validate(expected)
 
 
 def test_session_limits_project_as_numbers_when_set() -> None:
@@ -650,6 +670,7 @@ def test_session_lifetime_events_have_the_reference_shapes() -> None:
         "attachment_generation": 3,
     }
     assert resumed["resume_token"] == "rt_x"
+    assert "session" not in resumed  # a resume from before sessions rode along
     replaced = project(
         _event("session_replaced", spb.SessionReplaced(session_id="s", attachment_generation=1))
     )
@@ -898,3 +919,30 @@ def test_function_call_arguments_delta_and_done_address_the_call() -> None:
     )
     assert {k: done[k] for k in address} == address
     assert done["arguments"] == '{"city":"HK"}'
+
+
+def test_session_resumed_carries_the_session_as_it_is_now() -> None:
+    """The new socket (and its client) learn the config, formats included, there."""
+    config = cpb.SessionConfig(
+        model="m",
+        output_modalities=["audio"],
+        input_audio_format=cpb.AudioFormat(encoding="g711_ulaw", sample_rate_hz=8000),
+        output_audio_format=cpb.AudioFormat(encoding="g711_ulaw", sample_rate_hz=8000),
+        resumable=True,
+    )
+    resumed = project(
+        _event(
+            "session_resumed",
+            spb.SessionResumed(
+                session_id="s",
+                incarnation=1,
+                attachment_generation=2,
+                resume_token="rt_y",
+                session=spb.SessionState(config=config, session_id="s", state="open"),
+            ),
+        )
+    )
+    session = resumed["session"]
+    assert session["audio"]["output"]["format"] == {"type": "audio/pcmu"}
+    assert session["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+    assert (session["id"], session["resumable"]) == ("s", True)

@@ -262,17 +262,41 @@ def test_turn_detection_without_type_means_server_vad() -> None:
     assert td.threshold == pytest.approx(0.3)
 
 
+def test_semantic_vad_forwards_eagerness_and_defaults_responses_to_true() -> None:
+    """OpenAI's semantic_vad (LiveKit's and the Agents SDK's default) reaches the session,
+    which judges `eagerness`; create/interrupt_response default to true as for server_vad."""
+    ga = {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}
+    td = _patch(ga).turn_detection
+    assert td.mode == cpb.TURN_DETECTION_MODE_SEMANTIC_VAD
+    assert not td.HasField("eagerness")
+    assert td.create_response and td.interrupt_response
+    td = _patch(
+        {
+            "turn_detection": {
+                "type": "semantic_vad",
+                "eagerness": "low",
+                "create_response": False,
+                "interrupt_response": False,
+            }
+        }
+    ).turn_detection
+    assert (td.mode, td.eagerness) == (cpb.TURN_DETECTION_MODE_SEMANTIC_VAD, "low")
+    assert not td.create_response and not td.interrupt_response
+    err = _refused(_update({"turn_detection": {"type": "semantic_vad", "eagerness": 3}}))
+    assert (err.code, err.param) == ("invalid_value", "session.turn_detection.eagerness")
+
+
 @pytest.mark.parametrize(
     ("session", "param"),
     [
-        ({"turn_detection": {"type": "semantic_vad"}}, "session.turn_detection"),
+        ({"turn_detection": {"type": "far_field_vad"}}, "session.turn_detection"),
         (
-            {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}},
+            {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "far_field_vad"}}}},
             "session.audio.input.turn_detection",
         ),
     ],
 )
-def test_semantic_vad_is_refused_with_unsupported_turn_detection(
+def test_unknown_turn_detection_type_is_refused_with_unsupported_turn_detection(
     session: dict[str, Any], param: str
 ) -> None:
     err = _refused(_update(session))
@@ -462,6 +486,19 @@ def test_open_native_duplex_query_param_and_alias(
         assert cfg.native_duplex is expected
 
 
+def test_resumable_is_a_session_field_with_a_query_default() -> None:
+    assert _patch({"resumable": True}).resumable is True
+    assert not _patch({}).HasField("resumable")
+    assert Translator().open(_update({}), {"resumable": "1"}).open.config.resumable is True
+    assert not Translator().open(_update({}), {}).open.config.HasField("resumable")
+    # The payload wins over the URL.
+    cfg = Translator().open(_update({"resumable": False}), {"resumable": "1"}).open.config
+    assert cfg.HasField("resumable") and cfg.resumable is False
+    with pytest.raises(ClientError) as err:
+        _patch({"resumable": "yes"})
+    assert err.value.param == "session.resumable"
+
+
 @pytest.mark.parametrize(
     "event",
     [
@@ -479,7 +516,7 @@ def test_open_refuses_anything_but_session_update_or_resume_first(event: dict[st
 
 def test_open_validates_the_session_like_update() -> None:
     with pytest.raises(ClientError) as info:
-        Translator().open(_update({"turn_detection": {"type": "semantic_vad"}}), {})
+        Translator().open(_update({"turn_detection": {"type": "far_field_vad"}}), {})
     assert info.value.code == "unsupported_turn_detection"
 
 
@@ -1261,6 +1298,30 @@ def test_open_declares_the_input_encoding_too() -> None:
     t.open(_update({"input_audio_format": "g711_alaw"}), {})
     coded = af.pcm16_to_alaw(_sine(8000, 80))
     assert t.translate(_append(coded)).append_audio.sample_rate_hz == 8000
+
+
+def test_a_resumed_socket_reads_appends_in_the_sessions_input_encoding() -> None:
+    """A socket that resumed saw no opening update: the session's config is its word."""
+    t = Translator()
+    t.adopt(_with_input("g711_ulaw", 8000))
+    coded = af.pcm16_to_ulaw(_sine(8000, 80))
+    append = t.translate(_append(coded)).append_audio
+    assert (append.pcm16, append.sample_rate_hz) == (af.ulaw_to_pcm16(coded), 8000)
+
+
+def test_the_sockets_own_declaration_wins_over_an_adopted_encoding() -> None:
+    t = Translator()
+    t.translate(_update({"input_audio_format": "g711_alaw"}))
+    # Resumed elsewhere by this gateway: the session may not have applied it yet.
+    t.adopt(session_config.defaults("m"))
+    coded = af.pcm16_to_alaw(_sine(8000, 80))
+    assert t.translate(_append(coded)).append_audio.pcm16 == af.alaw_to_pcm16(coded)
+
+
+def _with_input(encoding: str, rate: int) -> cpb.SessionConfig:
+    cfg = session_config.defaults("m")
+    cfg.input_audio_format.CopyFrom(cpb.AudioFormat(encoding=encoding, sample_rate_hz=rate))
+    return cfg
 
 
 def test_a_refused_update_declares_nothing() -> None:

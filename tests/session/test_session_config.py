@@ -65,6 +65,16 @@ def test_explicit_false_and_zero_values_are_applied() -> None:
     assert (out.native_duplex, out.auto_response, out.temperature) == (False, False, 0.0)
 
 
+def test_sessions_are_not_resumable_after_a_clean_close_unless_they_say_so() -> None:
+    """Stock clients close with 1000 when done: their session ends then. Opting
+    in (or back out) is an ordinary update, kept until changed."""
+    assert defaults("m").resumable is False
+    on = _merge(pb.SessionConfigPatch(resumable=True), defaults("m"))
+    assert on.resumable is True
+    assert _merge(pb.SessionConfigPatch(instructions="x"), on).resumable is True
+    assert _merge(pb.SessionConfigPatch(resumable=False), on).resumable is False
+
+
 def test_merge_does_not_mutate_its_input() -> None:
     current = defaults("m")
     before = current.SerializeToString(deterministic=True)
@@ -119,6 +129,23 @@ def test_server_vad_patch_fills_unset_params_with_defaults() -> None:
     assert td.silence_duration_ms == 800
     assert td.threshold == pytest.approx(0.5)
     assert td.prefix_padding_ms == 300
+
+
+def test_semantic_vad_from_the_wire_defaults_to_auto_and_replaces_server_vad_params() -> None:
+    """LiveKit's and the Agents SDK's default: eagerness `auto`, responses on, no VAD knobs."""
+    out = _merge(_from_wire({"turn_detection": {"type": "semantic_vad"}}))
+    td = out.turn_detection
+    assert td.mode == pb.TURN_DETECTION_MODE_SEMANTIC_VAD
+    assert (td.eagerness, td.create_response, td.interrupt_response) == ("auto", True, True)
+    assert not td.HasField("silence_duration_ms") and not td.HasField("threshold")
+    low = _merge(_from_wire({"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}), out)
+    assert low.turn_detection.eagerness == "low"
+
+
+@pytest.mark.parametrize("eagerness", session_config.EAGERNESS)
+def test_every_openai_eagerness_is_accepted(eagerness: str) -> None:
+    wire = {"turn_detection": {"type": "semantic_vad", "eagerness": eagerness}}
+    assert _merge(_from_wire(wire)).turn_detection.eagerness == eagerness
 
 
 def test_explicit_zero_prefix_padding_is_kept() -> None:
@@ -227,6 +254,16 @@ REJECTED: list[tuple[pb.SessionConfigPatch, str, str]] = [
         ),
         "invalid_value",
         "turn_detection",
+    ),
+    (
+        pb.SessionConfigPatch(
+            has_turn_detection=True,
+            turn_detection=pb.TurnDetection(
+                mode=pb.TURN_DETECTION_MODE_SEMANTIC_VAD, eagerness="eager"
+            ),
+        ),
+        "invalid_value",
+        "turn_detection.eagerness",
     ),
 ]
 
@@ -340,6 +377,9 @@ def test_lane_server_vad_and_manual() -> None:
 def test_lanes_from_client_updates() -> None:
     assert lane(_merge(_from_wire({"turn_detection": None}))) == stage_pb2.LANE_MANUAL
     assert lane(_merge(_from_wire({}))) == stage_pb2.LANE_SERVER_VAD
+    # The session runs semantic_vad as server_vad; only stage0's end-of-turn rule differs.
+    semantic = _from_wire({"turn_detection": {"type": "semantic_vad"}})
+    assert lane(_merge(semantic)) == stage_pb2.LANE_SERVER_VAD
     assert (
         lane(_merge(_from_wire({"extra_body": {"native_duplex": True}}))) == stage_pb2.LANE_NATIVE
     )

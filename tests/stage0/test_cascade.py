@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -22,10 +23,11 @@ from antiphon.stage0.cascade import CascadeSession
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import TextGenerator
 from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.turn import SmartTurn, TurnBatcher
 from antiphon.stage0.vad import SileroVad, VadBatcher
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
-from tests.support.speech import VOICES, Voice, spoken
+from tests.support.speech import VOICES, Voice, spoken, spoken_paused
 
 CHUNK = 6400  # 200 ms of PCM16 at 16 kHz
 SILENCE = b"\x00" * CHUNK
@@ -33,9 +35,10 @@ SILENCE = b"\x00" * CHUNK
 
 @dataclass
 class Hearing:
-    """The engines a listening session uses: the real VAD and Whisper, no LLM."""
+    """The engines a listening session uses: the real VAD, Smart Turn and Whisper, no LLM."""
 
     vad: SileroVad
+    turn: SmartTurn
     asr: WhisperAsr
     executor: ThreadPoolExecutor
 
@@ -56,6 +59,7 @@ class Hearing:
 def hearing(assets: Stage0Assets) -> Hearing:
     return Hearing(
         SileroVad(assets.vad_onnx, threads=1),
+        SmartTurn(assets.turn.onnx, assets.turn.features, threads=1),
         WhisperAsr(assets.whisper_dir, threads=1),
         ThreadPoolExecutor(1),
     )
@@ -66,15 +70,21 @@ async def events() -> AsyncIterator[list[pb.Stage0Event]]:
     yield []
 
 
-def _session(hearing: Hearing, events: list[pb.Stage0Event], lane: pb.Lane) -> CascadeSession:
+def _session(
+    hearing: Hearing,
+    events: list[pb.Stage0Event],
+    lane: pb.Lane,
+    td: cpb.TurnDetection | None = None,
+) -> CascadeSession:
     session = CascadeSession(
         hearing,
         Stage0Settings(),
         events.append,
         Stage0Metrics(CollectorRegistry()),
         VadBatcher(hearing.vad),
+        TurnBatcher(hearing.turn, executor=hearing.executor),
     )
-    td = cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_SERVER_VAD)
+    td = td or cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_SERVER_VAD)
     session.handle(
         pb.Stage0Request(open=pb.Stage0Open(session_id="s", lane=lane, turn_detection=td))
     )
@@ -165,5 +175,66 @@ async def test_cleared_input_drops_a_segmented_utterance(
         session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="only")))
         heard = await _transcript(events)
         assert "weather" in heard.text.lower() and "morning" not in heard.text.lower(), heard.text
+    finally:
+        await session.close()
+
+
+def _stopped_ms(events: list[pb.Stage0Event]) -> list[int]:
+    return [
+        e.speech_stopped.audio_end_ms for e in events if e.WhichOneof("kind") == "speech_stopped"
+    ]
+
+
+def _speech_end_ms(pcm16: bytes) -> int:
+    samples = np.abs(np.frombuffer(pcm16, dtype="<i2").astype(np.int32))
+    return int(np.nonzero(samples > 300)[0][-1]) // 16
+
+
+SEMANTIC = cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_SEMANTIC_VAD, eagerness="auto")
+
+
+@pytest.mark.models
+async def test_semantic_vad_ends_a_complete_question_sooner_than_server_vad_would(
+    hearing: Hearing, events: list[pb.Stage0Event]
+) -> None:
+    """Smart Turn hears a finished question: the turn ends well inside server_vad's
+    500 ms of silence, and the commit that follows transcribes it whole."""
+    question = SILENCE * 2 + spoken("What is the capital of France?", 16000, "piper")
+    session = _session(hearing, events, pb.LANE_SERVER_VAD, SEMANTIC)
+    try:
+        await _feed(session, question)
+        for _ in range(10):
+            await _feed(session, SILENCE)
+            if _stopped_ms(events):
+                break
+        (stopped,) = _stopped_ms(events)
+        assert stopped - _speech_end_ms(question) < 500
+        session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="q")))
+        heard = await _transcript(events)
+        assert "capital" in heard.text.lower() and "france" in heard.text.lower(), heard.text
+    finally:
+        await session.close()
+
+
+@pytest.mark.models
+async def test_semantic_vad_waits_through_a_mid_sentence_pause(
+    hearing: Hearing, events: list[pb.Stage0Event]
+) -> None:
+    """A 700 ms pause after "What I really want is" ends no turn (server_vad's 500 ms
+    would): one turn, ended after the last word, holding the whole sentence."""
+    text = "What I really want is a quiet place to read."
+    sentence = SILENCE * 2 + spoken_paused(text, 5, 700, 16000, "espeak")
+    session = _session(hearing, events, pb.LANE_SERVER_VAD, SEMANTIC)
+    try:
+        await _feed(session, sentence)
+        for _ in range(25):  # up to auto's 4 s of silence, and more
+            await _feed(session, SILENCE)
+            if _stopped_ms(events):
+                break
+        (stopped,) = _stopped_ms(events)
+        assert stopped >= _speech_end_ms(sentence)
+        session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="s")))
+        heard = (await _transcript(events)).text.lower()
+        assert "want" in heard and "quiet" in heard and "read" in heard, heard
     finally:
         await session.close()

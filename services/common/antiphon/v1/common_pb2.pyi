@@ -12,25 +12,29 @@ class TurnDetectionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TURN_DETECTION_MODE_UNSPECIFIED: _ClassVar[TurnDetectionMode]
     TURN_DETECTION_MODE_SERVER_VAD: _ClassVar[TurnDetectionMode]
     TURN_DETECTION_MODE_NONE: _ClassVar[TurnDetectionMode]
+    TURN_DETECTION_MODE_SEMANTIC_VAD: _ClassVar[TurnDetectionMode]
 TURN_DETECTION_MODE_UNSPECIFIED: TurnDetectionMode
 TURN_DETECTION_MODE_SERVER_VAD: TurnDetectionMode
 TURN_DETECTION_MODE_NONE: TurnDetectionMode
+TURN_DETECTION_MODE_SEMANTIC_VAD: TurnDetectionMode
 
 class TurnDetection(_message.Message):
-    __slots__ = ("mode", "threshold", "prefix_padding_ms", "silence_duration_ms", "create_response", "interrupt_response")
+    __slots__ = ("mode", "threshold", "prefix_padding_ms", "silence_duration_ms", "create_response", "interrupt_response", "eagerness")
     MODE_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     PREFIX_PADDING_MS_FIELD_NUMBER: _ClassVar[int]
     SILENCE_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     CREATE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     INTERRUPT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    EAGERNESS_FIELD_NUMBER: _ClassVar[int]
     mode: TurnDetectionMode
     threshold: float
     prefix_padding_ms: int
     silence_duration_ms: int
     create_response: bool
     interrupt_response: bool
-    def __init__(self, mode: _Optional[_Union[TurnDetectionMode, str]] = ..., threshold: _Optional[float] = ..., prefix_padding_ms: _Optional[int] = ..., silence_duration_ms: _Optional[int] = ..., create_response: _Optional[bool] = ..., interrupt_response: _Optional[bool] = ...) -> None: ...
+    eagerness: str
+    def __init__(self, mode: _Optional[_Union[TurnDetectionMode, str]] = ..., threshold: _Optional[float] = ..., prefix_padding_ms: _Optional[int] = ..., silence_duration_ms: _Optional[int] = ..., create_response: _Optional[bool] = ..., interrupt_response: _Optional[bool] = ..., eagerness: _Optional[str] = ...) -> None: ...
 
 class AudioFormat(_message.Message):
     __slots__ = ("encoding", "sample_rate_hz")
@@ -41,7 +45,7 @@ class AudioFormat(_message.Message):
     def __init__(self, encoding: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ...) -> None: ...
 
 class SessionConfig(_message.Message):
-    __slots__ = ("model", "instructions", "voice", "output_modalities", "input_audio_format", "output_audio_format", "turn_detection", "temperature", "max_output_tokens", "native_duplex", "auto_response", "overlap_policy", "playback_commit_policy", "return_stage_metrics", "idle_timeout_s")
+    __slots__ = ("model", "instructions", "voice", "output_modalities", "input_audio_format", "output_audio_format", "turn_detection", "temperature", "max_output_tokens", "native_duplex", "auto_response", "overlap_policy", "playback_commit_policy", "return_stage_metrics", "idle_timeout_s", "resumable")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +61,7 @@ class SessionConfig(_message.Message):
     PLAYBACK_COMMIT_POLICY_FIELD_NUMBER: _ClassVar[int]
     RETURN_STAGE_METRICS_FIELD_NUMBER: _ClassVar[int]
     IDLE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    RESUMABLE_FIELD_NUMBER: _ClassVar[int]
     model: str
     instructions: str
     voice: str
@@ -72,10 +77,11 @@ class SessionConfig(_message.Message):
     playback_commit_policy: str
     return_stage_metrics: bool
     idle_timeout_s: float
-    def __init__(self, model: _Optional[str] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., input_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., output_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., turn_detection: _Optional[_Union[TurnDetection, _Mapping]] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., native_duplex: _Optional[bool] = ..., auto_response: _Optional[bool] = ..., overlap_policy: _Optional[str] = ..., playback_commit_policy: _Optional[str] = ..., return_stage_metrics: _Optional[bool] = ..., idle_timeout_s: _Optional[float] = ...) -> None: ...
+    resumable: bool
+    def __init__(self, model: _Optional[str] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., input_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., output_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., turn_detection: _Optional[_Union[TurnDetection, _Mapping]] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., native_duplex: _Optional[bool] = ..., auto_response: _Optional[bool] = ..., overlap_policy: _Optional[str] = ..., playback_commit_policy: _Optional[str] = ..., return_stage_metrics: _Optional[bool] = ..., idle_timeout_s: _Optional[float] = ..., resumable: _Optional[bool] = ...) -> None: ...
 
 class SessionConfigPatch(_message.Message):
-    __slots__ = ("model", "instructions", "voice", "output_modalities", "has_output_modalities", "input_audio_format", "output_audio_format", "turn_detection", "has_turn_detection", "temperature", "max_output_tokens", "native_duplex", "auto_response", "overlap_policy", "playback_commit_policy", "return_stage_metrics", "session_id")
+    __slots__ = ("model", "instructions", "voice", "output_modalities", "has_output_modalities", "input_audio_format", "output_audio_format", "turn_detection", "has_turn_detection", "temperature", "max_output_tokens", "native_duplex", "auto_response", "overlap_policy", "playback_commit_policy", "return_stage_metrics", "session_id", "resumable")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +99,7 @@ class SessionConfigPatch(_message.Message):
     PLAYBACK_COMMIT_POLICY_FIELD_NUMBER: _ClassVar[int]
     RETURN_STAGE_METRICS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESUMABLE_FIELD_NUMBER: _ClassVar[int]
     model: str
     instructions: str
     voice: str
@@ -110,7 +117,8 @@ class SessionConfigPatch(_message.Message):
     playback_commit_policy: str
     return_stage_metrics: bool
     session_id: str
-    def __init__(self, model: _Optional[str] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., has_output_modalities: _Optional[bool] = ..., input_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., output_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., turn_detection: _Optional[_Union[TurnDetection, _Mapping]] = ..., has_turn_detection: _Optional[bool] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., native_duplex: _Optional[bool] = ..., auto_response: _Optional[bool] = ..., overlap_policy: _Optional[str] = ..., playback_commit_policy: _Optional[str] = ..., return_stage_metrics: _Optional[bool] = ..., session_id: _Optional[str] = ...) -> None: ...
+    resumable: bool
+    def __init__(self, model: _Optional[str] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., has_output_modalities: _Optional[bool] = ..., input_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., output_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., turn_detection: _Optional[_Union[TurnDetection, _Mapping]] = ..., has_turn_detection: _Optional[bool] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., native_duplex: _Optional[bool] = ..., auto_response: _Optional[bool] = ..., overlap_policy: _Optional[str] = ..., playback_commit_policy: _Optional[str] = ..., return_stage_metrics: _Optional[bool] = ..., session_id: _Optional[str] = ..., resumable: _Optional[bool] = ...) -> None: ...
 
 class Capabilities(_message.Message):
     __slots__ = ("implementation_level", "supports_input_append", "supports_barge_in", "supports_session_resume", "supports_audio_truncate", "chunk_period_ms", "input_modes")

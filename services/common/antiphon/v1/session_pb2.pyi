@@ -150,8 +150,16 @@ class PlaybackAck(_message.Message):
     truncate: bool
     def __init__(self, response_id: _Optional[str] = ..., item_id: _Optional[str] = ..., played_ms: _Optional[int] = ..., committed_ms: _Optional[int] = ..., truncate: _Optional[bool] = ...) -> None: ...
 
+class ClientGone(_message.Message):
+    __slots__ = ("clean", "close_code")
+    CLEAN_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_CODE_FIELD_NUMBER: _ClassVar[int]
+    clean: bool
+    close_code: int
+    def __init__(self, clean: _Optional[bool] = ..., close_code: _Optional[int] = ...) -> None: ...
+
 class ClientCommand(_message.Message):
-    __slots__ = ("event_id", "operation_id", "client_type", "open", "update", "append_audio", "commit", "clear_input", "create_response", "cancel_response", "close", "heartbeat", "rejected", "resume", "event_ack", "cancel_input", "append_text", "create_item", "retrieve_item", "delete_item", "truncate_item", "clear_output_audio", "barge_in", "playback_ack")
+    __slots__ = ("event_id", "operation_id", "client_type", "open", "update", "append_audio", "commit", "clear_input", "create_response", "cancel_response", "close", "heartbeat", "rejected", "resume", "event_ack", "cancel_input", "append_text", "create_item", "retrieve_item", "delete_item", "truncate_item", "clear_output_audio", "barge_in", "playback_ack", "client_gone")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +184,7 @@ class ClientCommand(_message.Message):
     CLEAR_OUTPUT_AUDIO_FIELD_NUMBER: _ClassVar[int]
     BARGE_IN_FIELD_NUMBER: _ClassVar[int]
     PLAYBACK_ACK_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_GONE_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     operation_id: str
     client_type: str
@@ -200,7 +209,8 @@ class ClientCommand(_message.Message):
     clear_output_audio: ClearOutputAudio
     barge_in: BargeIn
     playback_ack: PlaybackAck
-    def __init__(self, event_id: _Optional[str] = ..., operation_id: _Optional[str] = ..., client_type: _Optional[str] = ..., open: _Optional[_Union[OpenSession, _Mapping]] = ..., update: _Optional[_Union[UpdateSession, _Mapping]] = ..., append_audio: _Optional[_Union[AppendAudio, _Mapping]] = ..., commit: _Optional[_Union[CommitInput, _Mapping]] = ..., clear_input: _Optional[_Union[ClearInput, _Mapping]] = ..., create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ..., close: _Optional[_Union[CloseSession, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., rejected: _Optional[_Union[ErrorEvent, _Mapping]] = ..., resume: _Optional[_Union[ResumeSession, _Mapping]] = ..., event_ack: _Optional[_Union[EventAck, _Mapping]] = ..., cancel_input: _Optional[_Union[CancelInput, _Mapping]] = ..., append_text: _Optional[_Union[AppendText, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., retrieve_item: _Optional[_Union[ItemRef, _Mapping]] = ..., delete_item: _Optional[_Union[ItemRef, _Mapping]] = ..., truncate_item: _Optional[_Union[TruncateItem, _Mapping]] = ..., clear_output_audio: _Optional[_Union[ClearOutputAudio, _Mapping]] = ..., barge_in: _Optional[_Union[BargeIn, _Mapping]] = ..., playback_ack: _Optional[_Union[PlaybackAck, _Mapping]] = ...) -> None: ...
+    client_gone: ClientGone
+    def __init__(self, event_id: _Optional[str] = ..., operation_id: _Optional[str] = ..., client_type: _Optional[str] = ..., open: _Optional[_Union[OpenSession, _Mapping]] = ..., update: _Optional[_Union[UpdateSession, _Mapping]] = ..., append_audio: _Optional[_Union[AppendAudio, _Mapping]] = ..., commit: _Optional[_Union[CommitInput, _Mapping]] = ..., clear_input: _Optional[_Union[ClearInput, _Mapping]] = ..., create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ..., close: _Optional[_Union[CloseSession, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., rejected: _Optional[_Union[ErrorEvent, _Mapping]] = ..., resume: _Optional[_Union[ResumeSession, _Mapping]] = ..., event_ack: _Optional[_Union[EventAck, _Mapping]] = ..., cancel_input: _Optional[_Union[CancelInput, _Mapping]] = ..., append_text: _Optional[_Union[AppendText, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., retrieve_item: _Optional[_Union[ItemRef, _Mapping]] = ..., delete_item: _Optional[_Union[ItemRef, _Mapping]] = ..., truncate_item: _Optional[_Union[TruncateItem, _Mapping]] = ..., clear_output_audio: _Optional[_Union[ClearOutputAudio, _Mapping]] = ..., barge_in: _Optional[_Union[BargeIn, _Mapping]] = ..., playback_ack: _Optional[_Union[PlaybackAck, _Mapping]] = ..., client_gone: _Optional[_Union[ClientGone, _Mapping]] = ...) -> None: ...
 
 class SessionState(_message.Message):
     __slots__ = ("config", "session_id", "incarnation", "attachment_generation", "resume_token", "epoch", "turn_id", "state", "active_response_id", "playback", "capabilities")
@@ -243,16 +253,18 @@ class HeartbeatAck(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class SessionResumed(_message.Message):
-    __slots__ = ("session_id", "incarnation", "attachment_generation", "resume_token")
+    __slots__ = ("session_id", "incarnation", "attachment_generation", "resume_token", "session")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     ATTACHMENT_GENERATION_FIELD_NUMBER: _ClassVar[int]
     RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     incarnation: int
     attachment_generation: int
     resume_token: str
-    def __init__(self, session_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., attachment_generation: _Optional[int] = ..., resume_token: _Optional[str] = ...) -> None: ...
+    session: SessionState
+    def __init__(self, session_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., attachment_generation: _Optional[int] = ..., resume_token: _Optional[str] = ..., session: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
 
 class SessionReplaced(_message.Message):
     __slots__ = ("session_id", "attachment_generation")
@@ -434,7 +446,7 @@ class Speak(_message.Message):
     def __init__(self, ref: _Optional[_Union[PartRef, _Mapping]] = ..., session_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class AudioDelta(_message.Message):
-    __slots__ = ("ref", "pcm16", "sample_rate_hz", "session_id", "epoch", "end_of_turn", "audio_duration_ms", "marks", "playback")
+    __slots__ = ("ref", "pcm16", "sample_rate_hz", "session_id", "epoch", "end_of_turn", "audio_duration_ms", "marks", "playback", "format")
     REF_FIELD_NUMBER: _ClassVar[int]
     PCM16_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
@@ -444,6 +456,7 @@ class AudioDelta(_message.Message):
     AUDIO_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     MARKS_FIELD_NUMBER: _ClassVar[int]
     PLAYBACK_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
     ref: PartRef
     pcm16: bytes
     sample_rate_hz: int
@@ -453,7 +466,8 @@ class AudioDelta(_message.Message):
     audio_duration_ms: int
     marks: _containers.RepeatedCompositeFieldContainer[_common_pb2.AudioTextMark]
     playback: _common_pb2.Playback
-    def __init__(self, ref: _Optional[_Union[PartRef, _Mapping]] = ..., pcm16: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., end_of_turn: _Optional[bool] = ..., audio_duration_ms: _Optional[int] = ..., marks: _Optional[_Iterable[_Union[_common_pb2.AudioTextMark, _Mapping]]] = ..., playback: _Optional[_Union[_common_pb2.Playback, _Mapping]] = ...) -> None: ...
+    format: _common_pb2.AudioFormat
+    def __init__(self, ref: _Optional[_Union[PartRef, _Mapping]] = ..., pcm16: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., end_of_turn: _Optional[bool] = ..., audio_duration_ms: _Optional[int] = ..., marks: _Optional[_Iterable[_Union[_common_pb2.AudioTextMark, _Mapping]]] = ..., playback: _Optional[_Union[_common_pb2.Playback, _Mapping]] = ..., format: _Optional[_Union[_common_pb2.AudioFormat, _Mapping]] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ("ref", "delta")

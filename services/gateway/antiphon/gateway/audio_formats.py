@@ -121,38 +121,25 @@ def encode(pcm16: bytes, rate: int, fmt: cpb.AudioFormat) -> Pcm:
     return Pcm(coded, G711_RATE)
 
 
-class OutputAudio:
-    """One socket's output audio: the session's format, and its audio deltas in it.
+def encode_delta(ev: spb.ServerEvent) -> str | None:
+    """Encode an audio delta in place, in the output format its session made
+    it for (`AudioDelta.format`); other events pass untouched.
 
-    The format is learned from the `session.created` / `session.updated`
-    events the socket relays; in stream order they precede every delta they
-    govern, so no delta is encoded by a format the session had not yet made
-    effective.
+    The format rides on each delta, journaled with it, rather than being
+    learned from the `session.*` events a socket happens to relay: a socket
+    that resumed the session (and saw no `session.created`), or a replay
+    that crosses a later `session.update`, encodes each delta as it was meant.
+    Returns the wire `format` of an encoded delta (None otherwise); the
+    projector labels deltas `pcm16`, so the caller relabels with it.
     """
-
-    def __init__(self) -> None:
-        self._format = cpb.AudioFormat(encoding=PCM16)
-
-    @property
-    def encoding(self) -> str:
-        return self._format.encoding or PCM16
-
-    def apply(self, ev: spb.ServerEvent) -> str | None:
-        """Learn from `ev`, or encode it in place if it is an audio delta.
-
-        Returns the wire `format` of an encoded delta (None for other events);
-        the projector labels deltas `pcm16`, so the caller relabels with it.
-        """
-        kind = ev.WhichOneof("kind")
-        if kind in ("session_created", "session_updated"):
-            self._format.CopyFrom(getattr(ev, kind).config.output_audio_format)
-            return None
-        if kind != "audio_delta" or self.encoding not in G711:
-            return None
-        delta = ev.audio_delta
-        coded = encode(delta.pcm16, delta.sample_rate_hz, self._format)
-        delta.pcm16, delta.sample_rate_hz = coded.pcm16, coded.sample_rate_hz
-        return self.encoding
+    if ev.WhichOneof("kind") != "audio_delta":
+        return None
+    delta = ev.audio_delta
+    if delta.format.encoding not in G711:
+        return None
+    coded = encode(delta.pcm16, delta.sample_rate_hz, delta.format)
+    delta.pcm16, delta.sample_rate_hz = coded.pcm16, coded.sample_rate_hz
+    return delta.format.encoding
 
 
 def ga_format(fmt: cpb.AudioFormat) -> dict[str, Any]:

@@ -10,6 +10,11 @@ When the stream to the session service is lost (a replica died or is
 draining), the connection resumes its session on a live replica with the
 last `server_event_seq` it delivered: the client sees `session.resumed`,
 then exactly the events it missed, and carries on.
+
+When the client's socket closes, the session is told how (`client_gone`):
+a goodbye ends it, a drop detaches it (see `client_close`). The connection
+waits a moment for the session to take the news, so that its slots are
+free before the next client of the same user arrives.
 """
 
 from __future__ import annotations
@@ -18,9 +23,9 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 from opentelemetry import trace
@@ -28,7 +33,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from antiphon.common import tracing
 from antiphon.common.ids import new_id
-from antiphon.gateway.audio_formats import OutputAudio
+from antiphon.gateway.audio_formats import encode_delta
+from antiphon.gateway.client_close import client_gone, is_last
 from antiphon.gateway.dialect import REALTIME, Dialect
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.metrics import GatewayMetrics
@@ -43,6 +49,13 @@ CLOSE_NORMAL = 1000
 CLOSE_INTERNAL = 1011
 # Events after which this socket's session stream is over for good.
 TERMINAL = {"session_closed", "session_expired", "session_replaced", "resync_required"}
+# How long a connection whose client left waits for its session to take the
+# news (end, or detach) before dropping the stream, which detaches it anyway.
+CLIENT_GONE_WAIT_S = 5.0
+# How one session stream ended: the session is over for this socket, the
+# session ended the stream without a terminal event (a draining replica, or
+# the client left), or the stream was lost.
+Relayed = Literal["over", "ended", "lost"]
 
 
 @dataclass
@@ -71,7 +84,6 @@ class Connection:
         self._max_bytes = max_message_bytes
         self._reconnect_timeout_s = reconnect_timeout_s
         self._translator = Translator()
-        self._output_audio = OutputAudio()
         self._normalize = dialect.normalize
         self._project = dialect.projector()
         self._close_code = CLOSE_NORMAL
@@ -79,6 +91,11 @@ class Connection:
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._identity: Identity | None = None
         self._delivered_seq = 0
+        # Set once the client's socket closed: the last command of the connection.
+        self._goodbye: spb.ClientCommand | None = None
+        # A command taken for a stream that was lost before it took it: it
+        # goes first on the next stream, so no command is dropped in between.
+        self._unsent: spb.ClientCommand | None = None
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write())
@@ -86,7 +103,7 @@ class Connection:
             first = await self._handshake()
             await self._serve(first)
         except WebSocketDisconnect:
-            pass
+            pass  # gone before it opened a session: nothing to tell
         finally:
             self._outbox.put_nowait(None)
             with contextlib.suppress(Exception):
@@ -156,13 +173,27 @@ class Connection:
                 done, _ = await asyncio.wait(
                     {socket_reader, session}, return_when=asyncio.FIRST_COMPLETED
                 )
-                if socket_reader in done:
-                    socket_reader.result()  # re-raise the client's disconnect
+                if session not in done:
+                    await self._client_left(socket_reader, session)
             finally:
                 for task in (socket_reader, session):
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
                         await task
+
+    async def _client_left(
+        self, socket_reader: asyncio.Task[None], session: asyncio.Task[None]
+    ) -> None:
+        """The socket closed: tell the session how, and give it a moment."""
+        exc = socket_reader.exception()
+        if not isinstance(exc, WebSocketDisconnect):
+            socket_reader.result()  # anything else is a failure of our own
+            return
+        self._goodbye = client_gone(exc.code)
+        clean = self._goodbye.client_gone.clean
+        self._metrics.client_closes.labels("clean" if clean else "dropped").inc()
+        self._commands.put_nowait(self._goodbye)
+        await asyncio.wait({session}, timeout=CLIENT_GONE_WAIT_S)
 
     async def _follow_session(self, first: spb.ClientCommand) -> None:
         """Stream the session's events; resume on another replica when the stream is lost."""
@@ -175,9 +206,20 @@ class Connection:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(channel.channel_ready(), 1.0)
             stub = session_pb2_grpc.SessionServiceStub(channel)
-            call = stub.Connect(self._requests(command), metadata=tracing.inject_metadata())
-            if await self._relay(call):
+            call = stub.Connect(metadata=tracing.inject_metadata())
+            sender = asyncio.create_task(self._send(call, command))
+            try:
+                relayed = await self._relay(call)
+            finally:
+                # This stream's sender stops here: commands wait for the next one.
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sender
+            if relayed == "over" or (relayed == "ended" and self._goodbye is not None):
                 return
+            if self._goodbye is not None and self._unsent is None and self._commands.empty():
+                # The lost stream took the goodbye with it: the next one says it again.
+                self._commands.put_nowait(self._goodbye)
             # Lost: open again elsewhere if the session never answered (nothing
             # was opened), else resume from the last event this socket delivered.
             if not deadline:
@@ -207,39 +249,61 @@ class Connection:
                 ),
             )
 
-    async def _requests(self, first: spb.ClientCommand) -> AsyncIterator[spb.ClientCommand]:
-        yield first
-        while True:
-            yield await self._commands.get()
+    async def _send(self, call: Any, first: spb.ClientCommand) -> None:
+        """Write one stream's commands, `first` first, in the order the socket
+        read them. Owned by the stream, so it ends with it: a command read
+        after the stream was lost waits for the next stream, never for a dead one."""
+        try:
+            await call.write(first)
+            while True:
+                if self._unsent is None:
+                    self._unsent = await self._commands.get()
+                await call.write(self._unsent)
+                cmd, self._unsent = self._unsent, None
+                if is_last(cmd):
+                    # Half-closed: the session ends the stream once it has heard.
+                    await call.done_writing()
+                    return
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            return  # the stream is over; `_relay` says how
 
-    async def _relay(self, call: Any) -> bool:
-        """Forward one stream's events; True when the session is over for this
-        socket, False when the stream was lost and should be resumed."""
+    async def _relay(self, call: Any) -> Relayed:
+        """Forward one stream's events until the session is over for this
+        socket, the session ends the stream, or the stream is lost."""
         try:
             async for ev in call:
                 kind = ev.WhichOneof("kind")
                 self._remember(ev, kind)
-                # Audio deltas leave in the session's output encoding (G.711 or PCM16).
-                encoded = self._output_audio.apply(ev)
+                # Audio deltas leave in the encoding they were made for (G.711 or PCM16).
+                encoded = encode_delta(ev)
                 frame = self._project(ev)
                 if encoded:
                     frame["format"] = encoded
                 self._outbox.put_nowait(frame)
                 if kind in TERMINAL or (kind == "error" and ev.seq == 0):
                     self._outbox.put_nowait(None)
-                    return True
+                    return "over"
         except grpc.aio.AioRpcError as exc:
             log.warning("session stream lost", extra={"code": str(exc.code())})
-            return False
-        # Ended without a terminal event: the replica is draining.
-        return False
+            return "lost"
+        # Ended without a terminal event: the replica is draining (or the
+        # client left and the session detached).
+        return "ended"
 
     def _remember(self, ev: spb.ServerEvent, kind: str | None) -> None:
         if kind == "session_created":
             st = ev.session_created
             self._identity = Identity(st.session_id, st.incarnation, st.resume_token)
-        elif kind == "session_resumed" and self._identity is not None:
-            self._identity.resume_token = ev.session_resumed.resume_token
+        elif kind == "session_resumed":
+            r = ev.session_resumed
+            if self._identity is None:
+                # The client's own `session.resume`: this socket can fail over
+                # too, from the cursor the client said it holds (this event's seq).
+                self._identity = Identity(r.session_id, r.incarnation, r.resume_token)
+                self._delivered_seq = ev.seq
+            self._identity.resume_token = r.resume_token
+            if r.HasField("session"):
+                self._translator.adopt(r.session.config)
         if kind not in ("session_resumed", "session_replaced", "resync_required"):
             # Attachment-scoped events carry a cursor, not a journal position.
             self._delivered_seq = max(self._delivered_seq, ev.seq)

@@ -27,6 +27,12 @@ class GatewayMetrics:
             "Session streams resumed on a replica after the previous stream was lost",
             registry=registry,
         )
+        self.client_closes = Counter(
+            "antiphon_gateway_client_closes_total",
+            "Client sockets that closed, by how: clean (1000/1001) or dropped",
+            ["kind"],
+            registry=registry,
+        )
         self.client_errors = Counter(
             "antiphon_gateway_client_errors_total",
             "Client events refused, by code",

@@ -62,6 +62,7 @@ def session_object(st: spb.SessionState) -> Json:
         "max_response_output_tokens": max_tokens,
         "overlap_policy": c.overlap_policy,
         "playback_commit_policy": c.playback_commit_policy,
+        "resumable": c.resumable,
         "playback": playback(st.playback),
         "capabilities": capabilities(st.capabilities),
         "extra_body": {
@@ -73,6 +74,13 @@ def session_object(st: spb.SessionState) -> Json:
 
 
 def turn_detection(td: cpb.TurnDetection) -> Json | None:
+    if td.mode == cpb.TURN_DETECTION_MODE_SEMANTIC_VAD:
+        return {
+            "type": "semantic_vad",
+            "eagerness": td.eagerness or "auto",
+            "create_response": td.create_response,
+            "interrupt_response": td.interrupt_response,
+        }
     if td.mode != cpb.TURN_DETECTION_MODE_SERVER_VAD:
         return None
     return {
@@ -174,6 +182,19 @@ def _session_state(st: spb.SessionState) -> Json:
         "resume_token": st.resume_token or None,
         "session": session_object(st),
     }
+
+
+def _resumed(e: spb.SessionResumed) -> Json:
+    body: Json = {
+        "session_id": e.session_id,
+        "incarnation": e.incarnation,
+        "attachment_generation": e.attachment_generation,
+        "resume_token": e.resume_token,
+    }
+    if e.HasField("session"):
+        # The configuration the resumed socket now speaks (formats included).
+        body["session"] = session_object(e.session)
+    return body
 
 
 def _error(e: spb.ErrorEvent) -> Json:
@@ -336,15 +357,7 @@ _PROJECTIONS: dict[str, tuple[str, Callable[[Any], Json]]] = {
         lambda e: {"session_id": e.session_id, "reason": e.reason},
     ),
     "heartbeat_ack": ("session.heartbeat_ack", lambda e: {"session_id": e.session_id}),
-    "session_resumed": (
-        "session.resumed",
-        lambda e: {
-            "session_id": e.session_id,
-            "incarnation": e.incarnation,
-            "attachment_generation": e.attachment_generation,
-            "resume_token": e.resume_token,
-        },
-    ),
+    "session_resumed": ("session.resumed", _resumed),
     "session_replaced": (
         "session.replaced",
         lambda e: {"session_id": e.session_id, "attachment_generation": e.attachment_generation},

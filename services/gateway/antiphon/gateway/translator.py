@@ -9,7 +9,8 @@ and yields no command, so a refused event changes nothing.
 
 The only thing it remembers is the input encoding the client last declared,
 because appends that name no `format` are in it; the session service owns
-the effective configuration (and resamples input to it).
+the effective configuration (and resamples input to it). A socket that
+resumed a session starts from the session's own input encoding (`adopt`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class Translator:
         # right after a session.update is already in the new encoding, before
         # the echo can come back.
         self._input_encoding = af.PCM16
+        self._declared = False
 
     def translate(self, event: dict[str, Any]) -> spb.ClientCommand:
         """The typed command for one client event; raises ClientError."""
@@ -151,7 +153,11 @@ class Translator:
             )
         native = query.get("native_duplex") or query.get("minicpmo45_native_duplex")
         if not patch.HasField("native_duplex") and native:
-            patch.native_duplex = native.lower() in ("1", "true", "yes")
+            patch.native_duplex = _query_flag(native)
+        # For clients that configure by URL only; `session.resumable` wins.
+        resumable = query.get("resumable")
+        if not patch.HasField("resumable") and resumable:
+            patch.resumable = _query_flag(resumable)
         self._declare(patch)
         cmd = spb.ClientCommand(client_type="session.update", open=spb.OpenSession(config=patch))
         if isinstance(event.get("event_id"), str):
@@ -162,6 +168,13 @@ class Translator:
         """Remember a valid patch's input encoding (only once nothing can refuse it)."""
         if patch.input_audio_format.encoding:
             self._input_encoding = patch.input_audio_format.encoding
+            self._declared = True
+
+    def adopt(self, config: cpb.SessionConfig) -> None:
+        """A resumed session's input encoding (`session.resumed`), unless the
+        client already declared one on this socket: its own word is newer."""
+        if not self._declared:
+            self._input_encoding = config.input_audio_format.encoding or af.PCM16
 
     def _resume(self, event: dict[str, Any]) -> spb.ClientCommand:
         session_id = _str(_required(event, "session_id"), "session_id")
@@ -445,6 +458,8 @@ class Translator:
                 )
                 p.has_turn_detection = True
                 break
+        if s.get("resumable") is not None:
+            p.resumable = _bool(s["resumable"], "session.resumable")
         if s.get("temperature") is not None:
             p.temperature = _number(s["temperature"], "session.temperature")
         tokens = s.get("max_output_tokens", s.get("max_response_output_tokens"))
@@ -461,6 +476,10 @@ class Translator:
 
 
 # ---------------------------------------------------------------- parsing
+def _query_flag(value: str) -> bool:
+    return value.lower() in ("1", "true", "yes")
+
+
 def _required(event: dict[str, Any], key: str, param: str | None = None) -> Any:
     """`event[key]`; absent and null are the same missing parameter."""
     value = event.get(key)
@@ -668,18 +687,25 @@ def _turn_detection(value: Any, param: str) -> cpb.TurnDetection:
         return cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_NONE)
     td = _obj(value, param)
     kind = td.get("type", "server_vad")
-    if kind != "server_vad":
+    if kind == "semantic_vad":
+        out = cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_SEMANTIC_VAD)
+        if td.get("eagerness") is not None:
+            # Its values are the session's to judge (session_config.EAGERNESS).
+            out.eagerness = _str(td["eagerness"], f"{param}.eagerness")
+    elif kind == "server_vad":
+        out = cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_SERVER_VAD)
+        if td.get("threshold") is not None:
+            out.threshold = _number(td["threshold"], f"{param}.threshold")
+        for key in ("prefix_padding_ms", "silence_duration_ms"):
+            if td.get(key) is not None:
+                setattr(out, key, _non_negative_int(td[key], f"{param}.{key}", INT32_MAX))
+    else:
         raise ClientError(
             "unsupported_turn_detection",
-            f"turn_detection.type {kind!r} is unsupported; use 'server_vad' or null",
+            f"turn_detection.type {kind!r} is unsupported; "
+            "use 'server_vad', 'semantic_vad' or null",
             param=param,
         )
-    out = cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_SERVER_VAD)
-    if td.get("threshold") is not None:
-        out.threshold = _number(td["threshold"], f"{param}.threshold")
-    for key in ("prefix_padding_ms", "silence_duration_ms"):
-        if td.get(key) is not None:
-            setattr(out, key, _non_negative_int(td[key], f"{param}.{key}", INT32_MAX))
     out.create_response = _bool(td.get("create_response", True), f"{param}.create_response")
     out.interrupt_response = _bool(
         td.get("interrupt_response", True), f"{param}.interrupt_response"

@@ -27,7 +27,7 @@ from antiphon.session.playback import Ledger, Ledgers
 from antiphon.session.responses import Event, ResponseOptions, ResponseState, item_status
 from antiphon.session.settings import SessionSettings
 from antiphon.session.snapshot import Snapshot, token_hash, token_matches
-from antiphon.session.stages import Binding, StreamEnded
+from antiphon.session.stages import BindError, Binding, Released, StageResult, StreamEnded
 from antiphon.session.store import NotOwnerError, SessionStore
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("antiphon.session")
 
 # Mailbox entries: (source, payload). Sources: "open", "resume", "recover",
-# "cmd", "stage0", "stage1", "detached", "grace_expired", "tick",
-# "ownership_lost", "shutdown".
+# "cmd", "stage0", "stage1" (a StageResult or StreamEnded), "detached",
+# "grace_expired", "tick", "ownership_lost", "shutdown".
 Mail = tuple[str, Any]
 
 STAGE0_RATE = 16000
@@ -64,9 +64,15 @@ class Refusal(Exception):
         super().__init__(message)
         self.event = spb.ErrorEvent(type=type_, code=code, message=message, param=param)
 
+    @classmethod
+    def unbound(cls, exc: BindError) -> Refusal:
+        """No stage worker took the session (on open, takeover or resume)."""
+        return cls(exc.error_type, exc.code, str(exc))
+
 
 Outbound = asyncio.Queue[spb.ServerEvent | None]
-# (stage, address that failed) -> a binding to another worker of that stage.
+# (stage, address that failed or "") -> a binding to another worker of that
+# stage (any, for ""); raises BindError.
 Rebind = Callable[[str, str], Awaitable[Binding[Any]]]
 
 
@@ -123,6 +129,9 @@ class SessionActor:
         self._deferred: ResponseOptions | None = None
         self._closed = asyncio.Event()
         self._grace_timer: asyncio.TimerHandle | None = None
+        # No stream attached: the client may resume within the grace period.
+        # A detached session holds no stage worker slot (see `_release_stages`).
+        self._detached = False
 
     # ----------------------------------------------------------- outside
     def post(self, source: str, payload: Any) -> None:
@@ -175,6 +184,7 @@ class SessionActor:
             self._metrics.takeovers.labels("attachment").inc()
         self._attachment += 1
         self._outbound = asyncio.Queue()
+        self._detached = False
         self._last_activity = time.monotonic()
         return self._outbound, self._attachment
 
@@ -206,6 +216,15 @@ class SessionActor:
                 )
             )
             return
+        if self._detached:
+            try:
+                await self._bind_released()
+            except BindError as exc:
+                # Still detached, holding no slot: the client may try again
+                # until its grace period ends.
+                self._metrics.sessions_refused.labels(exc.refused_reason).inc()
+                answer.set_exception(Refusal.unbound(exc))
+                return
         outbound, generation = self._attach()
         self._rotate_token()
         await self._persist()
@@ -216,6 +235,7 @@ class SessionActor:
             incarnation=self._incarnation,
             attachment_generation=generation,
             resume_token=self._resume_token,
+            session=self._state(),
         )
         outbound.put_nowait(
             spb.ServerEvent(seq=cursor, event_id=new_id("event"), session_resumed=resumed)
@@ -277,6 +297,97 @@ class SessionActor:
             await self._emit("rate_limits_updated", spb.RateLimitsUpdated())
         await self._persist()
 
+    # -------------------------------------------------------- detaching
+    async def _client_gone(self, gone: spb.ClientGone) -> None:
+        """The client's socket closed. A goodbye ends the session at once
+        (its admission and stage slots free for the next client), unless the
+        session is resumable; anything else only detaches it."""
+        log.info(
+            "client gone",
+            extra={"session_id": self.session_id, "clean": gone.clean, "code": gone.close_code},
+        )
+        if gone.clean and not self._config.resumable:
+            await self._close("client_closed")
+        else:
+            await self._detach(self._attachment, "resumable_close" if gone.clean else "dropped")
+
+    async def _detach(self, generation: int, how: str) -> None:
+        """No stream is attached: resumable for `disconnect_grace_s`, with no
+        stage worker slot held meanwhile (a resume binds again)."""
+        if generation != self._attachment or self._detached or self._closed.is_set():
+            return  # a replaced stream, or already detached by the client's word
+        self._detached = True
+        self._metrics.detached.labels(how).inc()
+        if self._outbound is not None:
+            # Ends the stream, when it is still open (the client's going came
+            # as a command): its gateway is waiting for that.
+            self._outbound.put_nowait(None)
+            self._outbound = None
+        loop = asyncio.get_running_loop()
+        self._grace_timer = loop.call_later(
+            self._settings.disconnect_grace_s, self.post, "grace_expired", generation
+        )
+        await self._release_stages()
+
+    async def _release_stages(self) -> None:
+        """Give the stage workers' slots back. What needs them ends first: a
+        response in flight (`cancelled`, `client_disconnected`; as far as it
+        was sent it enters history, as any cancelled answer does) and the
+        uncommitted input. A committed turn stage0 still owes a transcript
+        keeps stage0 until it is heard, so the user's last words are kept."""
+        self._deferred = None
+        if self._response is not None:
+            await self._cancel_active("client_disconnected")
+        if self._input_bytes:
+            # The uncommitted audio lives on stage0. Journaled: the resumed
+            # client learns that its unfinished turn is gone.
+            self._stage0.send(
+                stage_pb2.Stage0Request(clear_input=stage_pb2.Stage0ClearInput(epoch=self._epoch))
+            )
+            self._input_bytes = 0
+            await self._emit("input_cleared", spb.InputCleared())
+        self._resampler = None
+        self._speech_item_id = ""
+        self._unbound.clear()
+        await self._release_stage1()
+        if not self._pending:
+            await self._release_stage0()
+
+    async def _release_stage0(self) -> None:
+        if isinstance(self._stage0, Released):
+            return
+        binding = self._stage0
+        self._stage0 = Released()
+        await binding.close()
+        await self._persist()
+
+    async def _release_stage1(self) -> None:
+        if isinstance(self._stage1, Released):
+            return
+        binding = self._stage1
+        self._stage1 = Released()
+        await binding.close()
+        await self._persist()
+
+    async def _bind_released(self) -> None:
+        """Coming back from detached: bind again the stages given back, each
+        opened as a fresh session on its worker (as after a fail-over). On a
+        refusal the session stays detached and holds nothing."""
+        fresh: list[str] = []
+        try:
+            if isinstance(self._stage0, Released):
+                self._stage0 = await self._rebind("stage0", "")
+                fresh.append("stage0")
+            if isinstance(self._stage1, Released):
+                self._stage1 = await self._rebind("stage1", "")
+                fresh.append("stage1")
+        except BaseException:
+            for stage in fresh:
+                await self._release_stage0() if stage == "stage0" else await self._release_stage1()
+            raise
+        for stage in fresh:
+            self._bind_stages(stage)
+
     # ---------------------------------------------------------- dispatch
     async def _handle(self, source: str, payload: Any) -> None:
         if source == "cmd":
@@ -297,23 +408,18 @@ class SessionActor:
             await self._tick()
         elif source == "ownership_lost":
             self._stand_down()
-        elif source == "stage0":
-            await self._stage0_event(payload)
-        elif source == "stage1":
-            await self._stage1_event(payload)
+        elif source in ("stage0", "stage1"):
+            await self._stage_result(source, payload)
         elif source == "detached":
-            if payload == self._attachment:
-                self._outbound = None
-                loop = asyncio.get_running_loop()
-                self._grace_timer = loop.call_later(
-                    self._settings.disconnect_grace_s, self.post, "grace_expired", payload
-                )
+            # The stream ended with no word from the client: its gateway died
+            # or drained, and the client may come back through another.
+            await self._detach(payload, "stream_lost")
         elif source == "shutdown":
             # Draining: hand the session on. The stream ends without a word;
             # the gateway resumes it on another replica.
             self._stand_down(notify=False)
         elif source == "grace_expired":
-            if payload == self._attachment and self._outbound is None:
+            if payload == self._attachment and self._detached:
                 await self._expire("disconnect_grace_expired")
 
     async def _command(self, cmd: spb.ClientCommand) -> None:
@@ -357,6 +463,8 @@ class SessionActor:
             await self._store.trim_acked(self.session_id, self.owner_token, cmd.event_ack.seq)
         elif kind == "close":
             await self._close("session_close")
+        elif kind == "client_gone":
+            await self._client_gone(cmd.client_gone)
         elif kind == "rejected":
             self._metrics.errors.labels(cmd.rejected.code).inc()
             await self._emit("error", cmd.rejected)
@@ -1118,7 +1226,12 @@ class SessionActor:
             if r is not None:
                 await self._emit_all(
                     r.audio_events(
-                        msg.pcm16, msg.sample_rate_hz, msg.text, msg.duration_ms, list(msg.marks)
+                        msg.pcm16,
+                        msg.sample_rate_hz,
+                        msg.text,
+                        msg.duration_ms,
+                        list(msg.marks),
+                        self._config.output_audio_format,
                     )
                 )
         elif kind == "done":
@@ -1136,6 +1249,25 @@ class SessionActor:
         if r is not None and (not msg.response_id or msg.response_id == r.id):
             await self._finish(r, "failed", msg.code or f"{stage}_error")
 
+    async def _stage_result(self, stage: str, result: StageResult | StreamEnded) -> None:
+        current = self._stage0 if stage == "stage0" else self._stage1
+        if isinstance(result, StreamEnded):
+            event: Any = result  # each handler below knows a stream's end
+        elif result.binding is current:
+            event = result.event
+        else:
+            # From a binding this session let go (released at detach, or
+            # replaced): what it still had in flight is for nobody.
+            self._metrics.stale_dropped.labels(stage).inc()
+            return
+        if stage == "stage0":
+            await self._stage0_event(event)
+            if self._detached and not self._pending:
+                # The turns it still owed are heard: its slot goes back now.
+                await self._release_stage0()
+        else:
+            await self._stage1_event(event)
+
     async def _stage_lost(self, stage: str, binding: Binding[Any]) -> None:
         """A stage worker died: end what it owed, and carry on with another."""
         current = self._stage0 if stage == "stage0" else self._stage1
@@ -1149,6 +1281,10 @@ class SessionActor:
         if self._response is not None:
             # Never left open: a typed reason, and the next turn works.
             await self._finish(self._response, "failed", f"{stage}_unavailable")
+        if self._detached:
+            # Nobody to serve: a resume binds a worker again.
+            await self._release_stage0() if stage == "stage0" else await self._release_stage1()
+            return
         await self._replace_worker(stage, binding.address)
 
     async def _replace_worker(self, stage: str, failed: str) -> None:
@@ -1171,6 +1307,9 @@ class SessionActor:
 
     # ----------------------------------------------------------- closing
     async def _close(self, reason: str) -> None:
+        """The client ended the session: `session.close`, or a clean close of
+        its socket (`client_closed`) when the session is not resumable."""
+        self._metrics.closed.labels(reason).inc()
         if self._response is not None:
             await self._cancel_active("session_closed")
         await self._emit(

@@ -63,6 +63,18 @@ class SessionMetrics:
             ["reason"],
             registry=registry,
         )
+        self.closed = Counter(
+            "antiphon_session_closed_total",
+            "Sessions ended by their client: session.close, or a clean socket close",
+            ["reason"],
+            registry=registry,
+        )
+        self.detached = Counter(
+            "antiphon_session_detached_total",
+            "Sessions left resumable with no stream (and no stage slot), by how",
+            ["how"],
+            registry=registry,
+        )
         self.duplicates = Counter(
             "antiphon_session_duplicate_operations_total",
             "Retried appends recognised by operation_id and not applied again",

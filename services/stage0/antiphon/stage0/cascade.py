@@ -1,5 +1,8 @@
 """One session's state on a stage0 `cascade` worker: VAD -> utterance -> ASR -> LLM.
 
+In `semantic_vad` the end-of-turn model (turn.py) may end an utterance
+before Silero's silence timeout does; the session sees a server_vad turn.
+
 The session service drives it with typed requests; it reports VAD events,
 transcripts, listen/speak decisions and LLM text. Work of an epoch older
 than the newest one seen is dropped or aborted.
@@ -19,6 +22,14 @@ from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.transcript import PendingText, StreamingTranscript
+from antiphon.stage0.turn import (
+    WINDOW_SAMPLES,
+    SemanticEndpointer,
+    TurnBatcher,
+    TurnCheck,
+    eagerness,
+    window,
+)
 from antiphon.stage0.vad import (
     EndpointerConfig,
     SpeechStarted,
@@ -46,6 +57,7 @@ class CascadeSession:
         emit: Callable[[pb.Stage0Event], None],
         metrics: Stage0Metrics,
         vad_batcher: VadBatcher,
+        turn_batcher: TurnBatcher,
     ) -> None:
         self._models = models
         self._metrics = metrics
@@ -57,6 +69,9 @@ class CascadeSession:
         self._epoch = 0
         self._vad: VadStream = models.vad.stream()
         self._vad_batcher = vad_batcher
+        # semantic_vad: when to ask the end-of-turn model (None: Silero's silence alone).
+        self._semantic: SemanticEndpointer | None = None
+        self._turn_batcher = turn_batcher
         self._transcript = StreamingTranscript(
             self._asr, segment_ms=int(settings.asr_segment_s * 1000)
         )
@@ -114,6 +129,11 @@ class CascadeSession:
         )
         if self._lane == pb.LANE_NATIVE:
             silence = self._settings.native_silence_ms
+        self._semantic = None
+        if self._lane == pb.LANE_SERVER_VAD and td.mode == cpb.TURN_DETECTION_MODE_SEMANTIC_VAD:
+            # The session's server_vad lane; only the rule that ends a turn differs.
+            self._semantic = SemanticEndpointer(eagerness(td.eagerness))
+            silence = self._semantic.max_silence_ms
         self._vad.configure(
             EndpointerConfig(
                 threshold=td.threshold if td.HasField("threshold") else defaults.threshold,
@@ -146,7 +166,11 @@ class CascadeSession:
             if isinstance(event, SpeechStarted):
                 self._speech_started(event)
             elif isinstance(event, SpeechStopped):
+                if self._semantic is not None:
+                    self._metrics.turn_ends.labels("max_silence").inc()
                 self._speech_stopped(event)
+        if self._semantic is not None:
+            self._ask_turn_model(self._semantic)
         if self._lane == pb.LANE_NATIVE and self._vad.endpointer.in_speech:
             # A model-unit boundary inside speech: the model keeps listening.
             while self._received_ms >= self._next_unit_ms:
@@ -164,6 +188,27 @@ class CascadeSession:
             # Between utterances keep only what prefix padding may reach back to.
             keep_ms = self._vad.endpointer.config.prefix_padding_ms + 100
             self._trim_to(self._received_ms - keep_ms)
+
+    def _ask_turn_model(self, semantic: SemanticEndpointer) -> None:
+        """semantic_vad: ask Smart Turn about the utterance so far, if a question is due."""
+        check = semantic.due(self._vad.endpointer)
+        if check is None:
+            return
+        end = max(0, check.at_ms - self._utterance_start_ms) * BYTES_PER_MS
+        audio = window(bytes(self._utterance[max(0, end - WINDOW_SAMPLES * 2) : end]))
+        self._turn_batcher.submit(
+            self, audio, lambda probability: self._turn_answered(semantic, check, probability)
+        )
+
+    def _turn_answered(
+        self, semantic: SemanticEndpointer, check: TurnCheck, probability: float
+    ) -> None:
+        if semantic is not self._semantic:
+            return  # reconfigured since it was asked
+        stopped = semantic.decide(check, probability, self._vad.endpointer)
+        if stopped is not None:
+            self._metrics.turn_ends.labels("model").inc()
+            self._speech_stopped(stopped)
 
     def _speech_started(self, ev: SpeechStarted) -> None:
         self._trim_to(ev.audio_start_ms)
@@ -347,6 +392,7 @@ class CascadeSession:
 
     async def close(self) -> None:
         self._vad_batcher.discard(self._vad)
+        self._turn_batcher.discard(self)
         self._drop_segmented()
         self._transcript.reset()
         tasks = list(self._tasks)

@@ -41,6 +41,18 @@ class Stage0Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
             registry=registry,
         )
+        self.turn_batch_size = Histogram(
+            "antiphon_stage0_turn_batch_size",
+            "Sessions' windows run in one end-of-turn model call (semantic_vad)",
+            buckets=(1, 2, 4, 8, 16, 32),
+            registry=registry,
+        )
+        self.turn_ends = Counter(
+            "antiphon_stage0_turn_ends_total",
+            "semantic_vad turns ended, by what ended them",
+            ["by"],
+            registry=registry,
+        )
         self.asr_latency = Histogram(
             "antiphon_stage0_asr_seconds",
             "From the end of an utterance to its transcript (only the tail is left by then)",

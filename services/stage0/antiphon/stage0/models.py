@@ -14,6 +14,7 @@ from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
 from antiphon.stage0.llm import LlmEngine, LlmOutput
 from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.turn import SmartTurn
 from antiphon.stage0.vad import SileroVad
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,9 @@ class Engines(Protocol):
     def vad(self) -> SileroVad: ...
 
     @property
+    def turn(self) -> SmartTurn: ...
+
+    @property
     def llm(self) -> TextGenerator: ...
 
     async def transcribe(self, pcm16: bytes) -> str: ...
@@ -44,6 +48,7 @@ class Engines(Protocol):
 @dataclass
 class CascadeModels:
     vad: SileroVad
+    turn: SmartTurn
     asr: WhisperAsr
     llm: LlmEngine
     # Whisper runs off the event loop, one utterance at a time.
@@ -54,6 +59,7 @@ class CascadeModels:
         assets = locate(settings.model_cache)
         t0 = time.perf_counter()
         vad = SileroVad(assets.vad_onnx, threads=settings.vad_threads)
+        turn = SmartTurn(assets.turn.onnx, assets.turn.features, threads=settings.turn_threads)
         asr = WhisperAsr(assets.whisper_dir, threads=settings.asr_threads)
         t1 = time.perf_counter()
         llm = await LlmEngine.start(
@@ -66,7 +72,7 @@ class CascadeModels:
             "models loaded",
             extra={"vad_asr_s": round(t1 - t0, 2), "llm_s": round(time.perf_counter() - t1, 2)},
         )
-        return cls(vad, asr, llm, ThreadPoolExecutor(1, thread_name_prefix="asr"))
+        return cls(vad, turn, asr, llm, ThreadPoolExecutor(1, thread_name_prefix="asr"))
 
     async def transcribe(self, pcm16: bytes) -> str:
         if not pcm16:

@@ -11,6 +11,7 @@ from antiphon.stage0.cascade import CascadeSession
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
 from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.turn import TurnBatcher
 from antiphon.stage0.vad import VadBatcher
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
@@ -26,8 +27,10 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
         self._settings = settings
         self._metrics = metrics
         self._active = active
-        # One per worker, made with the engines: every session's VAD frames share its batches.
+        # One per worker, made with the engines: every session's VAD frames
+        # (and semantic_vad windows) share its batches.
         self._vad_batcher: VadBatcher | None = None
+        self._turn_batcher: TurnBatcher | None = None
 
     def capabilities(self) -> cpb.Capabilities:
         return cpb.Capabilities(
@@ -62,11 +65,17 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
             self._vad_batcher = VadBatcher(
                 models.vad, observe_batch=self._metrics.vad_batch_size.observe
             )
-        batcher = self._vad_batcher
+        if self._turn_batcher is None:
+            self._turn_batcher = TurnBatcher(
+                models.turn, observe_batch=self._metrics.turn_batch_size.observe
+            )
+        batcher, turns = self._vad_batcher, self._turn_batcher
         event: pb.Stage0Event
         async for event in serve_binding(
             request_iterator,
-            lambda emit: CascadeSession(models, self._settings, emit, self._metrics, batcher),
+            lambda emit: CascadeSession(
+                models, self._settings, emit, self._metrics, batcher, turns
+            ),
             context=context,
             active=self._active,
             span_name="stage0.bind",

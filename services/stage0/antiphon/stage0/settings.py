@@ -23,6 +23,8 @@ class Stage0Settings(WorkerSettings):
     # 10-100x slower than one.
     vad_threads: int = 1
     asr_threads: int = 1
+    # Smart Turn (`semantic_vad`); its calls run on one worker thread of their own.
+    turn_threads: int = 1
     llm_threads: int = 1
     llm_max_model_len: int = 2048
     llm_kv_cache_gib: float = 1.0

@@ -1,4 +1,4 @@
-"""The `synthetic` stage0 backend: real VAD, scripted ASR and LLM on a clock.
+"""The `synthetic` stage0 backend: real VAD and end-of-turn model, scripted ASR and LLM on a clock.
 
 For load and fault tests of the serving path only; never the default. The
 scripted answer quotes the last user message, so a test can see which
@@ -11,9 +11,10 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from antiphon.stage0.assets import locate_vad
+from antiphon.stage0.assets import locate_turn, locate_vad
 from antiphon.stage0.llm import GenerationMetrics, LlmOutput
 from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.turn import SmartTurn
 from antiphon.stage0.vad import SileroVad
 
 BYTES_PER_MS = 32
@@ -58,6 +59,8 @@ class ScriptedLlm:
 class SyntheticEngines:
     def __init__(self, settings: Stage0Settings) -> None:
         self._vad = SileroVad(locate_vad(), threads=settings.vad_threads)
+        turn = locate_turn()
+        self._turn = SmartTurn(turn.onnx, turn.features, threads=settings.turn_threads)
         self._llm = ScriptedLlm(
             ttft_ms=settings.synthetic_ttft_ms, token_ms=settings.synthetic_token_ms
         )
@@ -66,6 +69,10 @@ class SyntheticEngines:
     @property
     def vad(self) -> SileroVad:
         return self._vad
+
+    @property
+    def turn(self) -> SmartTurn:
+        return self._turn
 
     @property
     def llm(self) -> ScriptedLlm:

@@ -80,7 +80,11 @@ class EndpointerConfig:
 
 
 class Endpointer:
-    """Turns per-frame speech probabilities into start/stop events. Pure: no audio, no model."""
+    """Turns per-frame speech probabilities into start/stop events. Pure: no audio, no model.
+
+    `semantic_vad` (turn.py) runs it with its longest wait as the silence
+    duration and may end an utterance sooner with `end_turn`.
+    """
 
     def __init__(self, config: EndpointerConfig | None = None, *, start_ms: int = 0) -> None:
         self.config = config or EndpointerConfig()
@@ -101,12 +105,33 @@ class Endpointer:
         """End of the last frame seen, on the stream clock."""
         return self._now_ms
 
+    @property
+    def silence_start_ms(self) -> int | None:
+        """Start of the silence the current utterance is in, if it is in one."""
+        return self._silence_ms if self._in_speech else None
+
     def reset(self) -> None:
         """Back to silence at the current time; the next onset is never padded before now."""
         self._in_speech = False
         self._candidate_ms = None
         self._silence_ms = None
         self._last_end_ms = self._now_ms
+
+    def end_turn(self, at_ms: int | None = None) -> SpeechStopped | None:
+        """End the utterance in the silence it is in, at `at_ms` (default: now).
+
+        An end-of-turn model's call: `at_ms` is the end of the audio it judged,
+        within this silence. None when there is nothing to end: not in
+        speech, or speech is going on.
+        """
+        if not self._in_speech or self._silence_ms is None:
+            return None
+        offset = self._silence_ms
+        end = self._now_ms if at_ms is None else min(max(at_ms, offset), self._now_ms)
+        self._in_speech = False
+        self._silence_ms = None
+        self._last_end_ms = end
+        return SpeechStopped(audio_end_ms=end, offset_ms=offset)
 
     def update(self, probability: float, frame_ms: int = FRAME_MS) -> VadEvent | None:
         """Advance by one frame of `frame_ms` with the given speech probability."""

@@ -1,0 +1,322 @@
+"""semantic_vad: the end-of-turn rule (pure), Smart Turn on real speech, batching."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import itertools
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from antiphon.common.assets import MissingAssetError
+from antiphon.stage0 import assets as stage0_assets
+from antiphon.stage0.assets import Stage0Assets
+from antiphon.stage0.turn import (
+    EAGERNESS,
+    FIRST_CHECK_MS,
+    RECHECK_MS,
+    WINDOW_SAMPLES,
+    SemanticEndpointer,
+    SmartTurn,
+    TurnBatcher,
+    TurnCheck,
+    eagerness,
+    window,
+)
+from antiphon.stage0.vad import (
+    FRAME_MS,
+    Endpointer,
+    EndpointerConfig,
+    SpeechStarted,
+    SpeechStopped,
+    VadEvent,
+)
+from tests.support.speech import Voice, silence, spoken, spoken_cut
+
+SPEECH, QUIET = 0.9, 0.0
+
+
+def _rule(name: str = "auto") -> tuple[SemanticEndpointer, Endpointer]:
+    semantic = SemanticEndpointer(eagerness(name))
+    cfg = EndpointerConfig(silence_duration_ms=semantic.max_silence_ms)
+    return semantic, Endpointer(cfg)
+
+
+def _drive(
+    semantic: SemanticEndpointer,
+    endpointer: Endpointer,
+    probs: list[float],
+    answer: Callable[[TurnCheck], float | None],
+    checks: list[TurnCheck] | None = None,
+) -> list[VadEvent]:
+    """Frames through the endpointer, each followed by the question due, if any,
+    answered at once (`answer` returning None leaves it unanswered)."""
+    events: list[VadEvent] = []
+    for p in probs:
+        event = endpointer.update(p)
+        if event is not None:
+            events.append(event)
+        check = semantic.due(endpointer)
+        if check is None:
+            continue
+        if checks is not None:
+            checks.append(check)
+        probability = answer(check)
+        if probability is not None:
+            stopped = semantic.decide(check, probability, endpointer)
+            if stopped is not None:
+                events.append(stopped)
+    return events
+
+
+def _unanswered(into: list[TurnCheck]) -> Callable[[TurnCheck], None]:
+    """Keep each question for later; answer none now."""
+
+    def hold(check: TurnCheck) -> None:
+        into.append(check)
+
+    return hold
+
+
+def _stops(events: list[VadEvent]) -> list[SpeechStopped]:
+    return [e for e in events if isinstance(e, SpeechStopped)]
+
+
+def _frames(ms: int) -> int:
+    return -(-ms // FRAME_MS)
+
+
+# ------------------------------------------------------------ the rule (pure)
+
+
+def test_eagerness_follows_openai_auto_is_medium_and_longest_waits_are_8_4_2_s() -> None:
+    assert eagerness("auto") == eagerness("medium") == eagerness("") == EAGERNESS["medium"]
+    waits = {name: EAGERNESS[name].max_silence_ms for name in ("low", "medium", "high")}
+    assert waits == {"low": 8000, "medium": 4000, "high": 2000}
+    # More eager: ends sooner on a less certain model.
+    assert EAGERNESS["high"].threshold < EAGERNESS["medium"].threshold < EAGERNESS["low"].threshold
+
+
+def test_a_likely_end_of_turn_ends_at_the_first_check_well_before_server_vad() -> None:
+    semantic, endpointer = _rule()
+    checks: list[TurnCheck] = []
+    events = _drive(
+        semantic, endpointer, [SPEECH] * 30 + [QUIET] * _frames(5000), lambda _c: 0.9, checks
+    )
+    assert [type(e) for e in events] == [SpeechStarted, SpeechStopped]
+    (stopped,) = _stops(events)
+    assert stopped.offset_ms == 30 * FRAME_MS
+    (check,) = checks
+    assert stopped.audio_end_ms == check.at_ms
+    assert FIRST_CHECK_MS <= stopped.audio_end_ms - stopped.offset_ms < FIRST_CHECK_MS + FRAME_MS
+    assert not endpointer.in_speech
+
+
+def test_an_unlikely_end_waits_to_the_longest_silence_asking_again_as_it_grows() -> None:
+    semantic, endpointer = _rule("medium")
+    checks: list[TurnCheck] = []
+    events = _drive(
+        semantic, endpointer, [SPEECH] * 30 + [QUIET] * _frames(6000), lambda _c: 0.1, checks
+    )
+    (stopped,) = _stops(events)
+    assert stopped.audio_end_ms - stopped.offset_ms == pytest.approx(4000, abs=FRAME_MS)
+    silences = [c.at_ms - c.silence_start_ms for c in checks]
+    assert silences[0] >= FIRST_CHECK_MS
+    assert all(b - a >= RECHECK_MS for a, b in itertools.pairwise(silences))
+    assert len(checks) == 1 + (4000 - FIRST_CHECK_MS) // RECHECK_MS
+
+
+@pytest.mark.parametrize("name", ["low", "medium", "high"])
+def test_each_eagerness_ends_early_at_its_threshold_and_not_below(name: str) -> None:
+    level = EAGERNESS[name]
+    probs = [SPEECH] * 30 + [QUIET] * _frames(level.max_silence_ms + 1000)
+    semantic, endpointer = _rule(name)
+    (early,) = _stops(_drive(semantic, endpointer, probs, lambda _c: level.threshold))
+    assert early.audio_end_ms - early.offset_ms < FIRST_CHECK_MS + FRAME_MS
+    semantic, endpointer = _rule(name)
+    (late,) = _stops(_drive(semantic, endpointer, probs, lambda _c: level.threshold - 0.01))
+    assert late.audio_end_ms - late.offset_ms == pytest.approx(level.max_silence_ms, abs=FRAME_MS)
+
+
+def test_speech_resuming_before_the_answer_cancels_the_end() -> None:
+    semantic, endpointer = _rule()
+    pending: list[TurnCheck] = []
+    pause = [SPEECH] * 30 + [QUIET] * _frames(300)
+    _drive(semantic, endpointer, pause, _unanswered(pending))
+    (check,) = pending
+    # The user goes on before the model answers; its "complete" is about a pause that is over.
+    _drive(semantic, endpointer, [SPEECH] * 10, lambda _c: None)
+    assert semantic.decide(check, 0.99, endpointer) is None
+    assert endpointer.in_speech
+    # The next silence is asked about afresh and can end the turn.
+    checks: list[TurnCheck] = []
+    events = _drive(semantic, endpointer, [QUIET] * _frames(1000), lambda _c: 0.99, checks)
+    assert checks[0].silence_start_ms != check.silence_start_ms
+    assert [e.audio_end_ms for e in _stops(events)] == [checks[0].at_ms]
+
+
+def test_an_answer_after_the_turn_ended_or_the_input_was_cleared_ends_nothing() -> None:
+    semantic, endpointer = _rule()
+    pending: list[TurnCheck] = []
+    _drive(semantic, endpointer, [SPEECH] * 30 + [QUIET] * 10, _unanswered(pending))
+    endpointer.reset()  # input_audio_buffer.clear
+    assert semantic.decide(pending[0], 0.99, endpointer) is None
+    assert not endpointer.in_speech
+
+
+def test_one_question_at_a_time_and_a_late_answer_still_ends_where_it_was_asked() -> None:
+    semantic, endpointer = _rule()
+    asked: list[TurnCheck] = []
+    _drive(semantic, endpointer, [SPEECH] * 30 + [QUIET] * _frames(1500), _unanswered(asked))
+    assert len(asked) == 1  # unanswered: nothing more is asked
+    stopped = semantic.decide(asked[0], 0.9, endpointer)
+    assert stopped is not None and stopped.audio_end_ms == asked[0].at_ms < endpointer.now_ms
+
+
+def test_end_turn_needs_a_silence_and_the_next_onset_never_pads_before_it() -> None:
+    endpointer = Endpointer(EndpointerConfig(prefix_padding_ms=1000, silence_duration_ms=4000))
+    for _ in range(10):
+        endpointer.update(SPEECH)
+    assert endpointer.end_turn() is None  # speech going on
+    for _ in range(10):
+        endpointer.update(QUIET)
+    stopped = endpointer.end_turn()
+    assert stopped is not None and stopped.audio_end_ms == endpointer.now_ms
+    assert endpointer.end_turn() is None  # already ended
+    started = [e for e in (endpointer.update(SPEECH) for _ in range(10)) if e is not None]
+    assert isinstance(started[0], SpeechStarted)
+    assert started[0].audio_start_ms == stopped.audio_end_ms
+
+
+def test_window_is_the_last_8_s_zero_padded_at_the_front() -> None:
+    short = window(b"\x00\x40" * 1600)  # 0.1 s of 0.5
+    assert short.shape == (WINDOW_SAMPLES,) and short.dtype == np.float32
+    assert not short[:-1600].any() and np.allclose(short[-1600:], 0.5)
+    ramp = np.arange(WINDOW_SAMPLES + 500, dtype="<i2")
+    long = window(ramp.tobytes())
+    assert np.allclose(long, ramp[500:].astype(np.float32) / 32768.0)
+
+
+def test_missing_pipecat_is_a_startup_error_naming_make_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        stage0_assets.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "pipecat" else real(name, *a),
+    )
+    with pytest.raises(MissingAssetError, match="pipecat-ai") as caught:
+        stage0_assets.locate_turn()
+    assert "make install" in str(caught.value)
+
+
+# ------------------------------------------------------------ Smart Turn on real speech
+
+
+@pytest.fixture(scope="module")
+def smart_turn(assets: Stage0Assets) -> SmartTurn:
+    return SmartTurn(assets.turn.onnx, assets.turn.features, threads=1)
+
+
+def _after_speech(pcm16: bytes, silence_ms: int = 200) -> np.ndarray:
+    """As stage0 asks at its first check: the utterance, then a short silence."""
+    return window(silence(300, 16000) + pcm16 + silence(silence_ms, 16000))
+
+
+@pytest.mark.models
+def test_the_model_loads_without_importing_pipecat(smart_turn: SmartTurn) -> None:
+    assert smart_turn.batched  # v3.2's batch dimension is dynamic
+    assert not [m for m in sys.modules if m == "pipecat" or m.startswith("pipecat.")]
+
+
+# espeak's questions end without the pitch of a finished question and score low;
+# its requests and Piper's questions score high.
+COMPLETE: list[tuple[Voice, str]] = [
+    ("piper", "What is the capital of France?"),
+    ("piper", "Where is the nearest train station?"),
+    ("piper", "How do I make a cup of tea?"),
+    ("espeak", "Please tell me a joke."),
+    ("espeak", "Set a timer for ten minutes."),
+    ("espeak", "Turn off the lights in the kitchen."),
+]
+
+
+@pytest.mark.models
+@pytest.mark.parametrize(("voice", "text"), COMPLETE)
+def test_a_complete_turn_scores_high(smart_turn: SmartTurn, voice: Voice, text: str) -> None:
+    (p,) = smart_turn.predict([_after_speech(spoken(text, 16000, voice))])
+    assert p > 0.8, p
+
+
+# Speech broken off mid-sentence, cut from the whole sentence's audio (a
+# truncated sentence spoken alone ends in a sentence's falling tone, and Piper's
+# then scores high).
+BROKEN_OFF: list[tuple[Voice, str, int]] = [
+    ("piper", "So I was thinking that we could go to the beach tomorrow.", 4),
+    ("piper", "Yesterday I went to the market and bought some apples.", 7),
+    ("espeak", "What I really want is a quiet place to read.", 5),
+    ("espeak", "I need to book a flight to Paris for next week.", 7),
+]
+
+
+@pytest.mark.models
+@pytest.mark.parametrize(("voice", "text", "words"), BROKEN_OFF)
+def test_speech_broken_off_mid_sentence_scores_below_every_threshold(
+    smart_turn: SmartTurn, voice: Voice, text: str, words: int
+) -> None:
+    (p,) = smart_turn.predict([_after_speech(spoken_cut(text, words, 16000, voice))])
+    assert p < min(e.threshold for e in EAGERNESS.values()), p
+
+
+def _fixture_windows() -> list[np.ndarray]:
+    complete = [_after_speech(spoken(text, 16000, voice)) for voice, text in COMPLETE]
+    cut = [_after_speech(spoken_cut(t, n, 16000, v)) for v, t, n in BROKEN_OFF]
+    return complete + cut
+
+
+@pytest.mark.models
+def test_a_batched_call_gives_the_probabilities_of_one_by_one(smart_turn: SmartTurn) -> None:
+    windows = _fixture_windows()
+    together = smart_turn.predict(windows)
+    alone = np.concatenate([smart_turn.predict([w]) for w in windows])
+    assert together.shape == (len(windows),)
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+@pytest.mark.models
+async def test_batcher_runs_every_waiting_session_in_one_call(smart_turn: SmartTurn) -> None:
+    """Windows submitted in one event-loop turn share a model call; a closed
+    session's answer is dropped; one window submitted during a call waits for the next."""
+    windows = _fixture_windows()[:4]
+    expected = smart_turn.predict(windows)
+    sizes: list[int] = []
+    answers: dict[int, float] = {}
+    done = asyncio.Event()
+    with ThreadPoolExecutor(1) as executor:
+        batcher = TurnBatcher(smart_turn, executor=executor, observe_batch=sizes.append)
+
+        def answered(key: int) -> Callable[[float], None]:
+            def on_probability(p: float) -> None:
+                answers[key] = p
+                if len(answers) == 3:
+                    done.set()
+
+            return on_probability
+
+        for key, w in enumerate(windows[:3]):
+            batcher.submit(key, w, answered(key))
+        batcher.submit("closed", windows[3], lambda _p: pytest.fail("answered a closed session"))
+        batcher.discard("closed")
+        await asyncio.wait_for(done.wait(), 30)
+        late = asyncio.get_running_loop().create_future()
+        batcher.submit("late", windows[3], late.set_result)
+        assert await asyncio.wait_for(late, 30) == pytest.approx(float(expected[3]), abs=1e-5)
+    assert sizes == [3, 1]
+    assert [answers[k] for k in range(3)] == pytest.approx(
+        [float(p) for p in expected[:3]], abs=1e-5
+    )
