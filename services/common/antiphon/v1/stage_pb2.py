@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from antiphon.v1 import common_pb2 as antiphon_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61ntiphon/v1/stage.proto\x12\x0b\x61ntiphon.v1\x1a\x18\x61ntiphon/v1/common.proto\"\x11\n\x0f\x44\x65scribeRequest\"x\n\tStageInfo\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12/\n\x0c\x63\x61pabilities\x18\x02 \x01(\x0b\x32\x19.antiphon.v1.Capabilities\x12\x10\n\x08\x63\x61pacity\x18\x03 \x01(\x05\x12\x17\n\x0f\x61\x63tive_sessions\x18\x04 \x01(\x05\"\x87\x01\n\nStage0Open\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1f\n\x04lane\x18\x02 \x01(\x0e\x32\x11.antiphon.v1.Lane\x12\x32\n\x0eturn_detection\x18\x03 \x01(\x0b\x32\x1a.antiphon.v1.TurnDetection\x12\x10\n\x08skip_vad\x18\x04 \x01(\x08\"+\n\x0bStage0Audio\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\r\n\x05pcm16\x18\x02 \x01(\x0c\".\n\x0cStage0Commit\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0f\n\x07item_id\x18\x02 \x01(\t\"!\n\x10Stage0ClearInput\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\"\x8a\x01\n\x08Generate\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12*\n\x08messages\x18\x03 \x03(\x0b\x32\x18.antiphon.v1.ChatMessage\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\x12\x19\n\x11max_output_tokens\x18\x05 \x01(\x05\"\x1d\n\x0cStage0Cancel\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\"\xd4\x02\n\rStage0Request\x12\'\n\x04open\x18\x01 \x01(\x0b\x32\x17.antiphon.v1.Stage0OpenH\x00\x12)\n\x05\x61udio\x18\x02 \x01(\x0b\x32\x18.antiphon.v1.Stage0AudioH\x00\x12+\n\x06\x63ommit\x18\x03 \x01(\x0b\x32\x19.antiphon.v1.Stage0CommitH\x00\x12\x34\n\x0b\x63lear_input\x18\x04 \x01(\x0b\x32\x1d.antiphon.v1.Stage0ClearInputH\x00\x12)\n\x08generate\x18\x05 \x01(\x0b\x32\x15.antiphon.v1.GenerateH\x00\x12+\n\x06\x63\x61ncel\x18\x06 \x01(\x0b\x32\x19.antiphon.v1.Stage0CancelH\x00\x12,\n\tconfigure\x18\x07 \x01(\x0b\x32\x17.antiphon.v1.Stage0OpenH\x00\x42\x06\n\x04kind\"9\n\x10VadSpeechStarted\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x16\n\x0e\x61udio_start_ms\x18\x02 \x01(\x03\"7\n\x10VadSpeechStopped\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x14\n\x0c\x61udio_end_ms\x18\x02 \x01(\x03\"m\n\tUtterance\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x12\n\ntranscript\x18\x02 \x01(\t\x12\x14\n\x0c\x61udio_end_ms\x18\x03 \x01(\x03\x12\'\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0e\x32\x15.antiphon.v1.Decision\"\\\n\x0cUnitDecision\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\'\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x15.antiphon.v1.Decision\x12\x14\n\x0c\x61udio_end_ms\x18\x03 \x01(\x03\"L\n\nTranscript\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0f\n\x07item_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x10\n\x08\x61udio_ms\x18\x04 \x01(\x03\"C\n\x0fGenerationDelta\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"w\n\x0eGenerationDone\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12*\n\x07metrics\x18\x04 \x01(\x0b\x32\x19.antiphon.v1.StageMetrics\"O\n\nStageError\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"\x9d\x03\n\x0bStage0Event\x12\x37\n\x0espeech_started\x18\x01 \x01(\x0b\x32\x1d.antiphon.v1.VadSpeechStartedH\x00\x12\x37\n\x0espeech_stopped\x18\x02 \x01(\x0b\x32\x1d.antiphon.v1.VadSpeechStoppedH\x00\x12+\n\tutterance\x18\x03 \x01(\x0b\x32\x16.antiphon.v1.UtteranceH\x00\x12\x32\n\runit_decision\x18\x04 \x01(\x0b\x32\x19.antiphon.v1.UnitDecisionH\x00\x12-\n\ntranscript\x18\x05 \x01(\x0b\x32\x17.antiphon.v1.TranscriptH\x00\x12-\n\x05\x64\x65lta\x18\x06 \x01(\x0b\x32\x1c.antiphon.v1.GenerationDeltaH\x00\x12+\n\x04\x64one\x18\x07 \x01(\x0b\x32\x1b.antiphon.v1.GenerationDoneH\x00\x12(\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x17.antiphon.v1.StageErrorH\x00\x42\x06\n\x04kind\"G\n\nStage1Open\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x03 \x01(\x05\"Q\n\x0eSynthesizeText\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\r\n\x05\x66inal\x18\x04 \x01(\x08\"\x1d\n\x0cStage1Cancel\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\"\x9a\x01\n\rStage1Request\x12\'\n\x04open\x18\x01 \x01(\x0b\x32\x17.antiphon.v1.Stage1OpenH\x00\x12+\n\x04text\x18\x02 \x01(\x0b\x32\x1b.antiphon.v1.SynthesizeTextH\x00\x12+\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x19.antiphon.v1.Stage1CancelH\x00\x42\x06\n\x04kind\"\xa5\x01\n\nAudioChunk\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\r\n\x05pcm16\x18\x03 \x01(\x0c\x12\x16\n\x0esample_rate_hz\x18\x04 \x01(\x05\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x13\n\x0b\x64uration_ms\x18\x06 \x01(\x03\x12)\n\x05marks\x18\x07 \x03(\x0b\x32\x1a.antiphon.v1.AudioTextMark\"K\n\rSynthesisDone\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\x16\n\x0e\x66irst_audio_ms\x18\x03 \x01(\x01\"\x95\x01\n\x0bStage1Event\x12(\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x17.antiphon.v1.AudioChunkH\x00\x12*\n\x04\x64one\x18\x02 \x01(\x0b\x32\x1a.antiphon.v1.SynthesisDoneH\x00\x12(\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.antiphon.v1.StageErrorH\x00\x42\x06\n\x04kind*S\n\x04Lane\x12\x14\n\x10LANE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bLANE_MANUAL\x10\x01\x12\x13\n\x0fLANE_SERVER_VAD\x10\x02\x12\x0f\n\x0bLANE_NATIVE\x10\x03*M\n\x08\x44\x65\x63ision\x12\x18\n\x14\x44\x45\x43ISION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x44\x45\x43ISION_LISTEN\x10\x01\x12\x12\n\x0e\x44\x45\x43ISION_SPEAK\x10\x02\x32\x93\x01\n\rStage0Service\x12@\n\x08\x44\x65scribe\x12\x1c.antiphon.v1.DescribeRequest\x1a\x16.antiphon.v1.StageInfo\x12@\n\x04\x42ind\x12\x1a.antiphon.v1.Stage0Request\x1a\x18.antiphon.v1.Stage0Event(\x01\x30\x01\x32\x93\x01\n\rStage1Service\x12@\n\x08\x44\x65scribe\x12\x1c.antiphon.v1.DescribeRequest\x1a\x16.antiphon.v1.StageInfo\x12@\n\x04\x42ind\x12\x1a.antiphon.v1.Stage1Request\x1a\x18.antiphon.v1.Stage1Event(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61ntiphon/v1/stage.proto\x12\x0b\x61ntiphon.v1\x1a\x18\x61ntiphon/v1/common.proto\"\x11\n\x0f\x44\x65scribeRequest\"x\n\tStageInfo\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12/\n\x0c\x63\x61pabilities\x18\x02 \x01(\x0b\x32\x19.antiphon.v1.Capabilities\x12\x10\n\x08\x63\x61pacity\x18\x03 \x01(\x05\x12\x17\n\x0f\x61\x63tive_sessions\x18\x04 \x01(\x05\"\x87\x01\n\nStage0Open\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1f\n\x04lane\x18\x02 \x01(\x0e\x32\x11.antiphon.v1.Lane\x12\x32\n\x0eturn_detection\x18\x03 \x01(\x0b\x32\x1a.antiphon.v1.TurnDetection\x12\x10\n\x08skip_vad\x18\x04 \x01(\x08\"+\n\x0bStage0Audio\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\r\n\x05pcm16\x18\x02 \x01(\x0c\".\n\x0cStage0Commit\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0f\n\x07item_id\x18\x02 \x01(\t\"!\n\x10Stage0ClearInput\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\"\x8a\x01\n\x08Generate\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12*\n\x08messages\x18\x03 \x03(\x0b\x32\x18.antiphon.v1.ChatMessage\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\x12\x19\n\x11max_output_tokens\x18\x05 \x01(\x05\"\x1d\n\x0cStage0Cancel\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\"\xd4\x02\n\rStage0Request\x12\'\n\x04open\x18\x01 \x01(\x0b\x32\x17.antiphon.v1.Stage0OpenH\x00\x12)\n\x05\x61udio\x18\x02 \x01(\x0b\x32\x18.antiphon.v1.Stage0AudioH\x00\x12+\n\x06\x63ommit\x18\x03 \x01(\x0b\x32\x19.antiphon.v1.Stage0CommitH\x00\x12\x34\n\x0b\x63lear_input\x18\x04 \x01(\x0b\x32\x1d.antiphon.v1.Stage0ClearInputH\x00\x12)\n\x08generate\x18\x05 \x01(\x0b\x32\x15.antiphon.v1.GenerateH\x00\x12+\n\x06\x63\x61ncel\x18\x06 \x01(\x0b\x32\x19.antiphon.v1.Stage0CancelH\x00\x12,\n\tconfigure\x18\x07 \x01(\x0b\x32\x17.antiphon.v1.Stage0OpenH\x00\x42\x06\n\x04kind\"9\n\x10VadSpeechStarted\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x16\n\x0e\x61udio_start_ms\x18\x02 \x01(\x03\"]\n\x10VadSpeechStopped\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x14\n\x0c\x61udio_end_ms\x18\x02 \x01(\x03\x12\x16\n\tspeech_ms\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\x0c\n\n_speech_ms\"m\n\tUtterance\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x12\n\ntranscript\x18\x02 \x01(\t\x12\x14\n\x0c\x61udio_end_ms\x18\x03 \x01(\x03\x12\'\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0e\x32\x15.antiphon.v1.Decision\"\\\n\x0cUnitDecision\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\'\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x15.antiphon.v1.Decision\x12\x14\n\x0c\x61udio_end_ms\x18\x03 \x01(\x03\"L\n\nTranscript\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0f\n\x07item_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x10\n\x08\x61udio_ms\x18\x04 \x01(\x03\"C\n\x0fGenerationDelta\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"w\n\x0eGenerationDone\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12*\n\x07metrics\x18\x04 \x01(\x0b\x32\x19.antiphon.v1.StageMetrics\"O\n\nStageError\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"\x9d\x03\n\x0bStage0Event\x12\x37\n\x0espeech_started\x18\x01 \x01(\x0b\x32\x1d.antiphon.v1.VadSpeechStartedH\x00\x12\x37\n\x0espeech_stopped\x18\x02 \x01(\x0b\x32\x1d.antiphon.v1.VadSpeechStoppedH\x00\x12+\n\tutterance\x18\x03 \x01(\x0b\x32\x16.antiphon.v1.UtteranceH\x00\x12\x32\n\runit_decision\x18\x04 \x01(\x0b\x32\x19.antiphon.v1.UnitDecisionH\x00\x12-\n\ntranscript\x18\x05 \x01(\x0b\x32\x17.antiphon.v1.TranscriptH\x00\x12-\n\x05\x64\x65lta\x18\x06 \x01(\x0b\x32\x1c.antiphon.v1.GenerationDeltaH\x00\x12+\n\x04\x64one\x18\x07 \x01(\x0b\x32\x1b.antiphon.v1.GenerationDoneH\x00\x12(\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x17.antiphon.v1.StageErrorH\x00\x42\x06\n\x04kind\"G\n\nStage1Open\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x03 \x01(\x05\"Q\n\x0eSynthesizeText\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\r\n\x05\x66inal\x18\x04 \x01(\x08\"\x1d\n\x0cStage1Cancel\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\"\x9a\x01\n\rStage1Request\x12\'\n\x04open\x18\x01 \x01(\x0b\x32\x17.antiphon.v1.Stage1OpenH\x00\x12+\n\x04text\x18\x02 \x01(\x0b\x32\x1b.antiphon.v1.SynthesizeTextH\x00\x12+\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x19.antiphon.v1.Stage1CancelH\x00\x42\x06\n\x04kind\"\xa5\x01\n\nAudioChunk\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\r\n\x05pcm16\x18\x03 \x01(\x0c\x12\x16\n\x0esample_rate_hz\x18\x04 \x01(\x05\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x13\n\x0b\x64uration_ms\x18\x06 \x01(\x03\x12)\n\x05marks\x18\x07 \x03(\x0b\x32\x1a.antiphon.v1.AudioTextMark\"K\n\rSynthesisDone\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x13\n\x0bresponse_id\x18\x02 \x01(\t\x12\x16\n\x0e\x66irst_audio_ms\x18\x03 \x01(\x01\"\x95\x01\n\x0bStage1Event\x12(\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x17.antiphon.v1.AudioChunkH\x00\x12*\n\x04\x64one\x18\x02 \x01(\x0b\x32\x1a.antiphon.v1.SynthesisDoneH\x00\x12(\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.antiphon.v1.StageErrorH\x00\x42\x06\n\x04kind*S\n\x04Lane\x12\x14\n\x10LANE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bLANE_MANUAL\x10\x01\x12\x13\n\x0fLANE_SERVER_VAD\x10\x02\x12\x0f\n\x0bLANE_NATIVE\x10\x03*M\n\x08\x44\x65\x63ision\x12\x18\n\x14\x44\x45\x43ISION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x44\x45\x43ISION_LISTEN\x10\x01\x12\x12\n\x0e\x44\x45\x43ISION_SPEAK\x10\x02\x32\x93\x01\n\rStage0Service\x12@\n\x08\x44\x65scribe\x12\x1c.antiphon.v1.DescribeRequest\x1a\x16.antiphon.v1.StageInfo\x12@\n\x04\x42ind\x12\x1a.antiphon.v1.Stage0Request\x1a\x18.antiphon.v1.Stage0Event(\x01\x30\x01\x32\x93\x01\n\rStage1Service\x12@\n\x08\x44\x65scribe\x12\x1c.antiphon.v1.DescribeRequest\x1a\x16.antiphon.v1.StageInfo\x12@\n\x04\x42ind\x12\x1a.antiphon.v1.Stage1Request\x1a\x18.antiphon.v1.Stage1Event(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'antiphon.v1.stage_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LANE']._serialized_start=2815
-  _globals['_LANE']._serialized_end=2898
-  _globals['_DECISION']._serialized_start=2900
-  _globals['_DECISION']._serialized_end=2977
+  _globals['_LANE']._serialized_start=2853
+  _globals['_LANE']._serialized_end=2936
+  _globals['_DECISION']._serialized_start=2938
+  _globals['_DECISION']._serialized_end=3015
   _globals['_DESCRIBEREQUEST']._serialized_start=66
   _globals['_DESCRIBEREQUEST']._serialized_end=83
   _globals['_STAGEINFO']._serialized_start=85
@@ -57,37 +57,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_VADSPEECHSTARTED']._serialized_start=988
   _globals['_VADSPEECHSTARTED']._serialized_end=1045
   _globals['_VADSPEECHSTOPPED']._serialized_start=1047
-  _globals['_VADSPEECHSTOPPED']._serialized_end=1102
-  _globals['_UTTERANCE']._serialized_start=1104
-  _globals['_UTTERANCE']._serialized_end=1213
-  _globals['_UNITDECISION']._serialized_start=1215
-  _globals['_UNITDECISION']._serialized_end=1307
-  _globals['_TRANSCRIPT']._serialized_start=1309
-  _globals['_TRANSCRIPT']._serialized_end=1385
-  _globals['_GENERATIONDELTA']._serialized_start=1387
-  _globals['_GENERATIONDELTA']._serialized_end=1454
-  _globals['_GENERATIONDONE']._serialized_start=1456
-  _globals['_GENERATIONDONE']._serialized_end=1575
-  _globals['_STAGEERROR']._serialized_start=1577
-  _globals['_STAGEERROR']._serialized_end=1656
-  _globals['_STAGE0EVENT']._serialized_start=1659
-  _globals['_STAGE0EVENT']._serialized_end=2072
-  _globals['_STAGE1OPEN']._serialized_start=2074
-  _globals['_STAGE1OPEN']._serialized_end=2145
-  _globals['_SYNTHESIZETEXT']._serialized_start=2147
-  _globals['_SYNTHESIZETEXT']._serialized_end=2228
-  _globals['_STAGE1CANCEL']._serialized_start=2230
-  _globals['_STAGE1CANCEL']._serialized_end=2259
-  _globals['_STAGE1REQUEST']._serialized_start=2262
-  _globals['_STAGE1REQUEST']._serialized_end=2416
-  _globals['_AUDIOCHUNK']._serialized_start=2419
-  _globals['_AUDIOCHUNK']._serialized_end=2584
-  _globals['_SYNTHESISDONE']._serialized_start=2586
-  _globals['_SYNTHESISDONE']._serialized_end=2661
-  _globals['_STAGE1EVENT']._serialized_start=2664
-  _globals['_STAGE1EVENT']._serialized_end=2813
-  _globals['_STAGE0SERVICE']._serialized_start=2980
-  _globals['_STAGE0SERVICE']._serialized_end=3127
-  _globals['_STAGE1SERVICE']._serialized_start=3130
-  _globals['_STAGE1SERVICE']._serialized_end=3277
+  _globals['_VADSPEECHSTOPPED']._serialized_end=1140
+  _globals['_UTTERANCE']._serialized_start=1142
+  _globals['_UTTERANCE']._serialized_end=1251
+  _globals['_UNITDECISION']._serialized_start=1253
+  _globals['_UNITDECISION']._serialized_end=1345
+  _globals['_TRANSCRIPT']._serialized_start=1347
+  _globals['_TRANSCRIPT']._serialized_end=1423
+  _globals['_GENERATIONDELTA']._serialized_start=1425
+  _globals['_GENERATIONDELTA']._serialized_end=1492
+  _globals['_GENERATIONDONE']._serialized_start=1494
+  _globals['_GENERATIONDONE']._serialized_end=1613
+  _globals['_STAGEERROR']._serialized_start=1615
+  _globals['_STAGEERROR']._serialized_end=1694
+  _globals['_STAGE0EVENT']._serialized_start=1697
+  _globals['_STAGE0EVENT']._serialized_end=2110
+  _globals['_STAGE1OPEN']._serialized_start=2112
+  _globals['_STAGE1OPEN']._serialized_end=2183
+  _globals['_SYNTHESIZETEXT']._serialized_start=2185
+  _globals['_SYNTHESIZETEXT']._serialized_end=2266
+  _globals['_STAGE1CANCEL']._serialized_start=2268
+  _globals['_STAGE1CANCEL']._serialized_end=2297
+  _globals['_STAGE1REQUEST']._serialized_start=2300
+  _globals['_STAGE1REQUEST']._serialized_end=2454
+  _globals['_AUDIOCHUNK']._serialized_start=2457
+  _globals['_AUDIOCHUNK']._serialized_end=2622
+  _globals['_SYNTHESISDONE']._serialized_start=2624
+  _globals['_SYNTHESISDONE']._serialized_end=2699
+  _globals['_STAGE1EVENT']._serialized_start=2702
+  _globals['_STAGE1EVENT']._serialized_end=2851
+  _globals['_STAGE0SERVICE']._serialized_start=3018
+  _globals['_STAGE0SERVICE']._serialized_end=3165
+  _globals['_STAGE1SERVICE']._serialized_start=3168
+  _globals['_STAGE1SERVICE']._serialized_end=3315
 # @@protoc_insertion_point(module_scope)

@@ -125,12 +125,14 @@ class VadSpeechStarted(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., audio_start_ms: _Optional[int] = ...) -> None: ...
 
 class VadSpeechStopped(_message.Message):
-    __slots__ = ("epoch", "audio_end_ms")
+    __slots__ = ("epoch", "audio_end_ms", "speech_ms")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     AUDIO_END_MS_FIELD_NUMBER: _ClassVar[int]
+    SPEECH_MS_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     audio_end_ms: int
-    def __init__(self, epoch: _Optional[int] = ..., audio_end_ms: _Optional[int] = ...) -> None: ...
+    speech_ms: int
+    def __init__(self, epoch: _Optional[int] = ..., audio_end_ms: _Optional[int] = ..., speech_ms: _Optional[int] = ...) -> None: ...
 
 class Utterance(_message.Message):
     __slots__ = ("epoch", "transcript", "audio_end_ms", "decision")

@@ -1113,14 +1113,17 @@ class SessionActor:
             await self._emit(
                 "speech_stopped", spb.SpeechStopped(audio_end_ms=msg.audio_end_ms, item_id=item_id)
             )
-            # The VAD's span holds the prefix padding and the closing silence too.
-            td = self._config.turn_detection
-            speech_ms = (
-                msg.audio_end_ms
-                - self._speech_start_ms
-                - td.prefix_padding_ms
-                - td.silence_duration_ms
-            )
+            if msg.HasField("speech_ms"):
+                speech_ms = msg.speech_ms
+            else:
+                # The VAD's span holds the prefix padding and the closing silence too.
+                td = self._config.turn_detection
+                speech_ms = (
+                    msg.audio_end_ms
+                    - self._speech_start_ms
+                    - td.prefix_padding_ms
+                    - td.silence_duration_ms
+                )
             if self._input_bytes and not await self._acknowledged_overlap(speech_ms):
                 await self._commit_audio(item_id)
         elif kind == "transcript":

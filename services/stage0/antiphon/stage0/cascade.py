@@ -80,6 +80,8 @@ class CascadeSession:
         self._utterance_start_ms = 0
         self._received_ms = 0
         self._next_unit_ms = 0
+        # First speech frame of the utterance being heard.
+        self._onset_ms = 0
         # server_vad: utterances the VAD ended, waiting for the session's commit.
         # Each is set aside the moment the VAD ends it, because the audio after
         # it is trimmed between utterances and the commit arrives later.
@@ -212,6 +214,7 @@ class CascadeSession:
 
     def _speech_started(self, ev: SpeechStarted) -> None:
         self._trim_to(ev.audio_start_ms)
+        self._onset_ms = ev.onset_ms
         self._next_unit_ms = self._received_ms + self._settings.chunk_period_ms
         self._emit(
             pb.Stage0Event(
@@ -224,7 +227,11 @@ class CascadeSession:
     def _speech_stopped(self, ev: SpeechStopped) -> None:
         self._emit(
             pb.Stage0Event(
-                speech_stopped=pb.VadSpeechStopped(epoch=self._epoch, audio_end_ms=ev.audio_end_ms)
+                speech_stopped=pb.VadSpeechStopped(
+                    epoch=self._epoch,
+                    audio_end_ms=ev.audio_end_ms,
+                    speech_ms=max(0, ev.offset_ms - self._onset_ms),
+                )
             )
         )
         if self._lane == pb.LANE_NATIVE:
