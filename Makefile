@@ -4,10 +4,12 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+CLIENTS_VENV ?= .venv-clients
+CLIENTS_PY := $(CLIENTS_VENV)/bin/python
 PROTOS := $(wildcard protos/antiphon/v1/*.proto)
 STUBS_DIR := services/common
 
-.PHONY: install models proto proto-check lint test test-fast run bench clean
+.PHONY: install clients models proto proto-check lint test test-fast run bench clean
 
 install: $(VENV)/.installed
 
@@ -26,6 +28,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
 
+# The third-party realtime clients (OpenAI Agents SDK, Pipecat, LiveKit Agents)
+# that tests/clients drives against the stack: a venv of their own, since their
+# pins are not the stack's. Nothing there may pull in torch.
+clients: $(CLIENTS_VENV)/.installed
+
+$(CLIENTS_VENV)/.installed: tests/clients/requirements.txt
+	$(PYTHON) -m venv $(CLIENTS_VENV)
+	$(CLIENTS_PY) -m pip install -q --upgrade pip
+	$(CLIENTS_PY) -m pip install -q -r tests/clients/requirements.txt
+	@if $(CLIENTS_PY) -m pip show -q torch 2>/dev/null; then \
+		echo "torch got into $(CLIENTS_VENV): a client's dependency pulled it in"; exit 1; fi
+	touch $@
+
 models: install
 	$(PY) -m antiphon.stage0.prepare
 
@@ -38,7 +53,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy services tests deploy/local deploy/docker bench
 
-test: install models lint
+test: install models clients lint
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server"; exit 1; }
 	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
 	$(PY) -m pytest -q -ra
@@ -51,7 +66,7 @@ run: install models
 	$(PY) deploy/local/stack.py
 
 clean:
-	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENTS_VENV) .run .pytest_cache .mypy_cache .ruff_cache
 
 # Spoken turns on the real stack (commit->first audio, stage0 TTFT, peak RSS),
 # then resume latency and kill -9 takeover time on two replicas, then the load

@@ -250,7 +250,9 @@ class Bench:
 
     @property
     def url(self) -> str:
-        return f"ws://127.0.0.1:{self.stack.ports.gateway}/v1/realtime"
+        # The duplex dialect: the load client uses its heartbeats, session.close,
+        # barge-in signal and the native lane.
+        return f"ws://127.0.0.1:{self.stack.ports.gateway}/v1/realtime?duplex=1"
 
     def stop(self) -> None:
         self.sampler.stop()

@@ -27,7 +27,7 @@ sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
 
 from stack import LocalStack, Ports  # noqa: E402
 
-from tests.support.realtime import RealtimeClient, of_type  # noqa: E402
+from tests.support.realtime import RealtimeClient, duplex_url, of_type  # noqa: E402
 from tests.support.speech import spoken  # noqa: E402
 
 QUESTIONS = [
@@ -67,7 +67,8 @@ def memory(stack: LocalStack) -> dict[str, Any]:
 
 
 async def run_turns(stack: LocalStack, turns: int) -> list[dict[str, Any]]:
-    client = await RealtimeClient.connect(f"ws://127.0.0.1:{stack.ports.gateway}/v1/realtime")
+    # The duplex dialect: stage metrics ride its `response.done` metadata.
+    client = await RealtimeClient.connect(duplex_url(stack.ports.gateway))
     results = []
     try:
         await client.open(

@@ -2,7 +2,9 @@
 
 The gateway decodes every encoding to PCM16 at the edge and encodes output
 to the session's format just before base64; these tests check what a
-client hears and what the ASR is given, in milliseconds.
+client hears and what the ASR is given, in milliseconds. They speak the
+duplex dialect (`?duplex=1`: float32, WAV on the legacy aliases and the
+labelled deltas are its extensions), but for G.711 as OpenAI speaks it.
 """
 
 from __future__ import annotations
@@ -13,13 +15,39 @@ import re
 import wave
 
 import numpy as np
+import pytest
+from stack import LocalStack
 
 from antiphon.gateway import audio_formats as af
-from tests.support.realtime import Event, RealtimeClient, of_type
+from tests.support.realtime import Event, RealtimeClient, of_type, realtime_url
 from tests.support.speech import spoken
 
 # The synthetic ASR reports how much 16 kHz audio it was given.
 HEARD = re.compile(r"synthetic utterance of (\d+) milliseconds")
+
+
+@pytest.fixture
+def client(duplex_client: RealtimeClient) -> RealtimeClient:
+    return duplex_client
+
+
+ULAW_SESSION = {
+    "type": "realtime",
+    "audio": {
+        "input": {"format": {"type": "audio/pcmu"}, "turn_detection": None},
+        "output": {"format": {"type": "audio/pcmu"}},
+    },
+}
+
+
+async def _ulaw_question(client: RealtimeClient) -> int:
+    """Speak a question in μ-law; the milliseconds it lasts."""
+    speech = spoken("What is the capital of France?", 8000)
+    ulaw = af.pcm16_to_ulaw(speech)
+    for i in range(0, len(ulaw), 1600):  # 200 ms of 8 kHz, one byte a sample
+        chunk = base64.b64encode(ulaw[i : i + 1600]).decode()
+        await client.send("input_audio_buffer.append", audio=chunk)
+    return len(ulaw) * 1000 // 8000
 
 
 async def _heard_ms(client: RealtimeClient) -> int:
@@ -34,14 +62,30 @@ async def _heard_ms(client: RealtimeClient) -> int:
     return int(heard.group(1))
 
 
+async def test_g711_ulaw_as_openai_speaks_it(synthetic_stack: LocalStack) -> None:
+    """OpenAI's dialect: `audio/pcmu` in and out, echoed as OpenAI echoes it."""
+    client = await RealtimeClient.connect(realtime_url(synthetic_stack.ports.gateway))
+    try:
+        await client.open(**ULAW_SESSION)
+        (updated,) = of_type(client.events, "session.updated")
+        assert updated["session"]["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+        assert updated["session"]["audio"]["output"]["format"] == {"type": "audio/pcmu"}
+        speech_ms = await _ulaw_question(client)
+        assert abs(await _heard_ms(client) - speech_ms) <= 5
+        await client.send("response.create")
+        events = await client.response_cycle()
+        coded = b"".join(
+            base64.b64decode(d["delta"]) for d in of_type(events, "response.output_audio.delta")
+        )
+        pcm = af.ulaw_to_pcm16(coded)
+        assert len(pcm) // 2 > 8000 // 10  # more than 100 ms of 8 kHz speech
+        assert np.abs(np.frombuffer(pcm, dtype="<i2")).mean() > 100
+    finally:
+        await client.close()
+
+
 async def test_g711_ulaw_session_hears_ulaw_and_answers_in_ulaw(client: RealtimeClient) -> None:
-    created = await client.open(
-        type="realtime",
-        audio={
-            "input": {"format": {"type": "audio/pcmu"}, "turn_detection": None},
-            "output": {"format": {"type": "audio/pcmu"}},
-        },
-    )
+    created = await client.open(**ULAW_SESSION)
     session = created["session"]
     # Echoed in both the GA and the beta shapes.
     assert session["audio"]["input"]["format"] == {"type": "audio/pcmu"}
@@ -50,12 +94,7 @@ async def test_g711_ulaw_session_hears_ulaw_and_answers_in_ulaw(client: Realtime
         "g711_ulaw",
         "g711_ulaw",
     )
-    speech = spoken("What is the capital of France?", 8000)
-    ulaw = af.pcm16_to_ulaw(speech)
-    for i in range(0, len(ulaw), 1600):  # 200 ms of 8 kHz, one byte a sample
-        chunk = base64.b64encode(ulaw[i : i + 1600]).decode()
-        await client.send("input_audio_buffer.append", audio=chunk)
-    speech_ms = len(ulaw) * 1000 // 8000
+    speech_ms = await _ulaw_question(client)
     assert abs(await _heard_ms(client) - speech_ms) <= 5
     await client.send("response.create")
     events = await client.response_cycle()

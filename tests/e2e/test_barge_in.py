@@ -2,6 +2,8 @@
 
 The `synthetic` stages speak slowly here (one word per 300 ms), so a reply
 is still playing when the user starts again; the VAD is the real Silero.
+The client speaks OpenAI's dialect, as a stock client does: the reply ends
+`cancelled` with OpenAI's reason, `turn_detected`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from stack import LocalStack
 
-from tests.support.realtime import Event, RealtimeClient, of_type
+from tests.support.realtime import Event, RealtimeClient, of_type, realtime_url
 from tests.support.speech import silence, spoken
 
 AUDIO_DELTA = "response.output_audio.delta"
@@ -19,9 +21,7 @@ AUDIO_DELTA = "response.output_audio.delta"
 
 @pytest.fixture
 async def client(slow_synthetic_stack: LocalStack) -> AsyncIterator[RealtimeClient]:
-    c = await RealtimeClient.connect(
-        f"ws://127.0.0.1:{slow_synthetic_stack.ports.gateway}/v1/realtime"
-    )
+    c = await RealtimeClient.connect(realtime_url(slow_synthetic_stack.ports.gateway))
     try:
         yield c
     finally:
@@ -38,7 +38,7 @@ async def test_speech_over_the_reply_cancels_it_and_no_later_audio_of_it_arrives
     await client.open(type="realtime")
     await client.append(silence(300) + spoken("What time is it?") + silence(1000))
     first = await first_audio(client)
-    interrupted = first["response_id"]
+    interrupted = first["response_id"]  # OpenAI's delta names its response
 
     await client.append(spoken("Stop, tell me something else.") + silence(1000))
     start = len(client.events)
@@ -46,7 +46,7 @@ async def test_speech_over_the_reply_cancels_it_and_no_later_audio_of_it_arrives
     seen = client.events[start:]
     assert done["response"]["id"] == interrupted
     assert done["response"]["status"] == "cancelled", [e["type"] for e in seen]
-    assert done["response"]["status_details"]["reason"] == "barge_in"
+    assert done["response"]["status_details"]["reason"] == "turn_detected"
     types = [e["type"] for e in seen]
     assert "input_audio_buffer.speech_started" in types
     assert types.index("input_audio_buffer.speech_started") < types.index("response.done")

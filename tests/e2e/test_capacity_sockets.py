@@ -5,6 +5,8 @@ room for two sessions each), real Redis, real gRPC and WebSockets. A client
 that closes its socket cleanly (1000/1001) ends its session at once, unless
 it made the session resumable; a dropped connection leaves the session
 resumable for its grace period with no stage slot, and a resume binds again.
+Resuming is the duplex dialect's (`?duplex=1`: the resume token rides its
+`session.created`), so every client here speaks it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from stack import LocalStack
 
 from antiphon.common.workers import WorkerRegistry
 from antiphon.gateway import audio_formats as af
-from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type, realtime_url
+from tests.support.realtime import MANUAL, Event, RealtimeClient, duplex_url, of_type
 from tests.support.speech import spoken
 
 # The synthetic ASR reports how much 16 kHz audio it was given.
@@ -32,7 +34,7 @@ HEARD = re.compile(r"synthetic utterance of (\d+) milliseconds")
 
 
 def url(stack: LocalStack, query: str = "") -> str:
-    return realtime_url(stack.ports.gateway, query)
+    return duplex_url(stack.ports.gateway, query)
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@ contract" and the commit-to-response table of fullduplex-runtime-design.md),
 plus the session behaviours behind them: truncation by word marks, response
 scoped options, conversation items, input cancel, output clear, playback acks
 and capability gating. Real WebSockets, gateway, session, Redis and gRPC; the
-`synthetic` stage backends with the real Silero VAD.
+`synthetic` stage backends with the real Silero VAD. The contract is the
+duplex dialect's (`/v1/realtime?duplex=1`): every client here speaks it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import redis.asyncio as aioredis
 from stack import LocalStack, Ports
 
 from antiphon.v1 import common_pb2 as cpb
-from tests.support.realtime import MANUAL, Event, RealtimeClient, ask, of_type, realtime_url
+from tests.support.realtime import MANUAL, Event, RealtimeClient, ask, duplex_url, of_type
 from tests.support.speech import silence, spoken
 
 AUTO_LISTEN = {
@@ -28,6 +29,17 @@ AUTO_LISTEN = {
 QUESTION = silence(300) + spoken("What is the weather like today?") + silence(900)
 AUDIO = "response.output_audio.delta"
 TRANSCRIPT = "response.output_audio_transcript.delta"
+
+
+@pytest.fixture
+def client(duplex_client: RealtimeClient) -> RealtimeClient:
+    """The reference's contract is the duplex dialect's."""
+    return duplex_client
+
+
+@pytest.fixture
+def slow_client(slow_duplex_client: RealtimeClient) -> RealtimeClient:
+    return slow_duplex_client
 
 
 async def quiet_for(client: RealtimeClient, seconds: float) -> list[Event]:
@@ -44,7 +56,7 @@ async def quiet_for(client: RealtimeClient, seconds: float) -> list[Event]:
 @pytest.fixture(scope="module")
 async def turns(synthetic_stack: LocalStack) -> dict[str, list[Event]]:
     """One audio turn, one text-only turn and one cancelled turn, recorded once."""
-    client = await RealtimeClient.connect(realtime_url(synthetic_stack.ports.gateway))
+    client = await RealtimeClient.connect(duplex_url(synthetic_stack.ports.gateway))
     try:
         await client.open(**MANUAL)
         recorded = {
@@ -459,7 +471,7 @@ def no_barge_in_stack() -> Iterator[LocalStack]:
 async def test_capability_gated_surfaces_are_refused_with_a_typed_error(
     no_barge_in_stack: LocalStack,
 ) -> None:
-    client = await RealtimeClient.connect(realtime_url(no_barge_in_stack.ports.gateway))
+    client = await RealtimeClient.connect(duplex_url(no_barge_in_stack.ports.gateway))
     try:
         created = await client.open(**MANUAL)
         caps = created["session"]["capabilities"]

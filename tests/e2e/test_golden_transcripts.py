@@ -1,71 +1,146 @@
-"""One golden wire transcript per scenario (reference: "the golden transcript test").
+"""One golden wire transcript per scenario and dialect (reference: "the golden transcript test").
 
-Each test drives a scenario end to end over a real WebSocket on the
-synthetic stack and compares the whole event sequence with
-`golden/<scenario>.json`, ignoring ids, sequence numbers, timings and audio
-bytes (tests/support/golden.py says exactly what is ignored and why).
+Each scenario is driven end to end over a real WebSocket on the synthetic
+stack and its whole event sequence compared with
+`golden/<dialect>/<scenario>.json`, ignoring ids, sequence numbers, timings
+and audio bytes (tests/support/golden.py says exactly what and why).
+`golden/openai/` holds OpenAI's dialect (`/v1/realtime`), `golden/duplex/`
+the duplex extensions (`?duplex=1`).
+
+Every frame of every OpenAI-dialect transcript is replayed through the
+`openai` SDK's models in strict mode (no stack needed), so a new event
+shape cannot reach the plain dialect without a reviewed golden diff that
+also passes them.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 from stack import LocalStack
 
-from tests.support import golden
-from tests.support.realtime import MANUAL, RealtimeClient, ask, of_type, realtime_url
+from tests.support import golden, openai_models, reference
+from tests.support.realtime import MANUAL, RealtimeClient, ask, duplex_url, of_type
 from tests.support.speech import silence, spoken
 
+SERVER_VAD = {"type": "realtime"}  # turn_detection absent: OpenAI's default, server VAD
 LISTENING_VAD = {
     "type": "realtime",
     "overlap_policy": "listen_only",
     "audio": {"input": {"turn_detection": {"type": "server_vad", "interrupt_response": False}}},
 }
 QUESTION = silence(300) + spoken("What is the weather like today?") + silence(900)
+AUDIO = "response.output_audio.delta"
+TRANSCRIPT = "response.output_audio_transcript.delta"
+USER_TEXT = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
 
 
+# ----------------------------------------------------- the replay (no stack)
+@pytest.mark.parametrize("name", sorted(golden.transcripts("openai")))
+def test_every_frame_of_the_openai_transcripts_validates_strictly(name: str) -> None:
+    for i, frame in enumerate(golden.transcripts("openai")[name]):
+        assert openai_models.violations(frame) == [], (name, i, frame)
+
+
+def test_the_openai_transcripts_open_on_connect_and_cover_the_surface() -> None:
+    transcripts = golden.transcripts("openai")
+    for name, frames in transcripts.items():
+        assert frames[0]["type"] == "session.created", name
+    seen = {frame["type"] for frames in transcripts.values() for frame in frames}
+    # Every OpenAI server type this stack can produce is pinned by some scenario.
+    assert seen >= {
+        "session.created",
+        "session.updated",
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "conversation.item.created",
+        "conversation.item.done",
+        "conversation.item.input_audio_transcription.completed",
+        "conversation.item.retrieved",
+        "conversation.item.deleted",
+        "conversation.item.truncated",
+        "response.created",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_audio.delta",
+        "response.output_audio_transcript.delta",
+        "response.output_audio.done",
+        "response.output_audio_transcript.done",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.done",
+        "rate_limits.updated",
+        "output_audio_buffer.cleared",
+        "error",
+    }, sorted(seen)
+
+
+def test_the_duplex_transcripts_speak_the_reference_only() -> None:
+    tiers = reference.server_tiers()
+    seen = {f["type"] for frames in golden.transcripts("duplex").values() for f in frames}
+    assert seen <= set(tiers)
+    assert {t for t in seen if tiers[t] == "3"} >= {"response.speak", "overlap.decision"}
+
+
+# --------------------------------------------------------- OpenAI's dialect
 async def test_plain_turn(client: RealtimeClient) -> None:
     await client.open(**MANUAL)
-    await ask(client, QUESTION)
-    golden.check("plain_turn", client.events)
+    # LiveKit names each request in its metadata and waits for the echo.
+    await ask(client, QUESTION, metadata={"client_event_id": "evt_reply_1"})
+    golden.check("openai", "plain_turn", client.events)
 
 
 async def test_text_only_response(client: RealtimeClient) -> None:
     await client.open(**MANUAL)
     await ask(client, QUESTION, output_modalities=["text"])
-    golden.check("text_only_response", client.events)
+    golden.check("openai", "text_only_response", client.events)
+
+
+async def test_server_vad_turn(client: RealtimeClient) -> None:
+    await client.open(**SERVER_VAD)
+    await client.append(QUESTION)
+    await client.response_cycle()
+    golden.check("openai", "server_vad_turn", client.events)
 
 
 async def test_barge_in(slow_client: RealtimeClient) -> None:
+    """Speech over the answer cancels it (`turn_detected`); the new turn is answered."""
+    await slow_client.open(**SERVER_VAD)
+    await slow_client.append(QUESTION)
+    await slow_client.until(lambda e: e["type"] == AUDIO)
+    await slow_client.append(spoken("Wait, what about tomorrow?") + silence(900))
+    await slow_client.response_cycle()
+    await slow_client.response_cycle()
+    golden.check("openai", "barge_in", slow_client.events)
+
+
+@pytest.mark.parametrize(
+    ("name", "event", "reply"),
+    [
+        ("response_cancel", "response.cancel", "response.done"),
+        ("output_audio_clear", "output_audio_buffer.clear", "output_audio_buffer.cleared"),
+    ],
+)
+async def test_client_interrupts(
+    slow_client: RealtimeClient, name: str, event: str, reply: str
+) -> None:
     await slow_client.open(**MANUAL)
     await slow_client.append(QUESTION)
     await slow_client.send("input_audio_buffer.commit")
     await slow_client.send("response.create")
-    await slow_client.until(lambda e: e["type"] == "response.output_audio.delta")
-    await slow_client.send("barge_in")
+    await slow_client.until(lambda e: e["type"] == AUDIO)
+    await slow_client.send(event)
     await slow_client.response_cycle()
-    golden.check("barge_in", slow_client.events)
-
-
-async def test_deferred_overlap(slow_client: RealtimeClient) -> None:
-    await slow_client.open(**LISTENING_VAD)
-    await slow_client.append(QUESTION)
-    await slow_client.until(lambda e: e["type"] == "response.output_audio.delta")
-    # A real question over the answer: heard, kept, and answered after it.
-    await slow_client.append(spoken("And what about tomorrow in the mountains?") + silence(900))
-    await slow_client.response_cycle()
-    await slow_client.response_cycle()
-    golden.check("deferred_overlap", slow_client.events)
-
-
-async def test_listen_only_short_overlap(slow_client: RealtimeClient) -> None:
-    await slow_client.open(**LISTENING_VAD)
-    await slow_client.append(QUESTION)
-    await slow_client.until(lambda e: e["type"] == "response.output_audio.delta")
-    await slow_client.append(spoken("Okay.") + silence(900))  # a listener's acknowledgement
-    await slow_client.response_cycle()
-    golden.check("listen_only_short_overlap", slow_client.events)
+    if not of_type(slow_client.events, reply):
+        await slow_client.until(lambda e: e["type"] == reply)
+    golden.check("openai", name, slow_client.events)
 
 
 async def test_truncation(client: RealtimeClient) -> None:
@@ -76,15 +151,11 @@ async def test_truncation(client: RealtimeClient) -> None:
         "conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=1500
     )
     await client.until(lambda e: e["type"] in ("conversation.item.truncated", "error"))
-    golden.check("truncation", client.events)
+    golden.check("openai", "truncation", client.events)
 
 
-async def test_item_create_retrieve_delete(client: RealtimeClient) -> None:
-    await client.open(**MANUAL)
-    await client.send(
-        "conversation.item.create",
-        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
-    )
+async def _items(client: RealtimeClient) -> None:
+    await client.send("conversation.item.create", item=USER_TEXT)
     added = await client.until(lambda e: e["type"] in ("conversation.item.done", "error"))
     item_id = added["item"]["id"]
     await client.send("conversation.item.retrieve", item_id=item_id)
@@ -93,7 +164,96 @@ async def test_item_create_retrieve_delete(client: RealtimeClient) -> None:
     await client.until(lambda e: e["type"] in ("conversation.item.deleted", "error"))
     await client.send("conversation.item.retrieve", item_id=item_id)
     await client.until(lambda e: e["type"] == "error")
-    golden.check("item_create_retrieve_delete", client.events)
+
+
+async def test_item_create_retrieve_delete(client: RealtimeClient) -> None:
+    await client.open(**MANUAL)
+    await _items(client)
+    golden.check("openai", "item_create_retrieve_delete", client.events)
+
+
+async def test_function_call_items(client: RealtimeClient) -> None:
+    """A tool call and its result from the client's history, then an answer."""
+    await client.open(**MANUAL)
+    call: dict[str, Any] = {
+        "type": "function_call",
+        "call_id": "call_weather_1",
+        "name": "get_weather",
+        "arguments": '{"city":"Paris"}',
+    }
+    await client.send("conversation.item.create", item=call)
+    await client.until(lambda e: e["type"] in ("conversation.item.done", "error"))
+    output = {"type": "function_call_output", "call_id": "call_weather_1", "output": '{"c":21}'}
+    await client.send("conversation.item.create", item=output)
+    await client.until(lambda e: e["type"] in ("conversation.item.done", "error"))
+    await client.send("response.create", response={"output_modalities": ["text"]})
+    await client.response_cycle()
+    golden.check("openai", "function_call_items", client.events)
+
+
+async def test_refusals(client: RealtimeClient) -> None:
+    """Each refused event is one OpenAI `error`, and changes nothing."""
+    await client.open(**MANUAL)
+    refused: list[tuple[str, dict[str, Any]]] = [
+        ("input_audio_buffer.commit", {}),
+        ("session.heartbeat", {}),  # a duplex extension: not OpenAI's
+        ("input_audio_buffer.append", {"audio": "***"}),
+        ("session.update", {"session": {"temperature": 9.0}}),
+        ("response.cancel", {}),
+        ("conversation.item.delete", {"item_id": "item_missing"}),
+    ]
+    for i, (etype, fields) in enumerate(refused):
+        await client.send(etype, event_id=f"evt_refused_{i}", **fields)
+        await client.until(lambda e: e["type"] == "error")
+    golden.check("openai", "refusals", client.events)
+
+
+# ----------------------------------------------------------- duplex dialect
+async def test_duplex_plain_turn(duplex_client: RealtimeClient) -> None:
+    await duplex_client.open(**MANUAL)
+    await ask(duplex_client, QUESTION, metadata={"client_event_id": "evt_reply_1"})
+    golden.check("duplex", "plain_turn", duplex_client.events)
+
+
+async def test_duplex_item_create_retrieve_delete(duplex_client: RealtimeClient) -> None:
+    await duplex_client.open(**MANUAL)
+    await _items(duplex_client)
+    golden.check("duplex", "item_create_retrieve_delete", duplex_client.events)
+
+
+async def test_duplex_barge_in(slow_duplex_client: RealtimeClient) -> None:
+    """The client's own VAD barges in (`barge_in`): an overlap decision, then the cancel."""
+    c = slow_duplex_client
+    await c.open(**MANUAL)
+    await c.append(QUESTION)
+    await c.send("input_audio_buffer.commit")
+    await c.send("response.create")
+    await c.until(lambda e: e["type"] == AUDIO)
+    await c.send("barge_in")
+    await c.response_cycle()
+    golden.check("duplex", "barge_in", c.events)
+
+
+async def test_duplex_deferred_overlap(slow_duplex_client: RealtimeClient) -> None:
+    c = slow_duplex_client
+    await c.open(**LISTENING_VAD)
+    await c.append(QUESTION)
+    await c.until(lambda e: e["type"] == AUDIO)
+    # A real question over the answer: heard, kept, and answered after it.
+    await c.append(spoken("And what about tomorrow in the mountains?") + silence(900))
+    await c.response_cycle()
+    await c.response_cycle()
+    golden.check("duplex", "deferred_overlap", c.events)
+
+
+async def test_duplex_listen_only_short_overlap(slow_duplex_client: RealtimeClient) -> None:
+    c = slow_duplex_client
+    await c.open(**LISTENING_VAD)
+    await c.append(QUESTION)
+    await c.until(lambda e: e["type"] == AUDIO)
+    await c.append(spoken("Okay.") + silence(900))  # a listener's acknowledgement
+    await c.response_cycle()
+    golden.check("duplex", "listen_only_short_overlap", c.events)
 
 
 async def _detached(stack: LocalStack, session_id: str) -> None:
@@ -110,20 +270,23 @@ async def _detached(stack: LocalStack, session_id: str) -> None:
         await r.aclose()
 
 
-async def test_resume_mid_response(slow_synthetic_stack: LocalStack) -> None:
-    first = await RealtimeClient.connect(realtime_url(slow_synthetic_stack.ports.gateway))
+async def test_duplex_resume_mid_response(slow_synthetic_stack: LocalStack) -> None:
+    """Resuming is the duplex dialect's: the token rides its `session.created`."""
+    first = await RealtimeClient.connect(duplex_url(slow_synthetic_stack.ports.gateway))
     created = await first.open(**MANUAL)
     await first.append(QUESTION)
     await first.send("input_audio_buffer.commit")
     await first.send("response.create")
-    await first.until(lambda e: e["type"] == "response.output_audio.delta")
+    # A whole chunk heard (its audio and its transcript), so the transcript
+    # holds whole pairs whatever the scheduling.
+    await first.until(lambda e: e["type"] == TRANSCRIPT)
     # The network drops (no close frame): the session lives on, resumable,
     # and the reply it could not finish without its stage slots ends.
     first.ws.transport.abort()
     session = created["session"]
     await _detached(slow_synthetic_stack, session["id"])
     second = await RealtimeClient.connect(
-        realtime_url(slow_synthetic_stack.ports.gateway) + "?duplex=1&autostart=0"
+        duplex_url(slow_synthetic_stack.ports.gateway, "?autostart=0")
     )
     try:
         await second.send(
@@ -136,6 +299,6 @@ async def test_resume_mid_response(slow_synthetic_stack: LocalStack) -> None:
         await second.response_cycle()
         seqs = [e["server_event_seq"] for e in second.events]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
-        golden.check("resume_mid_response", first.events + second.events)
+        golden.check("duplex", "resume_mid_response", first.events + second.events)
     finally:
         await second.close()

@@ -5,7 +5,8 @@ the wall clock, the question and then silence that keeps coming. Each lane
 (manual commit, server_vad as OpenAI's default, the native duplex lane) is
 asked by two unrelated voices (Piper, espeak-ng) at both input rates. The
 user's transcript must carry the question's words, and the answer must be
-generated from a prompt that holds what was heard.
+generated from a prompt that holds what was heard (the prompt rides the
+stage metrics of `response.done`, a duplex extension: `?duplex=1`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,14 @@ from typing import Any
 import pytest
 from stack import LocalStack
 
-from tests.support.realtime import Event, Microphone, RealtimeClient, audio_bytes, of_type
-from tests.support.realtime import realtime_url as url_of
+from tests.support.realtime import (
+    Event,
+    Microphone,
+    RealtimeClient,
+    audio_bytes,
+    duplex_url,
+    of_type,
+)
 from tests.support.speech import VOICES, Voice, silence, spoken
 
 pytestmark = pytest.mark.models
@@ -62,8 +69,7 @@ async def _live_turn(
     turn_detection: dict[str, Any] | None = None,
 ) -> list[Event]:
     question = QUESTIONS[voice]
-    query = "?duplex=1" if lane == "native" else ""
-    client = await RealtimeClient.connect(url_of(stack.ports.gateway, query))
+    client = await RealtimeClient.connect(duplex_url(stack.ports.gateway))
     try:
         created = await client.open(**_session(lane, rate, turn_detection))
         assert created["type"] == "session.created", created
@@ -127,7 +133,7 @@ async def test_server_vad_hears_a_question_burst_faster_than_real_time(
 ) -> None:
     """One extra case, never the only one: a client that sends its audio at once."""
     question = QUESTIONS["espeak"]
-    client = await RealtimeClient.connect(url_of(model_stack.ports.gateway))
+    client = await RealtimeClient.connect(duplex_url(model_stack.ports.gateway))
     try:
         await client.open(**_session("server_vad", 24000))
         await client.append(silence(400) + spoken(question.text, 24000, "espeak") + silence(1500))

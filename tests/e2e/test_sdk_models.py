@@ -1,46 +1,38 @@
-"""The official `openai` SDK's own pydantic models accept every raw frame we emit.
+"""The official `openai` SDK's own pydantic models judge every raw frame we emit.
 
-A stock client parses events with `construct` (no validation), so a frame it
-cannot validate still "works" until a field is read. Here every raw JSON
-frame of a session on the synthetic stack (turns, cancels, errors, items,
-playback, input control) is validated against the SDK model of its type.
-Frames whose type the SDK does not know must be the reference's duplex-only
-(tier 3) extensions.
+OpenAI's dialect (`/v1/realtime`, no opt-in) is exactly OpenAI's: a session
+driven through every client event OpenAI has (turns, text turns, cancels,
+cleared output, truncation, items with tool calls, refusals) gets only
+frames that the SDK's `RealtimeServerEvent` union and the model of each
+type accept in strict mode, with no field the SDK does not declare (but the
+session's `id` and `object`, which OpenAI sends too), and no event type
+outside OpenAI's catalogue. The test client judges each frame as it arrives
+(`RealtimeClient`), so every other test of this dialect is checked too;
+here the whole surface is driven on purpose.
 
-Where the reference and OpenAI's schema disagree, the reference wins
+The duplex dialect (`?duplex=1`) carries the reference's extensions. Where
+the reference and OpenAI's schema disagree there, the reference wins
 (DESIGN.md); each such conflict is listed in `REFERENCE_WINS` with why, and
-no other validation error is tolerated.
+no other validation error is tolerated. Types the SDK does not know must be
+the reference's duplex-only (tier 3) extensions.
 """
 
 from __future__ import annotations
 
 import itertools
-import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from openai.types.realtime import RealtimeServerEvent
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from tests.support import reference
+from tests.support import openai_models, reference
+from tests.support.openai_models import SERVER_MODELS
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
-from tests.support.speech import spoken
+from tests.support.speech import silence, spoken
 
 # An event the bound backend may lack: refused with one of these, it is skipped.
 SKIPPABLE = {"unsupported_event", "unsupported_capability"}
-
-
-def _sdk_models() -> dict[str, type[BaseModel]]:
-    """Wire type -> the SDK model of that type, from the server event union."""
-    union = typing.get_args(typing.get_args(RealtimeServerEvent)[0])
-    models: dict[str, type[BaseModel]] = {}
-    for model in union:
-        (literal,) = typing.get_args(model.model_fields["type"].annotation)
-        models[literal] = model
-    return models
-
-
-SDK_MODELS = _sdk_models()
 
 
 @dataclass(frozen=True)
@@ -59,6 +51,7 @@ class Conflict:
         )
 
 
+# The duplex dialect only: OpenAI's dialect has no conflict at all.
 REFERENCE_WINS = (
     Conflict(
         frozenset({"response.created", "response.done"}),
@@ -80,10 +73,10 @@ REFERENCE_WINS = (
 )
 
 
-def sdk_violations(frame: Event) -> tuple[list[Any], set[Conflict]]:
+def reference_violations(frame: Event) -> tuple[list[Any], set[Conflict]]:
     """Validation errors no conflict covers, and the conflicts that covered some."""
     try:
-        TypeAdapter(SDK_MODELS[frame["type"]]).validate_python(frame)
+        TypeAdapter(SERVER_MODELS[frame["type"]]).validate_python(frame)
     except ValidationError as exc:
         errors = exc.errors()
     else:
@@ -97,11 +90,16 @@ def sdk_violations(frame: Event) -> tuple[list[Any], set[Conflict]]:
 def test_openai_named_reference_types_all_have_sdk_models() -> None:
     """Tier 1 and 2 are OpenAI's names: the SDK must know each; tier 3 it must not."""
     tiers = reference.server_tiers()
-    assert {t for t, tier in tiers.items() if tier in ("1", "2")} - set(SDK_MODELS) == set()
-    assert {t for t, tier in tiers.items() if tier == "3"} & set(SDK_MODELS) == set()
+    assert {t for t, tier in tiers.items() if tier in ("1", "2")} - set(SERVER_MODELS) == set()
+    assert {t for t, tier in tiers.items() if tier == "3"} & set(SERVER_MODELS) == set()
 
 
 # ------------------------------------------------------------ on the stack
+def done(item_id: str) -> Callable[[Event], bool]:
+    """Whether an event is `conversation.item.done` of `item_id`."""
+    return lambda e: e["type"] == "conversation.item.done" and e["item"]["id"] == item_id
+
+
 class Driver:
     """Sends events with ids and waits for their reply, skipping refused ones."""
 
@@ -144,8 +142,8 @@ class Driver:
         await self.client.send("response.create")
         created = await self.client.until(lambda e: e["type"] == "response.created")
         await self.request(interrupt, expect)
-        if not self._ended(created["response_id"]):
-            await self.client.until(lambda e: self._ended(created["response_id"]))
+        if not self._ended(created["response"]["id"]):
+            await self.client.until(lambda e: self._ended(created["response"]["id"]))
 
     def _ended(self, response_id: str) -> bool:
         """Whether the response's `response.done` and its `rate_limits.updated` arrived."""
@@ -153,12 +151,122 @@ class Driver:
             e["type"]
             for e in self.client.events
             if e["type"] == "rate_limits.updated"
-            or (e["type"] == "response.done" and e["response_id"] == response_id)
+            or (e["type"] == "response.done" and e["response"]["id"] == response_id)
         ]
         return "response.done" in types and types[-1] == "rate_limits.updated"
 
+    async def items(self) -> None:
+        """Create (a message, a tool call and its result), retrieve, delete."""
+        message = {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "Summarise what I said."}],
+        }
+        call = {"type": "function_call", "name": "get_time", "arguments": "{}"}
+        created: list[Event] = []
+        for item in (message, call):
+            added = await self.request(
+                "conversation.item.create", {"conversation.item.added"}, item=item
+            )
+            if added is not None:
+                created.append(added["item"])
+                await self.client.until(done(added["item"]["id"]))
+        if len(created) == 2:
+            # The call got a call_id from the session: its result names it.
+            output = {
+                "type": "function_call_output",
+                "call_id": created[1]["call_id"],
+                "output": "noon",
+            }
+            await self.request("conversation.item.create", {"conversation.item.added"}, item=output)
+        for item_id in (c["id"] for c in created):
+            await self.request(
+                "conversation.item.retrieve", {"conversation.item.retrieved"}, item_id=item_id
+            )
+            await self.request(
+                "conversation.item.delete", {"conversation.item.deleted"}, item_id=item_id
+            )
 
-async def _drive_the_whole_surface(client: RealtimeClient) -> Driver:
+
+async def _drive_openai_s_surface(client: RealtimeClient) -> Driver:
+    """Every OpenAI client event on OpenAI's dialect, as a stock client sends them."""
+    d = Driver(client)
+    # OpenAI's dialect opened on connect: an append before any update is heard.
+    created = await client.until(lambda e: e["type"] == "session.created")
+    assert created["session"]["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+    await d.request(
+        "session.update",
+        {"session.updated"},
+        session={**MANUAL, "instructions": None, "output_modalities": ["audio"]},
+    )
+
+    # An audio turn (its request named in its metadata), then truncated where the user stopped.
+    audio = await d.turn("What is the weather like?", metadata={"client_event_id": "evt_a"})
+    done = of_type(audio, "response.done")[0]["response"]
+    assert done["metadata"] == {"client_event_id": "evt_a"}
+    await d.request(
+        "conversation.item.truncate",
+        {"conversation.item.truncated"},
+        item_id=done["output"][0]["id"],
+        content_index=0,
+        audio_end_ms=100,
+    )
+
+    # A text-only response; a cancelled one; one whose audio the client clears.
+    await d.turn("Answer in text.", output_modalities=["text"], instructions=None)
+    await d.interrupted_turn("Tell me a story.", "response.cancel", {"response.done"})
+    await d.interrupted_turn(
+        "Tell me another story.", "output_audio_buffer.clear", {"output_audio_buffer.cleared"}
+    )
+
+    # Refusals: an empty commit, a duplex extension, an unknown item, a cancel of nothing.
+    await d.refused("input_audio_buffer.commit", "input_audio_buffer_commit_empty")
+    await d.refused("session.heartbeat", "invalid_value")
+    await d.refused("conversation.item.retrieve", "item_retrieve_invalid_item_id", item_id="x")
+    await d.refused("response.cancel", "response_cancel_not_active")
+
+    await d.items()
+
+    # Input and output control with nothing in flight.
+    await d.request("input_audio_buffer.clear", {"input_audio_buffer.cleared"})
+    await d.request("output_audio_buffer.clear", {"output_audio_buffer.cleared"})
+
+    # Server VAD: a detected turn, answered.
+    vad = {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
+    await d.request("session.update", {"session.updated"}, session=vad)
+    await client.append(silence(300) + spoken("What time is it?") + silence(900))
+    await client.response_cycle()
+    return d
+
+
+async def test_every_frame_of_openai_s_dialect_validates_strictly(client: RealtimeClient) -> None:
+    driver = await _drive_openai_s_surface(client)
+    frames = client.events
+    failures = {i: openai_models.violations(f) for i, f in enumerate(frames)}
+    assert {i: v for i, v in failures.items() if v} == {}
+    types = {f["type"] for f in frames}
+    assert types <= set(SERVER_MODELS)  # nothing outside OpenAI's catalogue
+    assert len(types) > 25, sorted(types)
+    assert frames[0]["type"] == "session.created"
+    assert not driver.skipped, driver.skipped
+    # OpenAI's own error codes and reasons.
+    codes = {f["error"]["code"] for f in of_type(frames, "error")}
+    assert codes == {
+        "input_audio_buffer_commit_empty",
+        "invalid_value",
+        "item_retrieve_invalid_item_id",
+        "response_cancel_not_active",
+    }
+    reasons = {
+        (r["status"], (r["status_details"] or {}).get("reason"))
+        for r in (f["response"] for f in of_type(frames, "response.done"))
+    }
+    assert reasons == {("completed", None), ("cancelled", "client_cancelled")}
+    # Every commit names its item.
+    assert all(f["item_id"] for f in of_type(frames, "input_audio_buffer.committed"))
+
+
+async def _drive_the_duplex_surface(client: RealtimeClient) -> Driver:
     d = Driver(client)
     # A handshake-stage error: no session yet, so the gateway answers it itself.
     await client.send("response.create", event_id="evt_sdk_early")
@@ -192,25 +300,7 @@ async def _drive_the_whole_surface(client: RealtimeClient) -> Driver:
     await d.refused("input_audio_buffer.commit", "input_audio_buffer_empty")
     await d.refused("no.such.event", "invalid_event")
 
-    # Items: create, retrieve, delete.
-    added = await d.request(
-        "conversation.item.create",
-        {"conversation.item.added"},
-        item={
-            "type": "message",
-            "role": "user",
-            "content": [{"type": "input_text", "text": "Summarise what I said."}],
-        },
-    )
-    if added is not None:
-        new_id = added["item"]["id"]
-        await client.until(
-            lambda e: e["type"] == "conversation.item.done" and e["item"]["id"] == new_id
-        )
-        await d.request(
-            "conversation.item.retrieve", {"conversation.item.retrieved"}, item_id=new_id
-        )
-        await d.request("conversation.item.delete", {"conversation.item.deleted"}, item_id=new_id)
+    await d.items()
 
     # Input and output control with nothing in flight, a client-VAD barge-in.
     await d.request("input.cancel", {"input_audio_buffer.cleared"})
@@ -222,20 +312,20 @@ async def _drive_the_whole_surface(client: RealtimeClient) -> Driver:
     return d
 
 
-async def test_every_raw_frame_validates_against_the_openai_sdk_models(
-    client: RealtimeClient,
+async def test_the_duplex_dialect_differs_from_openai_only_where_the_reference_wins(
+    duplex_client: RealtimeClient,
 ) -> None:
-    driver = await _drive_the_whole_surface(client)
-    frames = client.events
+    driver = await _drive_the_duplex_surface(duplex_client)
+    frames = duplex_client.events
     tiers = reference.server_tiers()
     failures: dict[str, list[Any]] = {}
     used: set[Conflict] = set()
     extensions: set[str] = set()
     for frame in frames:
-        if frame["type"] not in SDK_MODELS:
+        if frame["type"] not in SERVER_MODELS:
             extensions.add(frame["type"])
             continue
-        left, hit = sdk_violations(frame)
+        left, hit = reference_violations(frame)
         used |= hit
         if left:
             failures.setdefault(frame["type"], left)

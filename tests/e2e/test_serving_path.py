@@ -2,7 +2,10 @@
 
 The stage workers run the `synthetic` backends here (the serving path is
 what is tested, not the models); everything else is real: Redis, gRPC on
-loopback, WebSockets, the session journal.
+loopback, WebSockets, the session journal. Clients speak the duplex dialect
+(`?duplex=1`), whose extensions show the journal (`server_event_seq`),
+heartbeats, stage metrics and `session.close`; OpenAI's dialect has its own
+tests (test_openai_dialect.py, test_sdk_models.py).
 """
 
 from __future__ import annotations
@@ -16,8 +19,21 @@ import redis.asyncio as aioredis
 from stack import LocalStack
 
 from antiphon.v1 import session_pb2 as spb
-from tests.support.realtime import MANUAL, Event, RealtimeClient, audio_bytes, of_type, realtime_url
+from tests.support.realtime import (
+    MANUAL,
+    Event,
+    RealtimeClient,
+    audio_bytes,
+    duplex_url,
+    of_type,
+)
 from tests.support.speech import silence, spoken
+
+
+@pytest.fixture
+def client(duplex_client: RealtimeClient) -> RealtimeClient:
+    return duplex_client
+
 
 RESPONSE_ORDER = [
     "response.created",
@@ -260,7 +276,7 @@ async def test_native_lane_listens_then_speaks_after_silence_with_no_commit(
     synthetic_stack: LocalStack,
 ) -> None:
     client = await RealtimeClient.connect(
-        realtime_url(synthetic_stack.ports.gateway, "?duplex=1&native_duplex=1")
+        duplex_url(synthetic_stack.ports.gateway, "?native_duplex=1")
     )
     try:
         created = await client.open(type="realtime", turn_detection=None)
@@ -281,7 +297,7 @@ async def test_admission_refuses_past_max_sessions_and_frees_on_close(
     synthetic_stack: LocalStack,
 ) -> None:
     clients = [
-        await RealtimeClient.connect(realtime_url(synthetic_stack.ports.gateway)) for _ in range(4)
+        await RealtimeClient.connect(duplex_url(synthetic_stack.ports.gateway)) for _ in range(4)
     ]
     try:
         opened = [await c.open(**MANUAL) for c in clients[:3]]
@@ -293,7 +309,7 @@ async def test_admission_refuses_past_max_sessions_and_frees_on_close(
         await clients[0].send("session.close")
         closed = await clients[0].until(lambda e: e["type"] == "session.closed")
         assert closed["reason"] == "session_close"
-        late = await RealtimeClient.connect(realtime_url(synthetic_stack.ports.gateway))
+        late = await RealtimeClient.connect(duplex_url(synthetic_stack.ports.gateway))
         clients.append(late)
         assert (await late.open(**MANUAL))["type"] == "session.created"
     finally:

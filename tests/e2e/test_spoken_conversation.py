@@ -2,7 +2,9 @@
 
 Silero VAD, Whisper base (CTranslate2), SmolLM2-135M-Instruct on vLLM and
 the Piper voice, behind the gateway and session service, state in Redis.
-The first test drives the stack with the official `openai` SDK, unmodified.
+The first test drives the stack with the official `openai` SDK, unmodified
+(OpenAI's dialect); the others look at the duplex extensions (stage metrics,
+word marks, overlap decisions) and speak the duplex dialect (`?duplex=1`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from antiphon.common.audio import resample_pcm16
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
 from antiphon.v1 import common_pb2 as cpb
-from tests.support.realtime import RealtimeClient, audio_bytes, of_type
+from tests.support.realtime import RealtimeClient, audio_bytes, duplex_url, of_type
 from tests.support.speech import silence, spoken
 
 pytestmark = pytest.mark.models
@@ -111,8 +113,7 @@ async def test_openai_sdk_spoken_question_gets_exactly_one_spoken_answer(
 async def test_native_lane_answers_speech_followed_by_silence_with_no_commit(
     model_stack: LocalStack,
 ) -> None:
-    url = f"ws://127.0.0.1:{model_stack.ports.gateway}/v1/realtime?duplex=1"
-    client = await RealtimeClient.connect(url)
+    client = await RealtimeClient.connect(duplex_url(model_stack.ports.gateway))
     try:
         await client.open(type="realtime", turn_detection=None, extra_body={"native_duplex": True})
         await client.append(silence(300) + spoken(QUESTION) + silence(1500))
@@ -131,7 +132,7 @@ async def test_native_lane_answers_speech_followed_by_silence_with_no_commit(
 async def test_second_turn_prompt_and_history_hold_the_first_turn(
     model_stack: LocalStack,
 ) -> None:
-    client = await RealtimeClient.connect(f"ws://127.0.0.1:{model_stack.ports.gateway}/v1/realtime")
+    client = await RealtimeClient.connect(duplex_url(model_stack.ports.gateway))
     try:
         created = await client.open(
             type="realtime",
@@ -169,7 +170,7 @@ async def test_speaking_over_the_answer_cancels_it_and_no_later_audio_arrives(
     model_stack: LocalStack,
 ) -> None:
     """Barge-in with every real model: Silero hears the user over the assistant."""
-    client = await RealtimeClient.connect(f"ws://127.0.0.1:{model_stack.ports.gateway}/v1/realtime")
+    client = await RealtimeClient.connect(duplex_url(model_stack.ports.gateway))
     try:
         await client.open(type="realtime")  # server VAD, interrupt_response by default
         await client.append(
@@ -200,7 +201,7 @@ async def test_speaking_over_the_answer_cancels_it_and_no_later_audio_arrives(
 async def test_truncation_keeps_the_words_piper_had_spoken_and_the_next_prompt_holds_them(
     model_stack: LocalStack,
 ) -> None:
-    client = await RealtimeClient.connect(f"ws://127.0.0.1:{model_stack.ports.gateway}/v1/realtime")
+    client = await RealtimeClient.connect(duplex_url(model_stack.ports.gateway))
     try:
         await client.open(
             type="realtime",

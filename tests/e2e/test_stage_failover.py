@@ -68,9 +68,10 @@ async def test_kill_9_of_a_stage_worker_fails_the_response_and_the_next_turn_ans
         workers.kill(victim)
         cycle = await client.response_cycle(timeout=30)
         done = of_type(cycle, "response.done")[0]["response"]
-        assert (done["status"], done["status_details"]["reason"]) == (
+        # OpenAI's dialect: a failed response names its cause in `status_details.error`.
+        assert (done["status"], done["status_details"]) == (
             "failed",
-            f"{stage}_unavailable",
+            {"type": "failed", "error": {"type": "server_error", "code": f"{stage}_unavailable"}},
         )
         # The next turn runs on the surviving worker.
         await client.append(spoken("Are you still there?"))

@@ -9,7 +9,7 @@ import pytest
 from google.protobuf.message import Message
 
 from antiphon.gateway import native
-from antiphon.gateway.dialect import NATIVE, REALTIME
+from antiphon.gateway.dialect import DUPLEX, NATIVE
 from antiphon.gateway.projector import project
 from antiphon.gateway.translator import Translator
 from antiphon.v1 import common_pb2 as cpb
@@ -72,11 +72,13 @@ def test_session_config_after_the_open_is_an_update() -> None:
     assert cmd.update.config.voice == "joe"
 
 
-def test_the_realtime_dialect_renames_nothing() -> None:
+def test_the_duplex_dialect_renames_nothing() -> None:
     event = {"type": "session.create"}
-    assert REALTIME.normalize(event) is event
-    assert REALTIME.projector()(_event("input_cancelled"))["type"] == "input_audio_buffer.cleared"
-    assert NATIVE.projector()(_event("input_cancelled"))["type"] == "input.cancelled"
+    assert DUPLEX.normalize(event) is event
+    (frame,) = DUPLEX.projector()(_event("input_cancelled"))
+    assert frame["type"] == "input_audio_buffer.cleared"
+    (native_frame,) = NATIVE.projector()(_event("input_cancelled"))
+    assert native_frame["type"] == "input.cancelled"
 
 
 # ------------------------------------------------------------------ outbound
@@ -195,7 +197,9 @@ def test_function_call_arguments_done_is_function_call_done() -> None:
     frame = native.project_native(
         _event(
             "function_call_arguments_done",
-            spb.FunctionCallArguments(ref=ref, call_id="call_7d1f", arguments='{"city":"HK"}'),
+            spb.FunctionCallArguments(
+                ref=ref, call_id="call_7d1f", name="get_weather", arguments='{"city":"HK"}'
+            ),
         )
     )
     assert frame["type"] == "function_call.done"
@@ -203,6 +207,7 @@ def test_function_call_arguments_done_is_function_call_done() -> None:
         "response_id": "resp_fc_01",
         "item_id": "item_fc_01",
         "call_id": "call_7d1f",
+        "name": "get_weather",
         "arguments": '{"city":"HK"}',
     }
 

@@ -390,12 +390,15 @@ def test_transcription_completed_shape() -> None:
         )
     )
     assert (wire["item_id"], wire["content_index"], wire["transcript"]) == ("i", 0, "hello")
-    # OpenAI requires usage; no separate transcription model runs, so it is zero tokens.
+    # OpenAI requires usage, in its full shape (`input_token_details` too: a
+    # TypeScript client drops a transcription without it); no separate
+    # transcription model runs, so it is zero tokens.
     assert wire["usage"] == {
         "type": "tokens",
         "input_tokens": 0,
         "output_tokens": 0,
         "total_tokens": 0,
+        "input_token_details": {"audio_tokens": 0, "text_tokens": 0},
     }
 
 
@@ -685,17 +688,17 @@ def test_session_lifetime_events_have_the_reference_shapes() -> None:
     assert (resync["type"], resync["reason"]) == ("session.resync_required", "journal_gap")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="OpenAI's .done names the function; FunctionCallArguments has no `name` field yet",
-)
 def test_function_call_arguments_done_validates_against_the_openai_sdk_model() -> None:
+    """OpenAI's `.done` names the function it completes."""
     wire = project(
         _event(
             "function_call_arguments_done",
-            spb.FunctionCallArguments(ref=FC_REF, call_id="call_7d1f", arguments="{}"),
+            spb.FunctionCallArguments(
+                ref=FC_REF, call_id="call_7d1f", name="get_weather", arguments="{}"
+            ),
         )
     )
+    assert wire["name"] == "get_weather"
     type(_sdk_parse(wire)).model_validate(wire)
 
 

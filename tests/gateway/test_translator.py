@@ -520,6 +520,35 @@ def test_open_validates_the_session_like_update() -> None:
     assert info.value.code == "unsupported_turn_detection"
 
 
+def test_connect_opens_with_the_server_defaults_and_the_url_query() -> None:
+    """OpenAI's dialect opens as the socket is accepted: no client event yet."""
+    cmd = Translator().connect({})
+    assert cmd.WhichOneof("kind") == "open"
+    assert cmd.open.on_connect is True
+    assert cmd.open.config == cpb.SessionConfigPatch()
+    assert cmd.client_type == "websocket.connect" and not cmd.event_id
+    query = {"model": "antiphon-cascade", "session_id": "sess_x", "resumable": "1"}
+    cfg = Translator().connect(query).open.config
+    assert (cfg.model, cfg.session_id, cfg.resumable) == ("antiphon-cascade", "sess_x", True)
+    with pytest.raises(ClientError) as info:
+        Translator().connect({"session_id": "no spaces"})
+    assert (info.value.code, info.value.param) == ("invalid_value", "session.session_id")
+    # A handshake open is the client's own: no `on_connect`.
+    assert Translator().open(_update({}), {}).open.on_connect is False
+
+
+def test_a_dialect_that_takes_fewer_types_refuses_the_others_as_openai_does() -> None:
+    openai_only = Translator(frozenset({"session.update", "input_audio_buffer.commit"}))
+    assert openai_only.translate({"type": "input_audio_buffer.commit"}).WhichOneof("kind")
+    for etype in ("session.heartbeat", "input.commit", "session.resume", "no.such.event", 4):
+        err = _refused({"type": etype, "event_id": "evt_x"}, openai_only)
+        assert (err.code, err.param, err.type) == ("invalid_value", "type", "invalid_request_error")
+        assert err.message == (
+            f"Invalid value: {etype!r}. Supported values are: "
+            "'input_audio_buffer.commit', 'session.update'."
+        )
+
+
 # ------------------------------------------------------- types and aliases
 @pytest.mark.parametrize("alias", sorted(ALIASES))
 def test_every_alias_translates_to_its_canonical_command(alias: str) -> None:
@@ -698,6 +727,18 @@ def test_response_create_carries_every_option() -> None:
     assert dict(req.metadata) == {"trace": "turn-3", "n": "4"}
 
 
+def test_response_create_null_instructions_are_not_given() -> None:
+    """LiveKit's `generate_reply()` sends `"instructions": null`: the session's apply."""
+    req = (
+        Translator()
+        .translate({"type": "response.create", "response": {"instructions": None}})
+        .create_response
+    )
+    assert not req.HasField("instructions")
+    # `session.update` reads null the same way.
+    assert not _patch({"instructions": None}).HasField("instructions")
+
+
 def test_response_create_without_body_sets_no_override() -> None:
     req = Translator().translate({"type": "response.create"}).create_response
     for name in ("instructions", "temperature", "max_output_tokens"):
@@ -854,6 +895,27 @@ def test_item_create_function_call_output_from_the_reference() -> None:
     )
 
 
+def test_item_create_function_call_as_openai_shapes_it() -> None:
+    """A tool call of the client's history (LiveKit syncs its chat context so)."""
+    item = _create(
+        {
+            "type": "function_call",
+            "name": "get_weather",
+            "call_id": "call_7d1f",
+            "arguments": '{"city":"Hong Kong"}',
+        }
+    ).create_item.item
+    assert item == cpb.Item(
+        type="function_call",
+        name="get_weather",
+        call_id="call_7d1f",
+        arguments='{"city":"Hong Kong"}',
+    )
+    # OpenAI's call_id is optional: the session names one.
+    bare = _create({"type": "function_call", "name": "f", "arguments": ""}).create_item.item
+    assert bare.call_id == ""
+
+
 def test_item_create_keeps_a_client_item_id() -> None:
     item = {
         "id": "item_mine",
@@ -903,7 +965,27 @@ _USER_TEXT = [{"type": "input_text", "text": "x"}]
             "item.type",
         ),
         ({"item": {"type": "image", "role": "user"}}, "invalid_value", "item.type"),
-        ({"item": {"type": "function_call"}}, "invalid_value", "item.type"),
+        ({"item": {"type": "function_call_result"}}, "invalid_value", "item.type"),
+        (
+            {"item": {"type": "function_call", "arguments": "{}"}},
+            "missing_required_parameter",
+            "item.name",
+        ),
+        (
+            {"item": {"type": "function_call", "name": "f"}},
+            "missing_required_parameter",
+            "item.arguments",
+        ),
+        (
+            {"item": {"type": "function_call", "name": "f", "arguments": {"a": 1}}},
+            "invalid_value",
+            "item.arguments",
+        ),
+        (
+            {"item": {"type": "function_call", "name": "f", "arguments": "", "call_id": 7}},
+            "invalid_value",
+            "item.call_id",
+        ),
         (
             {"item": {"type": "message", "content": _USER_TEXT}},
             "missing_required_parameter",

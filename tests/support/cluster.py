@@ -1,7 +1,8 @@
 """Two session replicas and two gateways on one Redis: the survival setup.
 
 Both gateways prefer replica A and fail over to replica B. The stage
-workers run the `synthetic` backends.
+workers run the `synthetic` backends. Clients speak the duplex dialect
+(`?duplex=1`): resuming, replay and heartbeats are its extensions.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Iterator
 import redis.asyncio as aioredis
 from stack import LocalStack, Ports, free_port
 
+from tests.support.realtime import with_duplex
+
 
 class Cluster:
     def __init__(self, stack: LocalStack) -> None:
@@ -20,8 +23,9 @@ class Cluster:
         self.gateway2 = free_port()
 
     def url(self, gateway: int = 1, query: str = "") -> str:
+        """The duplex dialect on one of the two gateways, with any further `query`."""
         port = self.stack.ports.gateway if gateway == 1 else self.gateway2
-        return f"ws://127.0.0.1:{port}/v1/realtime{query}"
+        return f"ws://127.0.0.1:{port}/v1/realtime{with_duplex(query)}"
 
     def start_replica_a(self) -> None:
         p = self.stack.ports

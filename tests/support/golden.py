@@ -1,9 +1,17 @@
 """Golden transcripts: a whole wire event sequence, minus what differs run to run.
 
 Ids, sequence numbers, audio bytes and timings change every run; event
-types, order, statuses, reasons and text do not. A run of audio deltas
-(each with its transcript delta) collapses to one marker, because how many
-chunks fit before an interruption depends on scheduling, not on the contract.
+types, order, fields, statuses, reasons and text do not. A volatile value
+is replaced by a placeholder of its own type (a string by `"<key>"`, a
+number by 0, a list by []; null stays null), so every frame keeps its shape
+and a golden frame of OpenAI's dialect is still a frame the `openai` SDK can
+judge (`tests/e2e/test_golden_transcripts.py` replays each one). A run of
+audio deltas (each with its transcript delta) collapses to its first audio
+delta and its first transcript delta, because how many chunks fit before
+an interruption depends on scheduling, not on the contract.
+
+Transcripts live under `golden/<dialect>/<scenario>.json`, one folder per
+dialect (`openai`: `/v1/realtime`; `duplex`: `?duplex=1`).
 `ANTIPHON_UPDATE_GOLDEN=1` rewrites the files (review the diff by hand).
 """
 
@@ -18,6 +26,7 @@ from typing import Any
 from tests.support.realtime import Event
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "e2e" / "golden"
+DIALECTS = ("openai", "duplex")
 
 # Keys whose values are per run.
 _VOLATILE = {
@@ -54,9 +63,26 @@ _ID = re.compile(r"\b(item|resp|sess|event|evt|own|call)_[0-9a-f]{8,}\b")
 _NUMBER = re.compile(r"\b\d{3,}\b")
 
 
+def _placeholder(key: str, value: Any) -> Any:
+    """A per-run value replaced by one of its own type."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return 0
+    if isinstance(value, str):
+        return f"<{key}>"
+    if isinstance(value, list):
+        return []
+    if isinstance(value, dict):
+        return {k: _placeholder(k, v) for k, v in sorted(value.items())}
+    raise TypeError(f"unexpected {type(value).__name__} at {key!r}")
+
+
 def _scrub(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _scrub(v) for k, v in sorted(value.items()) if k not in _VOLATILE}
+        return {
+            k: _placeholder(k, v) if k in _VOLATILE else _scrub(v) for k, v in sorted(value.items())
+        }
     if isinstance(value, list):
         return [_scrub(v) for v in value]
     if isinstance(value, str):
@@ -66,32 +92,45 @@ def _scrub(value: Any) -> Any:
 
 def normalize(events: list[Event]) -> list[Any]:
     out: list[Any] = []
+    run: set[str] = set()  # the delta types of the current run already kept
     for event in events:
         etype = event["type"]
-        if etype in _DELTAS:
-            if out and out[-1] == "<audio and transcript deltas>":
-                continue
-            out.append("<audio and transcript deltas>")
+        if etype not in _DELTAS:
+            run = set()
+            out.append(_scrub(event))
             continue
-        body = {k: v for k, v in event.items() if k != "type"}
-        if etype in ("session.created", "session.updated"):
-            body = {}  # the session object has its own tests
-        elif etype == "session.resumed":
-            body.pop("session", None)  # the same session object
-        out.append({"type": etype, **_scrub(body)})
+        if etype in run:
+            continue
+        run.add(etype)
+        # The audio's bytes and the words of the first chunk are per run.
+        out.append({**_scrub(event), "delta": "<delta>"})
     return out
 
 
-def check(name: str, events: list[Event]) -> None:
-    """Compare with `golden/<name>.json` (or write it when updating)."""
-    path = GOLDEN_DIR / f"{name}.json"
+def path_of(dialect: str, name: str) -> Path:
+    assert dialect in DIALECTS, dialect
+    return GOLDEN_DIR / dialect / f"{name}.json"
+
+
+def transcripts(dialect: str) -> dict[str, list[Any]]:
+    """Every golden transcript of `dialect`, by scenario name."""
+    return {
+        path.stem: json.loads(path.read_text())
+        for path in sorted((GOLDEN_DIR / dialect).glob("*.json"))
+    }
+
+
+def check(dialect: str, name: str, events: list[Event]) -> None:
+    """Compare with `golden/<dialect>/<name>.json` (or write it when updating)."""
+    path = path_of(dialect, name)
     got = normalize(events)
     if os.environ.get("ANTIPHON_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
         path.write_text(json.dumps(got, indent=1) + "\n")
     expected = json.loads(path.read_text())
     if got != expected:
-        # Kept for a look: `diff <(jq . golden/x.json) <(jq . /tmp/...)`.
-        Path(os.environ.get("TMPDIR", "/tmp"), f"golden-{name}.json").write_text(
+        # Kept for a look: `diff <(jq . golden/x/y.json) <(jq . /tmp/...)`.
+        Path(os.environ.get("TMPDIR", "/tmp"), f"golden-{dialect}-{name}.json").write_text(
             json.dumps(got, indent=1) + "\n"
         )
-    assert got == expected, f"wire sequence differs from {path.name}"
+    assert got == expected, f"wire sequence differs from {dialect}/{path.name}"

@@ -1,4 +1,11 @@
-"""A minimal raw-WebSocket Realtime client for tests: send events, collect events."""
+"""A minimal raw-WebSocket Realtime client for tests: send events, collect events.
+
+It speaks either dialect of `/v1/realtime`: OpenAI's (no opt-in, `realtime_url`)
+or the duplex extensions (`?duplex=1`, `duplex_url`; `/v1/duplex` too). On
+OpenAI's dialect every frame it receives is judged by the `openai` SDK's
+models in strict mode (`openai_models.violations`) and a frame they refuse
+fails the test at once, so all live traffic of that dialect is checked.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,11 @@ import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import websockets
+
+from tests.support import openai_models
 
 Event = dict[str, Any]
 
@@ -18,28 +28,62 @@ MANUAL: dict[str, Any] = {"type": "realtime", "audio": {"input": {"turn_detectio
 
 
 def realtime_url(gateway_port: int, query: str = "") -> str:
+    """OpenAI's dialect (unless `query` opts in to the duplex extensions)."""
     return f"ws://127.0.0.1:{gateway_port}/v1/realtime{query}"
 
 
+def duplex_url(gateway_port: int, query: str = "") -> str:
+    """The duplex dialect (`?duplex=1`, with any further `query`): the reference's contract."""
+    return realtime_url(gateway_port, with_duplex(query))
+
+
+def with_duplex(query: str) -> str:
+    """`query` (e.g. "?autostart=0") with `duplex=1` in it."""
+    params = dict(parse_qsl(query.lstrip("?")))
+    params["duplex"] = "1"
+    return "?" + urlencode(params)
+
+
+def is_duplex(url: str) -> bool:
+    """Whether `url` speaks a dialect with the duplex extensions."""
+    parts = urlsplit(url)
+    flag = dict(parse_qsl(parts.query)).get("duplex", "")
+    return parts.path.endswith("/v1/duplex") or flag.lower() in ("1", "true", "yes")
+
+
+class OpenAIViolation(AssertionError):
+    """A frame of OpenAI's dialect that a strict `openai` SDK client refuses."""
+
+
 class RealtimeClient:
-    def __init__(self, ws: websockets.ClientConnection) -> None:
+    def __init__(self, ws: websockets.ClientConnection, *, duplex: bool = True) -> None:
         self.ws = ws
+        self.duplex = duplex
         self.events: list[Event] = []
 
     @classmethod
     async def connect(cls, url: str) -> RealtimeClient:
-        return cls(await websockets.connect(url, max_size=None))
+        return cls(await websockets.connect(url, max_size=None), duplex=is_duplex(url))
 
     async def send(self, type_: str, **fields: Any) -> None:
         await self.ws.send(json.dumps({"type": type_, **fields}))
 
     async def open(self, **session: Any) -> Event:
-        """The open handshake; returns `session.created` (and consumes `session.updated`)."""
-        await self.send("session.update", session=session)
+        """Open a session configured with `session`; returns `session.created`
+        (or the `error` refusing it), having consumed the `session.updated`.
+
+        Duplex: the first `session.update` opens. OpenAI's dialect opened on
+        connect, with the server's defaults: `session.created` comes first,
+        then the update, as a stock client does it."""
+        if self.duplex:
+            await self.send("session.update", session=session)
         created = await self.until(lambda e: e["type"] in ("session.created", "error"))
-        if created["type"] == "session.created":
-            await self.until(lambda e: e["type"] == "session.updated")
-        return created
+        if created["type"] != "session.created":
+            return created
+        if not self.duplex:
+            await self.send("session.update", session=session)
+        answer = await self.until(lambda e: e["type"] in ("session.updated", "error"))
+        return created if answer["type"] == "session.updated" else answer
 
     async def append(self, pcm16: bytes, chunk_bytes: int = 9600, **extra: Any) -> None:
         """Stream audio as `input_audio_buffer.append` events (9600 B = 200 ms at 24 kHz)."""
@@ -50,6 +94,10 @@ class RealtimeClient:
     async def recv(self, timeout: float = 60.0) -> Event:
         event: Event = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
         self.events.append(event)
+        if not self.duplex:
+            problems = openai_models.violations(event)
+            if problems:
+                raise OpenAIViolation(f"{event['type']}: {problems}")
         return event
 
     async def until(self, predicate: Callable[[Event], bool], timeout: float = 60.0) -> Event:
@@ -75,12 +123,16 @@ class RealtimeClient:
         return self.events[start:]
 
     async def close(self) -> None:
-        """Close the session (freeing its admission slot at once), then the socket."""
-        try:
-            await self.send("session.close")
-            await self.until(lambda e: e["type"] == "session.closed", timeout=10)
-        except Exception:
-            pass  # already closed or never opened
+        """Close the session (freeing its admission slot at once), then the socket.
+
+        Duplex: `session.close`, answered by `session.closed`. OpenAI's dialect
+        has no such event: the clean close of the socket (1000) ends it."""
+        if self.duplex:
+            try:
+                await self.send("session.close")
+                await self.until(lambda e: e["type"] == "session.closed", timeout=10)
+            except Exception:
+                pass  # already closed or never opened
         await self.ws.close()
 
 

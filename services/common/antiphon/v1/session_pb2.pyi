@@ -8,10 +8,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class OpenSession(_message.Message):
-    __slots__ = ("config",)
+    __slots__ = ("config", "on_connect")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    ON_CONNECT_FIELD_NUMBER: _ClassVar[int]
     config: _common_pb2.SessionConfigPatch
-    def __init__(self, config: _Optional[_Union[_common_pb2.SessionConfigPatch, _Mapping]] = ...) -> None: ...
+    on_connect: bool
+    def __init__(self, config: _Optional[_Union[_common_pb2.SessionConfigPatch, _Mapping]] = ..., on_connect: _Optional[bool] = ...) -> None: ...
 
 class UpdateSession(_message.Message):
     __slots__ = ("config",)
@@ -293,18 +295,20 @@ class ResyncRequired(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ErrorEvent(_message.Message):
-    __slots__ = ("type", "code", "message", "event_id", "param")
+    __slots__ = ("type", "code", "message", "event_id", "param", "client_type")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     PARAM_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     type: str
     code: str
     message: str
     event_id: str
     param: str
-    def __init__(self, type: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., event_id: _Optional[str] = ..., param: _Optional[str] = ...) -> None: ...
+    client_type: str
+    def __init__(self, type: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., event_id: _Optional[str] = ..., param: _Optional[str] = ..., client_type: _Optional[str] = ...) -> None: ...
 
 class SpeechStarted(_message.Message):
     __slots__ = ("audio_start_ms", "item_id")
@@ -590,14 +594,16 @@ class InputCancelled(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class FunctionCallArguments(_message.Message):
-    __slots__ = ("ref", "call_id", "arguments")
+    __slots__ = ("ref", "call_id", "arguments", "name")
     REF_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
     ref: PartRef
     call_id: str
     arguments: str
-    def __init__(self, ref: _Optional[_Union[PartRef, _Mapping]] = ..., call_id: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+    name: str
+    def __init__(self, ref: _Optional[_Union[PartRef, _Mapping]] = ..., call_id: _Optional[str] = ..., arguments: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ServerEvent(_message.Message):
     __slots__ = ("seq", "event_id", "session_created", "session_updated", "session_closed", "heartbeat_ack", "error", "session_resumed", "session_replaced", "session_expired", "resync_required", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_created", "item_done", "transcription_completed", "response_created", "output_item_added", "content_part_added", "response_speak", "audio_delta", "audio_transcript_delta", "text_delta", "audio_done", "audio_transcript_done", "text_done", "content_part_done", "output_item_done", "response_done", "rate_limits_updated", "response_listen", "item_deleted", "item_retrieved", "item_truncated", "output_audio_cleared", "playback_acknowledged", "overlap_decision", "input_cancelled", "function_call_arguments_delta", "function_call_arguments_done")

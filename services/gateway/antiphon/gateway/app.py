@@ -16,7 +16,7 @@ from starlette.websockets import WebSocket
 from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
 from antiphon.gateway.connection import Connection
-from antiphon.gateway.dialect import NATIVE, REALTIME, Dialect
+from antiphon.gateway.dialect import NATIVE, Dialect, realtime_dialect
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.settings import GatewaySettings
 
@@ -80,7 +80,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
             metrics.connections_active.dec()
 
     async def realtime(ws: WebSocket) -> None:
-        await serve(ws, REALTIME)
+        # OpenAI's own protocol; the reference's duplex extensions with `?duplex=1`.
+        await serve(ws, realtime_dialect(ws.query_params))
 
     async def duplex(ws: WebSocket) -> None:
         # The native dialect: same sessions, the runner's own event names.

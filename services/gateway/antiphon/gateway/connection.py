@@ -1,15 +1,20 @@
 """One WebSocket connection: read, translate, forward; receive, project, write.
 
 Exactly one task writes to the socket (the writer), so events keep the
-order the session gave them. The route picks the dialect (Realtime, or the
-native `/v1/duplex` names); the connection holds that dialect's projector.
+order the session gave them. The route picks the dialect (OpenAI's, the
+duplex extensions of `?duplex=1`, or the native `/v1/duplex` names); the
+connection holds that dialect's projector, which may send nothing for an
+event its dialect has no name for (or hold a frame back to keep its
+dialect's order). OpenAI's dialect opens the session as the socket is
+accepted (`session.created` first, with the server's defaults); the others
+open on the client's first `session.update` or `session.resume`.
 A refused client event is sent to the session as `rejected`, which journals
 the error so it gets a `server_event_seq`.
 
 When the stream to the session service is lost (a replica died or is
 draining), the connection resumes its session on a live replica with the
-last `server_event_seq` it delivered: the client sees `session.resumed`,
-then exactly the events it missed, and carries on.
+last `server_event_seq` it delivered: the client gets exactly the events it
+missed (after `session.resumed`, in the duplex dialects), and carries on.
 
 When the client's socket closes, the session is told how (`client_gone`):
 a goodbye ends it, a drop detaches it (see `client_close`). The connection
@@ -35,7 +40,7 @@ from antiphon.common import tracing
 from antiphon.common.ids import new_id
 from antiphon.gateway.audio_formats import encode_delta
 from antiphon.gateway.client_close import client_gone, is_last
-from antiphon.gateway.dialect import REALTIME, Dialect
+from antiphon.gateway.dialect import OPENAI, Dialect
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.translator import Translator, metric_label
@@ -46,6 +51,7 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("antiphon.gateway")
 
 CLOSE_NORMAL = 1000
+CLOSE_POLICY = 1008
 CLOSE_INTERNAL = 1011
 # Events after which this socket's session stream is over for good.
 TERMINAL = {"session_closed", "session_expired", "session_replaced", "resync_required"}
@@ -76,16 +82,17 @@ class Connection:
         *,
         max_message_bytes: int,
         reconnect_timeout_s: float,
-        dialect: Dialect = REALTIME,
+        dialect: Dialect = OPENAI,
     ) -> None:
         self._ws = ws
         self._replicas = replicas
         self._metrics = metrics
         self._max_bytes = max_message_bytes
         self._reconnect_timeout_s = reconnect_timeout_s
-        self._translator = Translator()
+        self._translator = Translator(dialect.client_types)
         self._normalize = dialect.normalize
         self._project = dialect.projector()
+        self._opens_on_connect = dialect.opens_on_connect
         self._close_code = CLOSE_NORMAL
         self._commands: asyncio.Queue[spb.ClientCommand] = asyncio.Queue()
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
@@ -101,7 +108,8 @@ class Connection:
         writer = asyncio.create_task(self._write())
         try:
             first = await self._handshake()
-            await self._serve(first)
+            if first is not None:
+                await self._serve(first)
         except WebSocketDisconnect:
             pass  # gone before it opened a session: nothing to tell
         finally:
@@ -128,9 +136,19 @@ class Connection:
             raise ClientError("invalid_event", "an event must be a JSON object")
         return self._normalize(event)
 
-    async def _handshake(self) -> spb.ClientCommand:
-        """Wait for the opening `session.update` (or `session.resume`)."""
+    async def _handshake(self) -> spb.ClientCommand | None:
+        """The command that opens the session: at once where the dialect opens
+        on connect (None, after an error, when the URL cannot open one), else
+        the client's opening `session.update` (or `session.resume`)."""
         query = dict(self._ws.query_params)
+        if self._opens_on_connect:
+            try:
+                return self._translator.connect(query)
+            except ClientError as err:
+                self._metrics.client_errors.labels(err.code).inc()
+                self._close_code = CLOSE_POLICY
+                self._local_error(err.type, err.code, err.message, err.param)
+                return None
         while True:
             event: dict[str, Any] | None = None
             try:
@@ -140,9 +158,7 @@ class Connection:
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
                 # No session yet, so nothing is journaled: seq 0 marks it.
-                self._outbox.put_nowait(
-                    self._local_error(err.type, err.code, err.message, err.param, _event_id(event))
-                )
+                self._local_error(err.type, err.code, err.message, err.param, _event_id(event))
 
     async def _read_socket(self) -> None:
         """Client events -> commands, for the life of the connection."""
@@ -226,10 +242,8 @@ class Connection:
                 deadline = loop.time() + self._reconnect_timeout_s
             if loop.time() > deadline:
                 self._close_code = CLOSE_INTERNAL
-                self._outbox.put_nowait(
-                    self._local_error(
-                        "server_error", "session_unavailable", "the session service is unavailable"
-                    )
+                self._local_error(
+                    "server_error", "session_unavailable", "the session service is unavailable"
                 )
                 self._outbox.put_nowait(None)
                 return
@@ -276,10 +290,10 @@ class Connection:
                 self._remember(ev, kind)
                 # Audio deltas leave in the encoding they were made for (G.711 or PCM16).
                 encoded = encode_delta(ev)
-                frame = self._project(ev)
-                if encoded:
-                    frame["format"] = encoded
-                self._outbox.put_nowait(frame)
+                for frame in self._project(ev):
+                    if encoded and kind == "audio_delta" and "format" in frame:
+                        frame["format"] = encoded  # where the dialect labels deltas
+                    self._outbox.put_nowait(frame)
                 if kind in TERMINAL or (kind == "error" and ev.seq == 0):
                     self._outbox.put_nowait(None)
                     return "over"
@@ -310,12 +324,13 @@ class Connection:
 
     def _local_error(
         self, type_: str, code: str, message: str, param: str = "", event_id: str = ""
-    ) -> dict[str, Any]:
-        """An error no session journaled: seq 0, in this socket's dialect."""
+    ) -> None:
+        """Send an error no session journaled: seq 0, in this socket's dialect."""
         error = spb.ErrorEvent(
             type=type_, code=code, message=message, param=param, event_id=event_id
         )
-        return self._project(spb.ServerEvent(seq=0, event_id=new_id("event"), error=error))
+        for frame in self._project(spb.ServerEvent(seq=0, event_id=new_id("event"), error=error)):
+            self._outbox.put_nowait(frame)
 
     # ------------------------------------------------------------- write
     async def _write(self) -> None:

@@ -106,6 +106,7 @@ def _function_call_done(e: spb.FunctionCallArguments, frame: Json) -> Json:
         "response_id": e.ref.response_id,
         "item_id": e.ref.item_id,
         "call_id": e.call_id,
+        "name": e.name,
         "arguments": e.arguments,
     }
 

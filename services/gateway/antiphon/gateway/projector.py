@@ -1,8 +1,10 @@
-"""Typed `ServerEvent` -> Realtime JSON, one wire event per typed event.
+"""Typed `ServerEvent` -> the duplex dialect's JSON, one wire event per typed event.
 
 Shapes follow `reference/realtime-duplex-api.md`: OpenAI's GA event names,
-both beta and GA session spellings at once, and the duplex extensions a
-stock client ignores. Every event carries `event_id` and `server_event_seq`.
+both beta and GA session spellings at once, and the duplex extensions (tier 2
+fields, tier 3 events). Every event carries `event_id` and `server_event_seq`.
+This is what `/v1/realtime?duplex=1` speaks; the native `/v1/duplex` dialect
+(`native`) and OpenAI's own (`openai_dialect`) are built on it.
 """
 
 from __future__ import annotations
@@ -338,14 +340,26 @@ def _call_ref(e: spb.FunctionCallArguments) -> Json:
     }
 
 
+def transcription_usage() -> Json:
+    """OpenAI's required `usage`, in its full shape (a TypeScript client drops a
+    transcription whose usage lacks `input_token_details`). No separate
+    transcription model runs here (the transcript comes from stage0, as the
+    reference says): it uses no tokens."""
+    return {
+        "type": "tokens",
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "total_tokens": 0,
+        "input_token_details": {"audio_tokens": 0, "text_tokens": 0},
+    }
+
+
 def _transcription(e: spb.TranscriptionCompleted) -> Json:
     return {
         "item_id": e.item_id,
         "content_index": e.content_index,
         "transcript": e.transcript,
-        # OpenAI requires `usage`. No separate transcription model runs here (the
-        # transcript comes from stage0, as the reference says): it uses no tokens.
-        "usage": {"type": "tokens", "input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+        "usage": transcription_usage(),
     }
 
 
@@ -464,10 +478,8 @@ _PROJECTIONS: dict[str, tuple[str, Callable[[Any], Json]]] = {
         "response.function_call_arguments.delta",
         lambda e: {**_call_ref(e), "delta": e.arguments},
     ),
-    # OpenAI's `.done` also names the function; FunctionCallArguments has no `name` field
-    # yet, so a stock client finds it on the `function_call` output item instead.
     "function_call_arguments_done": (
         "response.function_call_arguments.done",
-        lambda e: {**_call_ref(e), "arguments": e.arguments},
+        lambda e: {**_call_ref(e), "name": e.name, "arguments": e.arguments},
     ),
 }

@@ -7,6 +7,10 @@ and every accepted encoding becomes PCM16 (`audio_formats`); past this
 module audio is raw PCM16 bytes. An invalid event raises one ClientError
 and yields no command, so a refused event changes nothing.
 
+A dialect may take fewer client types than the translator knows (OpenAI's
+dialect takes OpenAI's own, `client_types`): another type is refused as
+OpenAI refuses an unknown one.
+
 The only thing it remembers is the input encoding the client last declared,
 because appends that name no `format` are in it; the session service owns
 the effective configuration (and resamples input to it). A socket that
@@ -72,8 +76,8 @@ HANDLERS = {
 TURN_SIGNALS = ("barge_in",)
 ROLES = ("user", "assistant", "system")
 TEXT_PARTS = ("input_text", "text", "output_text")
-# `conversation.item.create` item types (the reference: text, audio, tool result).
-ITEM_TYPES = ("message", "function_call_output")
+# `conversation.item.create` item types (OpenAI's: messages, tool calls and their results).
+ITEM_TYPES = ("message", "function_call", "function_call_output")
 # `previous_item_id` that inserts at the start of the conversation (OpenAI's spelling).
 ROOT_ITEM = "root"
 # `barge_in.source` when the client names none.
@@ -96,17 +100,24 @@ def metric_label(event: dict[str, Any]) -> str:
 
 
 class Translator:
-    """Translates one connection's client events."""
+    """Translates one connection's client events.
 
-    def __init__(self) -> None:
+    `client_types`: the client event types (as sent, aliases included) this
+    connection's dialect takes; None takes every type the translator knows.
+    """
+
+    def __init__(self, client_types: frozenset[str] | None = None) -> None:
         # The client's declaration, not the session's echo: an append sent
         # right after a session.update is already in the new encoding, before
         # the echo can come back.
         self._input_encoding = af.PCM16
         self._declared = False
+        self._client_types = client_types
 
     def translate(self, event: dict[str, Any]) -> spb.ClientCommand:
         """The typed command for one client event; raises ClientError."""
+        if self._client_types is not None:
+            _only(event, self._client_types)
         etype = canonical_type(event)
         method = HANDLERS.get(etype)
         if etype == "session.resume":
@@ -140,29 +151,21 @@ class Translator:
                 f"the first event must be {expected} (the open handshake)",
                 param="type",
             )
-        patch = self._session_patch(event)
-        if not patch.HasField("model") and query.get("model"):
-            patch.model = query["model"]
-        if not patch.HasField("session_id") and query.get("session_id"):
-            patch.session_id = query["session_id"]
-        if patch.HasField("session_id") and not valid_session_id(patch.session_id):
-            raise ClientError(
-                "invalid_value",
-                "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : -",
-                param="session.session_id",
-            )
-        native = query.get("native_duplex") or query.get("minicpmo45_native_duplex")
-        if not patch.HasField("native_duplex") and native:
-            patch.native_duplex = _query_flag(native)
-        # For clients that configure by URL only; `session.resumable` wins.
-        resumable = query.get("resumable")
-        if not patch.HasField("resumable") and resumable:
-            patch.resumable = _query_flag(resumable)
+        patch = _with_query(self._session_patch(event), query)
         self._declare(patch)
         cmd = spb.ClientCommand(client_type="session.update", open=spb.OpenSession(config=patch))
         if isinstance(event.get("event_id"), str):
             cmd.event_id = event["event_id"]
         return cmd
+
+    def connect(self, query: dict[str, str]) -> spb.ClientCommand:
+        """The open of a dialect that opens on connect (OpenAI's): the server's
+        defaults and what the URL query sets, before any client event."""
+        patch = _with_query(cpb.SessionConfigPatch(), query)
+        return spb.ClientCommand(
+            client_type="websocket.connect",
+            open=spb.OpenSession(config=patch, on_connect=True),
+        )
 
     def _declare(self, patch: cpb.SessionConfigPatch) -> None:
         """Remember a valid patch's input encoding (only once nothing can refuse it)."""
@@ -257,6 +260,14 @@ class Translator:
         out = cpb.Item(type=kind)
         if body.get("id") is not None:
             out.id = _non_empty_str(body["id"], "item.id")
+        if kind == "function_call":
+            # A call the client's history holds (OpenAI: `name` and `arguments`
+            # required, `call_id` optional; the session names one when absent).
+            out.name = _non_empty_str(_required(body, "name", "item.name"), "item.name")
+            out.arguments = _str(_required(body, "arguments", "item.arguments"), "item.arguments")
+            if body.get("call_id") is not None:
+                out.call_id = _non_empty_str(body["call_id"], "item.call_id")
+            return out
         if kind == "function_call_output":
             out.call_id = _non_empty_str(_required(body, "call_id", "item.call_id"), "item.call_id")
             out.output = _str(_required(body, "output", "item.output"), "item.output")
@@ -328,7 +339,8 @@ class Translator:
         if not isinstance(body, dict):
             raise ClientError("invalid_value", "`response` must be an object", param="response")
         req = spb.CreateResponse()
-        if "instructions" in body:
+        # null is "not given" (LiveKit's `generate_reply()` sends it): the session's apply.
+        if body.get("instructions") is not None:
             req.instructions = _str(body["instructions"], "response.instructions")
         modalities = body.get("output_modalities", body.get("modalities"))
         if modalities is not None:
@@ -476,8 +488,44 @@ class Translator:
 
 
 # ---------------------------------------------------------------- parsing
-def _query_flag(value: str) -> bool:
+def query_flag(value: str) -> bool:
+    """A URL query switch (`?duplex=1`, `?resumable=true`)."""
     return value.lower() in ("1", "true", "yes")
+
+
+def _with_query(patch: cpb.SessionConfigPatch, query: dict[str, str]) -> cpb.SessionConfigPatch:
+    """The opening patch with the URL query's defaults under it (the event's fields win)."""
+    if not patch.HasField("model") and query.get("model"):
+        patch.model = query["model"]
+    if not patch.HasField("session_id") and query.get("session_id"):
+        patch.session_id = query["session_id"]
+    if patch.HasField("session_id") and not valid_session_id(patch.session_id):
+        raise ClientError(
+            "invalid_value",
+            "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : -",
+            param="session.session_id",
+        )
+    native = query.get("native_duplex") or query.get("minicpmo45_native_duplex")
+    if not patch.HasField("native_duplex") and native:
+        patch.native_duplex = query_flag(native)
+    # For clients that configure by URL only; `session.resumable` wins.
+    resumable = query.get("resumable")
+    if not patch.HasField("resumable") and resumable:
+        patch.resumable = query_flag(resumable)
+    return patch
+
+
+def _only(event: dict[str, Any], allowed: frozenset[str]) -> None:
+    """Refuse a type outside `allowed` as OpenAI refuses an unknown type."""
+    t = event.get("type")
+    if isinstance(t, str) and t in allowed:
+        return
+    supported = ", ".join(f"'{a}'" for a in sorted(allowed))
+    raise ClientError(
+        "invalid_value",
+        f"Invalid value: {t!r}. Supported values are: {supported}.",
+        param="type",
+    )
 
 
 def _required(event: dict[str, Any], key: str, param: str | None = None) -> Any:

@@ -127,6 +127,8 @@ class SessionActor:
         self._ledgers = Ledgers()
         self._response: ResponseState | None = None
         self._deferred: ResponseOptions | None = None
+        # The reply a client's truncate stopped, until its own cancel arrives.
+        self._stopped_by_truncate = ""
         self._closed = asyncio.Event()
         self._grace_timer: asyncio.TimerHandle | None = None
         # No stream attached: the client may resume within the grace period.
@@ -192,15 +194,18 @@ class SessionActor:
         self._resume_token = new_id("rt")
         self._token_hash = token_hash(self._resume_token)
 
-    async def _open(self, answer: asyncio.Future[Any]) -> None:
-        """A new session: attach its first stream, then announce it."""
+    async def _open(self, on_connect: bool, answer: asyncio.Future[Any]) -> None:
+        """A new session: attach its first stream, then announce it. Opened by
+        a client's `session.update`, its `session.updated` follows; opened by
+        the connection itself (`on_connect`), no update was asked for."""
         outbound, generation = self._attach()
         self._rotate_token()
         answer.set_result((outbound, generation))
         self._bind_stages()
         await self._persist()
         await self._emit("session_created", self._state(with_token=True))
-        await self._emit("session_updated", self._state())
+        if not on_connect:
+            await self._emit("session_updated", self._state())
 
     async def _resume(self, cmd: spb.ResumeSession, answer: asyncio.Future[Any]) -> None:
         """Re-attach on a new stream and replay what the client has not seen."""
@@ -399,7 +404,7 @@ class SessionActor:
             self._last_activity = time.monotonic()
             await self._command(cmd)
         elif source == "open":
-            await self._open(payload[1])
+            await self._open(*payload)
         elif source == "resume":
             await self._resume(*payload)
         elif source == "recover":
@@ -555,7 +560,7 @@ class SessionActor:
                 )
         await self._commit_audio()
 
-    async def _acknowledged_overlap(self, speech_ms: int) -> bool:
+    async def _acknowledged_overlap(self, speech_ms: int, item_id: str = "") -> bool:
         """A short remark over an auto-response ("mm-hm"): acknowledged, not a turn."""
         if (
             self._response is None
@@ -564,7 +569,7 @@ class SessionActor:
         ):
             return False
         self._clear_input()
-        await self._emit("input_committed", self._committed_without_item())
+        await self._emit("input_committed", self._committed_without_item(item_id))
         await self._overlap("drop", "short_overlap", speech_ms)
         return True
 
@@ -642,10 +647,14 @@ class SessionActor:
             ]
         )
 
-    def _committed_without_item(self) -> spb.InputCommitted:
-        """The acknowledgement of a commit that made no turn (silence, a short remark)."""
+    def _committed_without_item(self, item_id: str = "") -> spb.InputCommitted:
+        """The acknowledgement of a commit that made no turn (silence, a short
+        remark). It still names an item, as every commit does (OpenAI's
+        `committed.item_id` is never null): the one the VAD announced, or a
+        fresh id that no item will take."""
         return spb.InputCommitted(
             previous_item_id=self._last_item_id,
+            item_id=item_id or new_id("item"),
             turn_id=self._turn_id,
             epoch=self._epoch,
             session_id=self.session_id,
@@ -774,6 +783,11 @@ class SessionActor:
     async def _cancel_response(self, cmd: spb.ClientCommand) -> None:
         r = self._response
         wanted = cmd.cancel_response.response_id
+        if r is None and self._stopped_by_truncate and wanted in ("", self._stopped_by_truncate):
+            # The cancel that follows a truncate of the reply being said (the
+            # OpenAI SDKs send both): the truncate already stopped it.
+            self._stopped_by_truncate = ""
+            return
         if r is None or (wanted and wanted != r.id):
             await self._error(
                 "invalid_request_error",
@@ -926,12 +940,13 @@ class SessionActor:
                 f"Item with item_id '{exc.item_id}' not found in the conversation.",
                 cmd.event_id,
                 param,
+                client_type=cmd.client_type,
             )
 
     async def _create_item(self, cmd: spb.ClientCommand) -> None:
         req = cmd.create_item
         after = req.previous_item_id if req.HasField("previous_item_id") else None
-        item = items.created_item(req.item, new_id("item"))
+        item = items.created_item(req.item, new_id("item"), new_id("call"))
         audio = items.needs_transcription(req.item)
         if audio:
             # Heard by stage0 like a commit, then stored where it was asked to go.
@@ -985,6 +1000,7 @@ class SessionActor:
         r = self._response
         if r is not None and r.item_id == req.item_id:
             # Truncating what is still being said: it stops first.
+            self._stopped_by_truncate = r.id
             await self._cancel_active("client_cancelled")
         ledger = self._ledgers.find(item_id=req.item_id)
         if ledger is None:
@@ -1124,7 +1140,7 @@ class SessionActor:
                     - td.prefix_padding_ms
                     - td.silence_duration_ms
                 )
-            if self._input_bytes and not await self._acknowledged_overlap(speech_ms):
+            if self._input_bytes and not await self._acknowledged_overlap(speech_ms, item_id):
                 await self._commit_audio(item_id)
         elif kind == "transcript":
             pending = self._pending.pop(msg.item_id, None)
@@ -1392,13 +1408,25 @@ class SessionActor:
         )
 
     async def _error(
-        self, type_: str, code: str, message: str, event_id: str, param: str = ""
+        self,
+        type_: str,
+        code: str,
+        message: str,
+        event_id: str,
+        param: str = "",
+        *,
+        client_type: str = "",
     ) -> None:
         self._metrics.errors.labels(code).inc()
-        await self._emit(
-            "error",
-            spb.ErrorEvent(type=type_, code=code, message=message, event_id=event_id, param=param),
+        error = spb.ErrorEvent(
+            type=type_,
+            code=code,
+            message=message,
+            event_id=event_id,
+            param=param,
+            client_type=client_type,
         )
+        await self._emit("error", error)
 
     async def _emit_all(self, events: list[Event]) -> None:
         for kind, msg in events:

@@ -25,12 +25,15 @@ def user_text_item(item_id: str, text: str) -> cpb.Item:
     )
 
 
-def created_item(item: cpb.Item, item_id: str) -> cpb.Item:
-    """A client-created item as stored: an id, `completed`, audio bytes dropped once heard."""
+def created_item(item: cpb.Item, item_id: str, call_id: str = "") -> cpb.Item:
+    """A client-created item as stored: an id, `completed`, audio bytes dropped
+    once heard; a `function_call` the client named no `call_id` for gets `call_id`."""
     stored = cpb.Item()
     stored.CopyFrom(item)
     stored.id = item.id or item_id
     stored.status = "completed"
+    if stored.type == "function_call" and not stored.call_id:
+        stored.call_id = call_id
     for part in stored.content:
         part.ClearField("audio")
         part.sample_rate_hz = 0

@@ -106,7 +106,7 @@ class SessionRegistry:
             await self._store.release(session_id)
             raise
         self._metrics.sessions_admitted.inc()
-        outbound, generation = await actor.request("open", None)
+        outbound, generation = await actor.request("open", cmd.open.on_connect)
         log.info("session opened", extra={"session_id": session_id})
         return actor, outbound, generation
 
