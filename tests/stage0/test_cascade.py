@@ -140,15 +140,23 @@ async def test_server_vad_commit_after_speech_stopped_hears_the_utterance(
         await session.close()
 
 
+async def _greeted(
+    hearing: Hearing, events: list[pb.Stage0Event], say: Callable[[str], bytes]
+) -> CascadeSession:
+    """A server_vad session whose VAD has ended a first utterance, not yet committed."""
+    session = _session(hearing, events, pb.LANE_SERVER_VAD)
+    await _feed(session, say("Good morning to you.") + SILENCE * 5)
+    assert "speech_stopped" in _kinds(events)
+    return session
+
+
 @pytest.mark.models
 async def test_server_vad_commit_takes_only_the_segmented_utterance(
     hearing: Hearing, events: list[pb.Stage0Event], say: Callable[[str], bytes]
 ) -> None:
     """Speech that starts before the commit of the one before it belongs to the next turn."""
-    session = _session(hearing, events, pb.LANE_SERVER_VAD)
+    session = await _greeted(hearing, events, say)
     try:
-        await _feed(session, say("Good morning to you.") + SILENCE * 5)
-        assert "speech_stopped" in _kinds(events)
         await _feed(session, say("Tell me about the weather tomorrow."))
         session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="first")))
         first = await _transcript(events)
@@ -167,10 +175,8 @@ async def test_cleared_input_drops_a_segmented_utterance(
     hearing: Hearing, events: list[pb.Stage0Event], say: Callable[[str], bytes]
 ) -> None:
     """A short overlap the session dropped (it clears the input) is never a later turn."""
-    session = _session(hearing, events, pb.LANE_SERVER_VAD)
+    session = await _greeted(hearing, events, say)
     try:
-        await _feed(session, say("Good morning to you.") + SILENCE * 5)
-        assert "speech_stopped" in _kinds(events)
         session.handle(pb.Stage0Request(clear_input=pb.Stage0ClearInput()))
         await _feed(session, say("Tell me about the weather tomorrow.") + SILENCE * 5)
         session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="only")))

@@ -36,9 +36,8 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-import onnxruntime as ort
 
-from antiphon.stage0.vad import SAMPLE_RATE, Endpointer, SpeechStopped
+from antiphon.stage0.vad import SAMPLE_RATE, Endpointer, SpeechStopped, cpu_session
 
 log = logging.getLogger(__name__)
 
@@ -185,14 +184,7 @@ class SmartTurn:
 
     def __init__(self, onnx_path: Path, features_path: Path, threads: int = 1) -> None:
         self._features = _load_features(features_path)
-        options = ort.SessionOptions()
-        # The worker shares a small CPU with the VAD, ASR and the LLM.
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self._session = ort.InferenceSession(
-            str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
+        self._session = cpu_session(onnx_path, threads)
         (inp,) = self._session.get_inputs()
         self._input = inp.name
         # v3.2's batch dimension is symbolic; a fixed one is run one window at a time.

@@ -233,18 +233,23 @@ class VadStream:
         self.endpointer.reset()
 
 
+def cpu_session(onnx_path: Path, threads: int) -> ort.InferenceSession:
+    """An onnxruntime session on the CPU that stays on the threads it is given:
+    a stage0 worker shares a small CPU among the VAD, Smart Turn, ASR and the LLM."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(
+        str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+
+
 class SileroVad:
     """One onnxruntime session of Silero VAD v5, shared by every stream of a worker."""
 
     def __init__(self, onnx_path: Path, threads: int = 1) -> None:
-        options = ort.SessionOptions()
-        # The worker shares a small CPU with ASR and the LLM: stay on the threads given.
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self._session = ort.InferenceSession(
-            str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
+        self._session = cpu_session(onnx_path, threads)
         names = {i.name for i in self._session.get_inputs()}
         # The 16 kHz-only export has no `sr` input; the general one needs it.
         self._needs_sr = "sr" in names
