@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from opentelemetry import context, propagate, trace
@@ -86,7 +86,3 @@ def extract_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> cont
     """The trace context a gRPC peer sent, or an empty one."""
     carrier = {k: v if isinstance(v, str) else v.decode() for k, v in (metadata or ())}
     return propagate.extract(carrier)
-
-
-def metadata_pairs(metadata: Sequence[tuple[str, str | bytes]] | None) -> list[tuple[str, str]]:
-    return [(k, v if isinstance(v, str) else v.decode()) for k, v in (metadata or ())]

@@ -24,4 +24,3 @@ class GatewaySettings(ServiceSettings):
     api_key: str = ""
     # Largest WebSocket text frame accepted (a 200 ms append is ~13 KB).
     max_message_bytes: int = 4 * 1024 * 1024
-    default_model: str = "antiphon-cascade"

@@ -60,10 +60,6 @@ def with_transcript(item: cpb.Item, transcript: str) -> cpb.Item:
     return cut
 
 
-def spoken_text(item: cpb.Item) -> str:
-    return "".join(p.transcript or p.text for p in item.content)
-
-
 def prompt_messages(item: cpb.Item) -> list[cpb.ChatMessage]:
     """What the LLM sees of one history item."""
     if item.type == "function_call_output":
