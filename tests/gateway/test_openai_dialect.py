@@ -22,6 +22,7 @@ from antiphon.gateway.translator import Translator
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from tests.support import openai_models
+from tests.support.protos import with_fields
 
 KINDS = [f.name for f in spb.ServerEvent.DESCRIPTOR.oneofs_by_name["kind"].fields]
 REF = spb.PartRef(response_id="resp_01", item_id="item_resp_01", output_index=0, content_index=0)
@@ -64,16 +65,8 @@ def _state(**config: Any) -> spb.SessionState:
         playback_commit_policy="ack_only",
         resumable=True,
     )
-    for k, v in config.items():
-        if isinstance(v, Message):
-            getattr(cfg, k).CopyFrom(v)
-        elif isinstance(v, list):
-            del getattr(cfg, k)[:]
-            getattr(cfg, k).extend(v)
-        else:
-            setattr(cfg, k, v)
     return spb.SessionState(
-        config=cfg,
+        config=with_fields(cfg, **config),
         session_id="sess_demo_01",
         incarnation=2,
         attachment_generation=3,

@@ -17,6 +17,7 @@ from antiphon.gateway.projector import project
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from tests.support import reference
+from tests.support.protos import with_fields
 
 # The server->client catalogue of reference/realtime-duplex-api.md, read from it.
 REFERENCE_SERVER_TYPES = set(reference.server_types())
@@ -120,13 +121,8 @@ def _state(**config: Any) -> spb.SessionState:
         native_duplex=True,
         auto_response=True,
     )
-    for k, v in config.items():
-        if isinstance(v, Message):
-            getattr(cfg, k).CopyFrom(v)
-        else:
-            setattr(cfg, k, v)
     return spb.SessionState(
-        config=cfg,
+        config=with_fields(cfg, **config),
         session_id="sess_demo_01",
         incarnation=0,
         attachment_generation=1,
