@@ -201,3 +201,18 @@ def test_other_rate_and_no_alignment() -> None:
     for chunk in chunks:
         assert chunk.duration_ms == duration_ms(len(chunk.pcm16), 16000)
         _assert_marks(chunk)
+
+
+@pytest.mark.models
+def test_an_unvaried_voice_says_the_same_text_the_same_way(piper_tts: PiperTts) -> None:
+    """Piper samples noise at every call, so its default voice varies; with
+    `varied=False` a text always gives the same samples (test fixtures rely on it)."""
+    found = assets.locate()
+    steady = PiperTts(found.voice_onnx, found.voice_config, out_rate=24000, varied=False)
+    text = "What is the capital of France?"
+    assert _pcm(steady, text) == _pcm(steady, text)
+    assert _pcm(piper_tts, text) != _pcm(piper_tts, text)
+
+
+def _pcm(tts: PiperTts, text: str) -> bytes:
+    return b"".join(c.pcm16 for c in tts.synthesize(text))

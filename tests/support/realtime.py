@@ -105,7 +105,12 @@ class RealtimeClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            event = await self.recv(max(0.01, deadline - loop.time()))
+            try:
+                event = await self.recv(max(0.01, deadline - loop.time()))
+            except (TimeoutError, websockets.ConnectionClosed) as exc:
+                # What came last says why what was awaited never came.
+                exc.add_note(f"last events: {self.events[-5:]}")
+                raise
             if predicate(event):
                 return event
 

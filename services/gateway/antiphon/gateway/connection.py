@@ -55,6 +55,8 @@ CLOSE_POLICY = 1008
 CLOSE_INTERNAL = 1011
 # Events after which this socket's session stream is over for good.
 TERMINAL = {"session_closed", "session_expired", "session_replaced", "resync_required"}
+# Refusals of a resume that may pass if it is tried again shortly.
+RETRYABLE_REFUSALS = frozenset({"server_error", "rate_limit_error"})
 # How long a connection whose client left waits for its session to take the
 # news (end, or detach) before dropping the stream, which detaches it anyway.
 CLIENT_GONE_WAIT_S = 5.0
@@ -225,7 +227,7 @@ class Connection:
             call = stub.Connect(metadata=tracing.inject_metadata())
             sender = asyncio.create_task(self._send(call, command))
             try:
-                relayed = await self._relay(call)
+                relayed = await self._relay(call, failing_over=bool(deadline))
             finally:
                 # This stream's sender stops here: commands wait for the next one.
                 sender.cancel()
@@ -281,12 +283,21 @@ class Connection:
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             return  # the stream is over; `_relay` says how
 
-    async def _relay(self, call: Any) -> Relayed:
+    async def _relay(self, call: Any, *, failing_over: bool = False) -> Relayed:
         """Forward one stream's events until the session is over for this
-        socket, the session ends the stream, or the stream is lost."""
+        socket, the session ends the stream, or the stream is lost.
+
+        `failing_over`: the stream is this connection's own resume after a
+        lost one. A refusal that may pass (no stage worker free yet, the
+        replica busy) counts as lost, so the resume is tried again until the
+        reconnect deadline, and the client never sees it."""
         try:
             async for ev in call:
                 kind = ev.WhichOneof("kind")
+                if failing_over and kind == "error" and ev.seq == 0:
+                    if ev.error.type in RETRYABLE_REFUSALS:
+                        log.warning("fail-over resume refused", extra={"code": ev.error.code})
+                        return "lost"
                 self._remember(ev, kind)
                 # Audio deltas leave in the encoding they were made for (G.711 or PCM16).
                 encoded = encode_delta(ev)

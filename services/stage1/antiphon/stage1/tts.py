@@ -24,7 +24,7 @@ from pathlib import Path
 
 import onnxruntime
 from piper import PiperVoice
-from piper.config import PiperConfig
+from piper.config import PiperConfig, SynthesisConfig
 
 from antiphon.common.audio import duration_ms, float32_to_pcm16, resample_pcm16
 
@@ -217,7 +217,11 @@ class PiperTts:
         threads: int = 1,
         out_rate: int = DEFAULT_OUT_RATE,
         alignments: bool = True,
+        varied: bool = True,
     ) -> None:
+        """`varied=False` takes out the noise Piper samples at every call, so the
+        same text always gives the same samples (tests need audio that an ASR
+        either hears or does not, run after run)."""
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         config = PiperConfig.from_dict(json.loads(Path(voice_config).read_text(encoding="utf-8")))
@@ -226,6 +230,7 @@ class PiperTts:
         self.out_rate = out_rate
         self.voice_rate: int = config.sample_rate
         self.has_alignments = len(session.get_outputs()) > 1
+        self._config = None if varied else SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
 
     def _weigh(self, word: str) -> int:
         return max(1, sum(phoneme_weight(s) for s in self._voice.phonemize(word)))
@@ -242,7 +247,9 @@ class PiperTts:
         words = text_words(text, self._weigh)
         pieces = split_text(text, words, [phoneme_weight(s) for s in sentences])
         offset = 0
-        chunks = self._voice.synthesize(text, include_alignments=self.has_alignments)
+        chunks = self._voice.synthesize(
+            text, syn_config=self._config, include_alignments=self.has_alignments
+        )
         for piece, audio in zip(pieces, chunks, strict=False):
             pcm = resample_pcm16(
                 float32_to_pcm16(audio.audio_float_array), self.voice_rate, self.out_rate
