@@ -52,15 +52,17 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy services tests deploy/local deploy/docker bench
+	$(VENV)/bin/mypy --strict services
 
 test: install models clients lint
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server"; exit 1; }
 	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
 	$(PY) -m pytest -q -ra
 
-# Unit and contract tests only: no model engines.
+# Unit and contract tests only: no model engine and no stack started (the
+# tier checks in tests/support/tiers.py fail a test that would start either).
 test-fast: install
-	$(PY) -m pytest -q -m "not models"
+	$(PY) -m pytest -q -m "not models and not stack"
 
 run: install models
 	$(PY) deploy/local/stack.py
@@ -69,7 +71,8 @@ clean:
 	rm -rf $(VENV) $(CLIENTS_VENV) .run .pytest_cache .mypy_cache .ruff_cache
 
 # Spoken turns on the real stack (commit->first audio, stage0 TTFT, peak RSS),
-# then resume latency and kill -9 takeover time on two replicas, then the load
+# then resume latency, kill -9 takeover time and a replica's RSS over 200
+# sessions on two replicas, then the load
 # generator: N concurrent sessions of paced audio, on the serving path alone
 # (synthetic stages) and on the real models (bench/results/load-*.json + .png),
 # then end of speech -> first audio in the server_vad and native lanes (a live
@@ -78,7 +81,7 @@ clean:
 bench: install models
 	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
 	$(PY) bench/turns.py --turns 5
-	$(PY) bench/survival.py --resumes 50 --takeovers 5
+	$(PY) bench/survival.py --resumes 50 --takeovers 5 --churn 200
 	$(PY) bench/load.py --backend synthetic --sessions 1,50,200,500 --barge-in
 	$(PY) bench/load.py --backend cascade --sessions 1,2,4 --turns 3 --slo-ms 2500 --barge-in --barge-in-trials 20
 	$(PY) bench/load.py --backend cascade --sessions 1 --turns 5 --lane server_vad --voice espeak --no-response-s 30

@@ -1,12 +1,14 @@
-"""Resume latency and takeover time, on the two-replica cluster (synthetic stages).
+"""Resume latency, takeover time and replica memory, on the two-replica cluster (synthetic stages).
 
-    python bench/survival.py --resumes 50 --takeovers 5
+    python bench/survival.py --resumes 50 --takeovers 5 --churn 200
 
 Resume latency: a new socket sends `session.resume` asking for the last
 100 journaled events; measured on the client's clock from opening the
 socket to receiving the 100th replayed event. Takeover time: `kill -9` of
 the replica that owns an attached session, to the client receiving
 `session.resumed` (its gateway resumed the session on the other replica).
+Replica memory: the RSS of the session replica before and after `--churn`
+short sessions (opened, 200 ms of silence, closed), five at a time.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
@@ -80,15 +84,42 @@ async def takeover_time(cluster: Cluster, rounds: int) -> list[float]:
     return samples
 
 
+async def churn_rss(cluster: Cluster, sessions: int) -> dict[str, float]:
+    """The replica's RSS (MiB) after one session, then after `sessions` more."""
+    replica = psutil.Process(cluster.stack.procs["session"].pid)
+
+    async def one() -> None:
+        c = await RealtimeClient.connect(cluster.url(1))
+        try:
+            await c.open(**MANUAL)
+            await c.append(b"\x00\x00" * 4800)  # 200 ms of silence at 24 kHz
+        finally:
+            await c.close()
+
+    await one()  # the allocations of a first session
+    before = replica.memory_info().rss / 2**20
+    for _ in range(sessions // 5):
+        await asyncio.gather(*(one() for _ in range(5)))
+    after = replica.memory_info().rss / 2**20
+    return {
+        "sessions": sessions,
+        "before": round(before, 1),
+        "after": round(after, 1),
+        "growth": round(after - before, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resumes", type=int, default=50)
     parser.add_argument("--takeovers", type=int, default=5)
+    parser.add_argument("--churn", type=int, default=200)
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "survival.json")
     args = parser.parse_args()
     with running_cluster(max_sessions=50, grace_s=30, replay_ttl_s=60) as cluster:
         resume = asyncio.run(resume_latency(cluster, args.resumes))
         takeover = asyncio.run(takeover_time(cluster, args.takeovers))
+        memory = asyncio.run(churn_rss(cluster, args.churn))
     report: dict[str, Any] = {
         "resume_latency_ms_100_events": {
             "n": len(resume),
@@ -102,6 +133,7 @@ def main() -> None:
             "max": round(max(takeover), 1),
             "all": [round(t, 1) for t in takeover],
         },
+        "replica_rss_mib_over_churn": memory,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))

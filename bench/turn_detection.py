@@ -55,7 +55,14 @@ from antiphon.stage0.vad import (  # noqa: E402
     SpeechStarted,
     SpeechStopped,
 )
-from tests.support.speech import VOICES, Voice, silence, spoken, spoken_paused  # noqa: E402
+from tests.support.speech import (  # noqa: E402
+    VOICES,
+    Voice,
+    forget,
+    silence,
+    spoken,
+    spoken_paused,
+)
 
 RATE = 16_000
 BYTES_PER_MS = 32
@@ -110,8 +117,7 @@ def fixture(kind: str, voice: Voice, text: str, speech: bytes) -> Fixture:
 
 def fixtures() -> list[Fixture]:
     """Every fixture, spoken afresh."""
-    spoken.cache_clear()
-    spoken_paused.cache_clear()
+    forget()
     out: list[Fixture] = []
     for voice in VOICES:
         out += [fixture("complete", voice, t, spoken(t, RATE, voice)) for t in COMPLETE]

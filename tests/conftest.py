@@ -1,19 +1,44 @@
-"""Shared fixtures: a real Redis per test session, and the local stacks.
+"""Shared fixtures: a real Redis per test session, and the local stacks; the tier checks.
 
 Expensive things start once per test session and are shared: the Redis
 server, the synthetic stack (serving-path tests) and the real-model stack
-(end-to-end tests with Silero, Whisper, SmolLM2 on vLLM and Piper).
+(end-to-end tests with Silero, Whisper, SmolLM2 on vLLM and Piper). A test
+that uses a stack is marked `stack`, one that loads a model `models`; the
+hooks below fail one that is not (`tests/support/tiers.py`).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 from stack import LocalStack, Ports, free_port, start_redis
+
+from tests.support import tiers
+from tests.support.stacks import started
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.activate()
+    tiers.guard_engines()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """The running test, for the tier checks of whatever it loads or starts."""
+    tiers.set_current(item)
+    try:
+        return (yield)
+    finally:
+        tiers.set_current(None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    tiers.check_item(item)
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +67,7 @@ SYNTHETIC_CAPACITY = {"ANTIPHON_BACKEND": "synthetic", "ANTIPHON_CAPACITY": "16"
 
 
 @pytest.fixture(scope="session")
-def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
+def synthetic_stack(request: pytest.FixtureRequest, redis_url: str) -> Iterator[LocalStack]:
     """Gateway, session and the `synthetic` stage backends: the serving path alone."""
     stack = _stack(
         redis_url,
@@ -51,15 +76,12 @@ def synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
         ANTIPHON_MAX_SESSIONS="3",
         ANTIPHON_DISCONNECT_GRACE_S="2",
     )
-    try:
-        stack.start(timeout_s=180)
+    with started(request, stack, timeout_s=180):
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture(scope="session")
-def two_slot_stack(redis_url: str) -> Iterator[LocalStack]:
+def two_slot_stack(request: pytest.FixtureRequest, redis_url: str) -> Iterator[LocalStack]:
     """The serving path with room for two sessions on each stage worker: what
     "capacity follows the sockets" is measured against. Admission allows
     more, so only the stage slots limit; a 30 s grace outlasts a 10 s drop;
@@ -73,31 +95,23 @@ def two_slot_stack(redis_url: str) -> Iterator[LocalStack]:
         ANTIPHON_DISCONNECT_GRACE_S="30",
         ANTIPHON_SYNTHETIC_TOKEN_MS="120",
     )
-    try:
-        stack.start(timeout_s=180)
+    with started(request, stack, timeout_s=180):
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture(scope="session")
-def slow_synthetic_stack(redis_url: str) -> Iterator[LocalStack]:
+def slow_synthetic_stack(request: pytest.FixtureRequest, redis_url: str) -> Iterator[LocalStack]:
     """The serving path with a slow scripted LLM (one word per 300 ms): a reply is
     still being spoken when a test talks over it."""
     stack = _stack(redis_url, 3, **SYNTHETIC_CAPACITY, ANTIPHON_SYNTHETIC_TOKEN_MS="300")
-    try:
-        stack.start(timeout_s=180)
+    with started(request, stack, timeout_s=180):
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture(scope="session")
-def model_stack(redis_url: str) -> Iterator[LocalStack]:
+def model_stack(request: pytest.FixtureRequest, redis_url: str) -> Iterator[LocalStack]:
     """The whole stack with the real models (the default backends)."""
+    tiers.require(request, tiers.MODELS, "starts the real-model stack")
     stack = _stack(redis_url, 2)
-    try:
-        stack.start(timeout_s=600)
+    with started(request, stack, timeout_s=600):
         yield stack
-    finally:
-        stack.stop()

@@ -3,7 +3,10 @@
 The catalogue is read from the reference itself (21 client->server types, 42
 server->client, the input aliases, and the native name map) and diffed
 against (a) what the gateway accepts (the translator) and projects (the
-projector's wire types), and (b) the string literals of the test files. The
+projector's wire types), and (b) what the tests do with each type: a frame
+of it in a golden transcript (compared on every run), or a test that sends
+it or asserts on it (`_used_in_tests`). A name that a test file merely
+mentions (a docstring, a table nothing checks) is no evidence. The
 allow-lists below name the types our backends cannot produce; each entry must
 really be missing, so the lists cannot outlive the gap they describe.
 """
@@ -19,7 +22,7 @@ from antiphon.gateway.errors import ClientError
 from antiphon.gateway.projector import _PROJECTIONS
 from antiphon.gateway.translator import Translator, canonical_type
 from antiphon.v1 import session_pb2 as spb
-from tests.support import reference
+from tests.support import golden, reference
 
 TESTS = Path(__file__).resolve().parent
 # Files that name every type by construction, so they prove nothing about use.
@@ -67,15 +70,64 @@ def _projected() -> set[str]:
     return {wire for wire, _ in _PROJECTIONS.values()}
 
 
-def _test_literals() -> set[str]:
-    literals: set[str] = set()
+def _golden_types() -> set[str]:
+    """The type of every frame of every golden transcript."""
+    return {
+        frame["type"]
+        for dialect in golden.DIALECTS
+        for frames in golden.transcripts(dialect).values()
+        for frame in frames
+    }
+
+
+def _used_in_tests() -> set[str]:
+    """The strings a test sends or asserts on, over every test file."""
+    used: set[str] = set()
     for path in TESTS.rglob("*.py"):
-        if path in NOT_EVIDENCE:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                literals.add(node.value)
-    return literals
+        if path not in NOT_EVIDENCE:
+            used |= _used(ast.parse(path.read_text(encoding="utf-8")))
+    return used
+
+
+def _used(module: ast.Module) -> set[str]:
+    """The strings of one file that are sent or checked: those inside an `assert` or
+    a comparison (a predicate such as `e["type"] == ...`), the first argument of a
+    `send(...)`, the `"type"` of a frame written as a dict, and the values a test is
+    parametrized with. A module-level name in such a place stands for its value."""
+    constants = {
+        target.id: node.value
+        for node in module.body
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    used: set[str] = set()
+
+    def strings(node: ast.AST, seen: frozenset[str] = frozenset()) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                used.add(sub.value)
+            elif isinstance(sub, ast.Name) and sub.id in constants and sub.id not in seen:
+                strings(constants[sub.id], seen | {sub.id})
+
+    for node in ast.walk(module):
+        if isinstance(node, ast.Assert | ast.Compare):
+            strings(node)
+        elif isinstance(node, ast.Call) and _called(node) == "send" and node.args:
+            strings(node.args[0])
+        elif isinstance(node, ast.Call) and _called(node) == "parametrize":
+            for values in node.args[1:]:
+                strings(values)
+        elif isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == "type":
+                    strings(value)
+    return used
+
+
+def _called(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
 
 # ------------------------------------------------------------------- parsing
@@ -126,11 +178,36 @@ def test_the_projector_emits_no_type_outside_the_reference() -> None:
 
 
 # ----------------------------------------------------------- (b) the tests
-def test_every_reference_type_appears_in_some_test() -> None:
-    literals = _test_literals()
+def test_every_reference_type_is_sent_or_checked_by_some_test() -> None:
+    evidence = _golden_types() | _used_in_tests()
     types = reference.client_types() + reference.aliases() + reference.server_types()
-    missing = {t for t in types if t not in literals}
+    missing = {t for t in types if t not in evidence}
     assert missing == set(NOT_IN_TESTS)
+
+
+# A test file as `_used` reads it: what it sends and checks, beside what it only names.
+_SAMPLE = '''
+"""A docstring naming session.expired."""
+TABLE = ["runtime.control"]
+CHECKED = {"input.cancel"}
+NOTED = "response.listen"
+
+@pytest.mark.parametrize("etype", ["push_text"])
+async def test_x(client, etype):
+    frame = {"type": "signal_turn", "note": "close_session"}
+    await client.send("barge_in")
+    await client.until(lambda e: e["type"] == "session.replaced")
+    assert "playback.ack" in CHECKED
+    log(NOTED, TABLE)
+'''
+
+
+def test_a_mention_alone_is_no_evidence() -> None:
+    used = _used(ast.parse(_SAMPLE))
+    sent_or_checked = {"push_text", "signal_turn", "barge_in", "session.replaced", "playback.ack"}
+    assert sent_or_checked <= used
+    assert "input.cancel" in used  # a module constant, named in an assert
+    assert not {"session.expired", "runtime.control", "response.listen", "close_session"} & used
 
 
 # ---------------------------------------------------------- native dialect

@@ -70,8 +70,8 @@ def start_redis(port: int, data_dir: Path, log: Path | None = None) -> subproces
         binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
         "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
     ]  # fmt: skip
-    out = log.open("ab") if log else subprocess.DEVNULL
-    proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    with log.open("ab") if log else open(os.devnull, "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
     if not wait_for_port(port):
         proc.kill()
         raise RuntimeError("redis-server did not start")
@@ -151,13 +151,15 @@ class LocalStack:
         )
 
     def spawn(self, name: str, tier: str, **env: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", f"antiphon.{tier}.main"],
-            env={**os.environ, **self.base_env(), **env},
-            stdout=self.log_path(name).open("ab"),
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
+        # The child writes its own copy of the log's descriptor; ours is closed at once.
+        with self.log_path(name).open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", f"antiphon.{tier}.main"],
+                env={**os.environ, **self.base_env(), **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
         self.procs[name] = proc
         return proc
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.clients.harness import Utterance, drive, heard, no_errors, responses, scenario_ok
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 QUESTION = Utterance("What is the capital of France?", "piper", frozenset({"capital", "france"}))
 # One sentence: a pause inside it could end a turn there (semantic_vad), and

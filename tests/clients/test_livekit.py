@@ -25,7 +25,7 @@ from tests.clients.harness import (
     scenario_ok,
 )
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 QUESTION = Utterance("What color is the sky on a sunny day?", "espeak", frozenset({"sky", "sunny"}))
 

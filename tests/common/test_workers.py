@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -19,10 +18,15 @@ from prometheus_client import CollectorRegistry, Gauge
 from antiphon.common import workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.workers import WorkerInfo, WorkerRegistry, WorkerSettings
+from tests.support.polling import eventually, redis_now_ms
 
 DB = 9  # this module's own database on the shared test Redis
 HEARTBEAT_S = 0.1
 TTL_S = HEARTBEAT_S * workers.TTL_HEARTBEATS
+# Longer than any test here: a change seen sooner was published on the change.
+NO_HEARTBEAT_S = 600.0
+# The worker killed with -9: its entry outlives it long enough to be read.
+KILLED_HEARTBEAT_S = 0.5
 
 
 @pytest.fixture
@@ -44,19 +48,10 @@ def sessions(capacity: int) -> ActiveSessions:
     return ActiveSessions(gauge, capacity=capacity)
 
 
-def settings(redis_url: str, address: str) -> WorkerSettings:
+def settings(redis_url: str, address: str, heartbeat_s: float = HEARTBEAT_S) -> WorkerSettings:
     return WorkerSettings(
-        redis_url=db_url(redis_url), advertise_address=address, heartbeat_s=HEARTBEAT_S
+        redis_url=db_url(redis_url), advertise_address=address, heartbeat_s=heartbeat_s
     )
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> float:
-    """Seconds until `check` holds; fails the test past the timeout."""
-    start = time.monotonic()
-    while not await check():
-        assert time.monotonic() - start < timeout_s, "condition not met in time"
-        await asyncio.sleep(0.02)
-    return time.monotonic() - start
 
 
 async def listed(registry: WorkerRegistry, stage: str) -> dict[str, WorkerInfo]:
@@ -68,23 +63,31 @@ async def test_a_worker_is_listed_with_its_capacity_and_its_load_as_it_changes(
 ) -> None:
     registry = WorkerRegistry(client)
     active = sessions(capacity=2)
-    async with workers.registered(settings(redis_url, "10.0.0.1:50061"), "stage0", active):
+    # No heartbeat comes during the test: each change is published as it happens.
+    quiet = settings(redis_url, "10.0.0.1:50061", heartbeat_s=NO_HEARTBEAT_S)
+    async with workers.registered(quiet, "stage0", active):
         assert await listed(registry, "stage0") == {
             "10.0.0.1:50061": WorkerInfo("10.0.0.1:50061", 2, 0, False)
         }
         assert await listed(registry, "stage1") == {}
         with active.track():
-            # Published when the load changes, not only at the next heartbeat.
             await eventually(
-                lambda: _has(registry, "stage0", "10.0.0.1:50061", lambda w: w.active == 1),
-                timeout_s=HEARTBEAT_S / 2 + 0.5,
+                lambda: _has(registry, "stage0", "10.0.0.1:50061", lambda w: w.active == 1)
             )
             (w,) = await registry.workers("stage0")
             assert w.room == 1
         await eventually(lambda: _has(registry, "stage0", "10.0.0.1:50061", lambda w: w.room == 2))
-        # Heartbeats keep it listed well past its TTL.
+
+
+async def test_heartbeats_keep_a_worker_listed_well_past_its_ttl(
+    client: aioredis.Redis, redis_url: str
+) -> None:
+    registry = WorkerRegistry(client)
+    async with workers.registered(
+        settings(redis_url, "10.0.0.5:50061"), "stage0", sessions(capacity=1)
+    ):
         await asyncio.sleep(TTL_S * 3)
-        assert "10.0.0.1:50061" in await listed(registry, "stage0")
+        assert "10.0.0.5:50061" in await listed(registry, "stage0")
 
 
 async def test_a_draining_worker_has_no_room_and_a_leaving_one_is_gone(
@@ -136,24 +139,26 @@ async def test_a_worker_killed_with_sigkill_drops_out_within_its_ttl(
     registry = WorkerRegistry(client)
     survivor = sessions(capacity=1)
     async with workers.registered(settings(redis_url, "10.0.0.4:50061"), "stage0", survivor):
+        dead = "10.0.0.3:50061"
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _WORKER, db_url(redis_url), "10.0.0.3:50061", str(HEARTBEAT_S)
+            sys.executable, "-c", _WORKER, db_url(redis_url), dead, str(KILLED_HEARTBEAT_S)
         )
         try:
             await eventually(
-                lambda: _has(registry, "stage0", "10.0.0.3:50061", lambda w: w.capacity == 3),
-                timeout_s=30,
+                lambda: _has(registry, "stage0", dead, lambda w: w.capacity == 3), timeout_s=30
             )
             proc.kill()
             await proc.wait()
-            gone_after = await eventually(
-                lambda: _absent(registry, "stage0", "10.0.0.3:50061"), timeout_s=TTL_S + 2
-            )
+            killed_ms = await redis_now_ms(client)
+            expires_ms = await client.zscore(workers.index_key("stage0"), dead)
+            # Listed while it lived; after its death, one TTL at most (Redis's clock).
+            ttl_ms = KILLED_HEARTBEAT_S * workers.TTL_HEARTBEATS * 1000
+            assert expires_ms is not None and killed_ms < expires_ms <= killed_ms + ttl_ms
+            await eventually(lambda: _absent(registry, "stage0", dead))
         finally:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-        assert gone_after <= TTL_S + 0.5
         assert set(await listed(registry, "stage0")) == {"10.0.0.4:50061"}
         # The reader pruned the dead entry's info too.
         assert await client.hkeys(workers.info_key("stage0")) == [b"10.0.0.4:50061"]

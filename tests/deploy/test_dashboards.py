@@ -157,6 +157,7 @@ def fetch(url: str) -> str:
         return str(r.read().decode())
 
 
+@pytest.mark.stack
 def test_every_metric_a_dashboard_queries_is_exported_by_a_running_service(
     scraped: dict[str, dict[str, str]],
 ) -> None:
@@ -172,6 +173,7 @@ def test_every_metric_a_dashboard_queries_is_exported_by_a_running_service(
     assert "antiphon_stage1_first_audio_seconds_bucket" in scraped["stage1"]
 
 
+@pytest.mark.stack
 def test_each_service_exports_only_its_own_prefix(scraped: dict[str, dict[str, str]]) -> None:
     for service, samples in scraped.items():
         for family in set(samples.values()):
@@ -179,6 +181,7 @@ def test_each_service_exports_only_its_own_prefix(scraped: dict[str, dict[str, s
                 assert family.startswith(f"antiphon_{service}_"), (service, family)
 
 
+@pytest.mark.stack
 def test_metrics_reference_lists_every_exported_metric(
     scraped: dict[str, dict[str, str]],
 ) -> None:

@@ -193,6 +193,7 @@ def healthcheck(*args: str, **env: str) -> int:
     return proc.returncode
 
 
+@pytest.mark.stack
 def test_healthcheck_script_reports_what_the_services_report(synthetic_stack: LocalStack) -> None:
     p = synthetic_stack.ports
     assert healthcheck("http", ANTIPHON_PORT=str(p.gateway)) == 0

@@ -14,6 +14,7 @@ from antiphon.common import tracing
 from tests.deploy.otlp import ReceivedSpan, Receiver, receiver
 from tests.support.realtime import one_turn
 from tests.support.speech import silence
+from tests.support.stacks import started
 
 SERVICES = {"antiphon-gateway", "antiphon-session", "antiphon-stage0", "antiphon-stage1"}
 # Each hop's server span: the gateway's connection, then a stage binding per stage.
@@ -21,7 +22,7 @@ SPANS = {"gateway.connection", "stage0.bind", "stage1.bind"}
 
 
 @pytest.fixture(scope="module")
-def traced(redis_url: str) -> Iterator[tuple[LocalStack, Receiver]]:
+def traced(request: pytest.FixtureRequest, redis_url: str) -> Iterator[tuple[LocalStack, Receiver]]:
     """A synthetic stack whose four services export OTLP to a receiver on loopback."""
     with receiver() as (collector, port):
         stack = LocalStack(
@@ -34,12 +35,9 @@ def traced(redis_url: str) -> Iterator[tuple[LocalStack, Receiver]]:
                 "OTEL_BSP_SCHEDULE_DELAY": "100",
             },
         )
-        try:
-            # Inside the try: a service that fails to start must not leave the others running.
-            stack.start(timeout_s=180)
+        # A service that fails to start does not leave the others running.
+        with started(request, stack):
             yield stack, collector
-        finally:
-            stack.stop()
 
 
 def connected(spans: list[ReceivedSpan]) -> list[ReceivedSpan] | None:
@@ -60,6 +58,7 @@ def connected(spans: list[ReceivedSpan]) -> list[ReceivedSpan] | None:
     return turn
 
 
+@pytest.mark.stack
 async def test_one_turn_is_one_trace_across_all_four_tiers(
     traced: tuple[LocalStack, Receiver],
 ) -> None:

@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 from stack import LocalStack
 
-from antiphon.gateway import audio_formats as af
+from antiphon.common import g711
 from tests.support.realtime import Event, RealtimeClient, of_type, realtime_url
 from tests.support.speech import spoken
+
+pytestmark = pytest.mark.stack
 
 # The synthetic ASR reports how much 16 kHz audio it was given.
 HEARD = re.compile(r"synthetic utterance of (\d+) milliseconds")
@@ -43,7 +45,7 @@ ULAW_SESSION = {
 async def _ulaw_question(client: RealtimeClient) -> int:
     """Speak a question in μ-law; the milliseconds it lasts."""
     speech = spoken("What is the capital of France?", 8000)
-    ulaw = af.pcm16_to_ulaw(speech)
+    ulaw = g711.pcm16_to_ulaw(speech)
     for i in range(0, len(ulaw), 1600):  # 200 ms of 8 kHz, one byte a sample
         chunk = base64.b64encode(ulaw[i : i + 1600]).decode()
         await client.send("input_audio_buffer.append", audio=chunk)
@@ -62,6 +64,7 @@ async def _heard_ms(client: RealtimeClient) -> int:
     return int(heard.group(1))
 
 
+@pytest.mark.models
 async def test_g711_ulaw_as_openai_speaks_it(synthetic_stack: LocalStack) -> None:
     """OpenAI's dialect: `audio/pcmu` in and out, echoed as OpenAI echoes it."""
     client = await RealtimeClient.connect(realtime_url(synthetic_stack.ports.gateway))
@@ -77,13 +80,14 @@ async def test_g711_ulaw_as_openai_speaks_it(synthetic_stack: LocalStack) -> Non
         coded = b"".join(
             base64.b64decode(d["delta"]) for d in of_type(events, "response.output_audio.delta")
         )
-        pcm = af.ulaw_to_pcm16(coded)
+        pcm = g711.ulaw_to_pcm16(coded)
         assert len(pcm) // 2 > 8000 // 10  # more than 100 ms of 8 kHz speech
         assert np.abs(np.frombuffer(pcm, dtype="<i2")).mean() > 100
     finally:
         await client.close()
 
 
+@pytest.mark.models
 async def test_g711_ulaw_session_hears_ulaw_and_answers_in_ulaw(client: RealtimeClient) -> None:
     created = await client.open(**ULAW_SESSION)
     session = created["session"]
@@ -102,7 +106,7 @@ async def test_g711_ulaw_session_hears_ulaw_and_answers_in_ulaw(client: Realtime
     assert deltas
     assert {(d["format"], d["sample_rate_hz"]) for d in deltas} == {("g711_ulaw", 8000)}
     coded = b"".join(base64.b64decode(d["delta"]) for d in deltas)
-    pcm = af.ulaw_to_pcm16(coded)
+    pcm = g711.ulaw_to_pcm16(coded)
     # Decoded, the audio is exactly as long as the response says it is, at 8 kHz.
     total_ms = deltas[-1]["metadata"]["audio_duration_ms"]
     assert len(pcm) // 2 == total_ms * 8000 // 1000
@@ -112,6 +116,7 @@ async def test_g711_ulaw_session_hears_ulaw_and_answers_in_ulaw(client: Realtime
     assert done["response"]["status"] == "completed"
 
 
+@pytest.mark.models
 async def test_pcm_f32le_append_is_heard_as_long_as_its_pcm16_equivalent(
     client: RealtimeClient,
 ) -> None:
@@ -126,6 +131,7 @@ async def test_pcm_f32le_append_is_heard_as_long_as_its_pcm16_equivalent(
     assert abs(as_pcm16 - len(speech) * 1000 // (2 * 24000)) <= 5
 
 
+@pytest.mark.models
 async def test_wav_on_a_legacy_alias_is_heard_at_its_header_rate(client: RealtimeClient) -> None:
     await client.open(type="realtime", audio={"input": {"turn_detection": None}})
     pcm = spoken("Good morning.", 16000)

@@ -16,6 +16,8 @@ from stack import LocalStack
 from tests.support.realtime import Event, RealtimeClient, of_type, realtime_url
 from tests.support.speech import silence, spoken
 
+pytestmark = [pytest.mark.stack, pytest.mark.models]
+
 AUDIO_DELTA = "response.output_audio.delta"
 
 

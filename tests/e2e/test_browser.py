@@ -31,7 +31,7 @@ from stack import LocalStack
 
 from tests.support.speech import Voice, silence, spoken
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -9,18 +9,20 @@ proves it was found through the registry; one gateway.
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
 from stack import LocalStack, Ports, free_port
 
-from antiphon.common.workers import TTL_HEARTBEATS, WorkerInfo, WorkerRegistry
+from antiphon.common.workers import TTL_HEARTBEATS, WorkerInfo, WorkerRegistry, index_key
+from tests.support import tiers
+from tests.support.polling import eventually, redis_now_ms
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
 from tests.support.speech import spoken
+
+pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 DB = 10  # this module's own database on the shared test Redis
 HEARTBEAT_S = 0.2
@@ -68,7 +70,9 @@ class Pool:
 
 
 @pytest.fixture(scope="module")
-def pool(redis_url: str) -> Iterator[Pool]:
+def pool(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Pool]:
+    # Started by hand (two stage0 workers, each with its own capacity).
+    tiers.require(request, tiers.STACK, "starts a local stack")
     ports = Ports.free()
     stack = LocalStack(
         ports=ports,
@@ -99,25 +103,21 @@ def pool(redis_url: str) -> Iterator[Pool]:
 
 
 @pytest.fixture
-async def registry(pool: Pool) -> AsyncIterator[WorkerRegistry]:
+async def redis(pool: Pool) -> AsyncIterator[aioredis.Redis]:
     client = aioredis.Redis.from_url(pool.stack.redis_url)
     try:
-        yield WorkerRegistry(client)
+        yield client
     finally:
         await client.aclose()
 
 
+@pytest.fixture
+def registry(redis: aioredis.Redis) -> WorkerRegistry:
+    return WorkerRegistry(redis)
+
+
 async def stage0_workers(registry: WorkerRegistry) -> dict[str, WorkerInfo]:
     return {w.address: w for w in await registry.workers("stage0")}
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> float:
-    """Seconds until `check` holds; fails the test past the timeout."""
-    start = time.monotonic()
-    while not await check():
-        assert time.monotonic() - start < timeout_s, "condition not met in time"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - start
 
 
 async def all_free(registry: WorkerRegistry, *addresses: str) -> bool:
@@ -194,9 +194,10 @@ async def test_a_drained_worker_leaves_the_registry_and_sessions_go_to_the_other
     await eventually(lambda: all_free(registry, pool.a, pool.b))
     proc = pool.stack.procs["stage0_b"]
     proc.send_signal(signal.SIGTERM)
-    # No bound session to wait for: it leaves at once, not at its TTL.
-    await eventually(lambda: _absent(registry, pool.b), timeout_s=TTL_B_S / 2)
     assert proc.wait(10) == 0
+    # No bound session to wait for: gone as it exits, as it left on its way out
+    # (a killed worker's entry stays until it expires: the test below).
+    assert await _absent(registry, pool.b)
     client = await RealtimeClient.connect(pool.url())
     try:
         created = await client.open(**MANUAL)
@@ -208,19 +209,22 @@ async def test_a_drained_worker_leaves_the_registry_and_sessions_go_to_the_other
 
 
 async def test_a_killed_worker_drops_out_within_its_ttl_and_sessions_open_on_the_other(
-    pool: Pool, registry: WorkerRegistry
+    pool: Pool, registry: WorkerRegistry, redis: aioredis.Redis
 ) -> None:
     pool.ensure_b()
     await eventually(lambda: all_free(registry, pool.a, pool.b))
     pool.stack.kill("stage0_b")
-    # Still listed until its entry expires: a session opened now skips it
-    # (unreachable) for the other one.
+    killed_ms = await redis_now_ms(redis)
+    expires_ms = await redis.zscore(index_key("stage0"), pool.b)
+    # Listed while it lived; after its death, one TTL at most (on Redis's clock).
+    assert expires_ms is not None and killed_ms < expires_ms <= killed_ms + TTL_B_S * 1000
+    # Until its entry expires, a session opened now skips it (unreachable) for the other.
     client = await RealtimeClient.connect(pool.url())
     try:
         created = await client.open(**MANUAL)
         assert created["type"] == "session.created", created
         assert await bound_stage0(pool, created) == pool.a
-        await eventually(lambda: _absent(registry, pool.b), timeout_s=TTL_B_S + 1)
+        await eventually(lambda: _absent(registry, pool.b))
         assert await turn_completes(client)
     finally:
         await client.close()

@@ -17,17 +17,20 @@ import contextlib
 import re
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from stack import LocalStack
 
+from antiphon.common import g711
 from antiphon.common.workers import WorkerRegistry
-from antiphon.gateway import audio_formats as af
+from tests.support.polling import eventually
 from tests.support.realtime import MANUAL, Event, RealtimeClient, duplex_url, of_type
 from tests.support.speech import spoken
+
+pytestmark = pytest.mark.stack
 
 # The synthetic ASR reports how much 16 kHz audio it was given.
 HEARD = re.compile(r"synthetic utterance of (\d+) milliseconds")
@@ -50,13 +53,6 @@ async def load(workers: WorkerRegistry) -> tuple[int, int]:
     """Sessions bound to the stage0 and the stage1 worker, as they publish it."""
     stage0, stage1 = (await workers.workers("stage0")), (await workers.workers("stage1"))
     return sum(w.active for w in stage0), sum(w.active for w in stage1)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    start = time.monotonic()
-    while not await check():
-        assert time.monotonic() - start < timeout_s, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def load_is(workers: WorkerRegistry, expected: tuple[int, int]) -> None:
@@ -255,6 +251,7 @@ async def test_a_response_in_flight_at_a_drop_ends_cancelled_and_the_next_turn_w
 
 
 # ------------------------------------------------------------- formats
+@pytest.mark.models
 async def test_a_resumed_g711_session_keeps_its_formats_without_a_session_update(
     two_slot_stack: LocalStack,
 ) -> None:
@@ -273,7 +270,7 @@ async def test_a_resumed_g711_session_keeps_its_formats_without_a_session_update
         back = await resumed(again)
         assert back["session"]["audio"]["output"]["format"] == {"type": "audio/pcmu"}
         assert back["session"]["audio"]["input"]["format"] == {"type": "audio/pcmu"}
-        ulaw = af.pcm16_to_ulaw(spoken("What is the capital of France?", 8000))
+        ulaw = g711.pcm16_to_ulaw(spoken("What is the capital of France?", 8000))
         for i in range(0, len(ulaw), 1600):  # 200 ms of 8 kHz, one byte a sample
             await again.send(
                 "input_audio_buffer.append", audio=base64.b64encode(ulaw[i : i + 1600]).decode()

@@ -14,19 +14,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from stack import LocalStack, Ports
 
-from antiphon.v1 import common_pb2 as cpb
+from tests.support.history import stored_items
 from tests.support.realtime import MANUAL, Event, RealtimeClient, ask, duplex_url, of_type
-from tests.support.speech import silence, spoken
+from tests.support.speech import silence, spoken, weather_question
+from tests.support.stacks import started
+
+pytestmark = pytest.mark.stack
 
 AUTO_LISTEN = {
     "type": "realtime",
     "overlap_policy": "listen_only",
     "audio": {"input": {"turn_detection": {"type": "server_vad", "interrupt_response": False}}},
 }
-QUESTION = silence(300) + spoken("What is the weather like today?") + silence(900)
 AUDIO = "response.output_audio.delta"
 TRANSCRIPT = "response.output_audio_transcript.delta"
 
@@ -42,13 +43,15 @@ def slow_client(slow_duplex_client: RealtimeClient) -> RealtimeClient:
     return slow_duplex_client
 
 
-async def quiet_for(client: RealtimeClient, seconds: float) -> list[Event]:
-    """Everything that arrives within `seconds` (expected: nothing of interest)."""
+async def until_the_next_reply_speaks(client: RealtimeClient) -> list[Event]:
+    """Ask again; everything from now until the new reply's first audio. Each stage
+    answers a session on one ordered stream, so anything of an earlier reply still
+    on its way through the stages comes before that audio."""
     start = len(client.events)
-    try:
-        await client.until(lambda e: False, timeout=seconds)
-    except TimeoutError:
-        pass
+    await client.append(weather_question())
+    await client.send("input_audio_buffer.commit")
+    await client.send("response.create")
+    await client.until(lambda e: e["type"] == AUDIO)
     return client.events[start:]
 
 
@@ -60,10 +63,10 @@ async def turns(synthetic_stack: LocalStack) -> dict[str, list[Event]]:
     try:
         await client.open(**MANUAL)
         recorded = {
-            "audio": await ask(client, QUESTION),
-            "text": await ask(client, QUESTION, output_modalities=["text"]),
+            "audio": await ask(client, weather_question()),
+            "text": await ask(client, weather_question(), output_modalities=["text"]),
         }
-        await client.append(QUESTION)
+        await client.append(weather_question())
         await client.send("input_audio_buffer.commit")
         await client.send("response.create")
         await client.until(lambda e: e["type"] == "response.created")
@@ -79,6 +82,7 @@ def types(events: list[Event]) -> list[str]:
     return [e["type"] for e in events]
 
 
+@pytest.mark.models
 def test_rule_response_created_once_and_before_its_output(turns: dict[str, list[Event]]) -> None:
     for events in (turns["audio"], turns["text"]):
         t = types(events)
@@ -91,6 +95,7 @@ def test_rule_response_created_once_and_before_its_output(turns: dict[str, list[
         assert t.index("response.created") < first_output
 
 
+@pytest.mark.models
 def test_rule_speak_at_most_once_after_created_and_before_audio(
     turns: dict[str, list[Event]],
 ) -> None:
@@ -100,6 +105,7 @@ def test_rule_speak_at_most_once_after_created_and_before_audio(
     assert "response.speak" not in types(turns["text"])
 
 
+@pytest.mark.models
 def test_rule_every_audio_delta_is_paired_with_a_transcript_delta(
     turns: dict[str, list[Event]],
 ) -> None:
@@ -110,6 +116,7 @@ def test_rule_every_audio_delta_is_paired_with_a_transcript_delta(
     assert t.count(TRANSCRIPT) == len(deltas)
 
 
+@pytest.mark.models
 def test_rule_audio_done_closes_audio_before_terminals_and_is_omitted_without_audio(
     turns: dict[str, list[Event]],
 ) -> None:
@@ -120,6 +127,7 @@ def test_rule_audio_done_closes_audio_before_terminals_and_is_omitted_without_au
     assert "response.output_audio.done" not in types(turns["text"])
 
 
+@pytest.mark.models
 def test_rule_transcript_done_is_the_exact_concatenation(turns: dict[str, list[Event]]) -> None:
     events = turns["audio"]
     joined = "".join(e["delta"] for e in of_type(events, TRANSCRIPT))
@@ -132,6 +140,7 @@ def test_rule_transcript_done_is_the_exact_concatenation(turns: dict[str, list[E
     )
 
 
+@pytest.mark.models
 def test_rule_item_terminals_after_parts_and_before_response_done(
     turns: dict[str, list[Event]],
 ) -> None:
@@ -143,6 +152,7 @@ def test_rule_item_terminals_after_parts_and_before_response_done(
         assert t.index("response.output_item.done") < t.index("response.done")
 
 
+@pytest.mark.models
 def test_rule_response_done_exactly_once_and_rate_limits_right_after(
     turns: dict[str, list[Event]],
 ) -> None:
@@ -156,6 +166,7 @@ def test_rule_response_done_exactly_once_and_rate_limits_right_after(
     assert t.count("rate_limits.updated") == t.count("response.done")
 
 
+@pytest.mark.models
 def test_rule_cancelled_terminal_status_and_no_reused_ids(turns: dict[str, list[Event]]) -> None:
     (done,) = of_type(turns["cancelled"], "response.done")
     assert done["response"]["status"] == "cancelled"
@@ -164,6 +175,7 @@ def test_rule_cancelled_terminal_status_and_no_reused_ids(turns: dict[str, list[
     assert len(set(ids)) == len(ids)
 
 
+@pytest.mark.models
 def test_rule_session_created_comes_first(turns: dict[str, list[Event]]) -> None:
     assert turns["all"][0]["type"] == "session.created"
 
@@ -173,50 +185,60 @@ async def test_rule_listen_may_come_without_a_response(client: RealtimeClient) -
     await client.append(silence(500))
     await client.send("input_audio_buffer.commit", is_speech=False)
     await client.until(lambda e: e["type"] == "response.listen")
+    await client.barrier()
     assert not of_type(client.events, "response.created")
 
 
 # --------------------------------------------------- the commit-to-response table
+@pytest.mark.models
 async def test_commit_without_auto_response_waits_for_response_create(
     client: RealtimeClient,
 ) -> None:
     await client.open(**MANUAL)
-    await client.append(QUESTION)
+    await client.append(weather_question())
     await client.send("input_audio_buffer.commit")
     await client.until(lambda e: e["type"] == "input_audio_buffer.committed")
-    assert not of_type(await quiet_for(client, 1.0), "response.created")
+    # Neither the commit nor the transcript that follows it starts a response.
+    await client.until(
+        lambda e: e["type"] == "conversation.item.input_audio_transcription.completed"
+    )
+    await client.barrier()
+    assert not of_type(client.events, "response.created")
 
 
+@pytest.mark.models
 async def test_commit_with_auto_response_answers_after_committed(client: RealtimeClient) -> None:
     await client.open(type="realtime")  # server VAD: it commits and answers
-    await client.append(QUESTION)
+    await client.append(weather_question())
     events = await client.response_cycle()
     t = types(events)
     assert t.index("input_audio_buffer.committed") < t.index("response.created")
     assert of_type(events, "response.done")[0]["response"]["status"] == "completed"
 
 
+@pytest.mark.models
 async def test_short_overlap_is_acknowledged_and_creates_no_response(
     slow_client: RealtimeClient,
 ) -> None:
     await slow_client.open(**AUTO_LISTEN)
-    await slow_client.append(QUESTION)
+    await slow_client.append(weather_question())
     first = await slow_client.until(lambda e: e["type"] == AUDIO)
     await slow_client.append(spoken("Okay.") + silence(900))
     await slow_client.response_cycle()
     (drop,) = [e for e in of_type(slow_client.events, "overlap.decision") if e["action"] == "drop"]
     assert drop["reason"] == "short_overlap"
-    assert not of_type(await quiet_for(slow_client, 1.5), "response.created")
+    assert not of_type(await slow_client.barrier(), "response.created")
     assert {e["response"]["id"] for e in of_type(slow_client.events, "response.created")} == {
         first["response_id"]
     }
 
 
+@pytest.mark.models
 async def test_meaningful_overlap_is_deferred_then_answered_with_a_new_id(
     slow_client: RealtimeClient,
 ) -> None:
     await slow_client.open(**AUTO_LISTEN)
-    await slow_client.append(QUESTION)
+    await slow_client.append(weather_question())
     first = await slow_client.until(lambda e: e["type"] == AUDIO)
     await slow_client.append(spoken("And what about tomorrow in the mountains?") + silence(900))
     deferred = await slow_client.until(lambda e: e["type"] == "input_audio_buffer.committed")
@@ -246,29 +268,31 @@ async def test_empty_commit_is_one_error_and_no_response(client: RealtimeClient)
     await client.send("input_audio_buffer.commit")
     error = await client.until(lambda e: e["type"] == "error")
     assert error["error"]["code"] == "input_audio_buffer_empty"
-    assert not of_type(await quiet_for(client, 0.5), "response.created", "error")
+    assert not of_type(await client.barrier(), "response.created", "error")
 
 
+@pytest.mark.models
 async def test_after_a_cancel_the_next_turn_gets_a_new_response(client: RealtimeClient) -> None:
     await client.open(**MANUAL)
-    await client.append(QUESTION)
+    await client.append(weather_question())
     await client.send("input_audio_buffer.commit")
     await client.send("response.create")
     created = await client.until(lambda e: e["type"] == "response.created")
     await client.send("response.cancel")
     await client.response_cycle()
-    events = await ask(client, QUESTION)
+    events = await ask(client, weather_question())
     (done,) = of_type(events, "response.done")
     assert done["response"]["status"] == "completed"
     assert done["response"]["id"] != created["response"]["id"]
 
 
 # ------------------------------------------------------------ the behaviours
+@pytest.mark.models
 async def test_truncation_cuts_at_word_marks_and_the_next_prompt_holds_exactly_that(
     client: RealtimeClient, synthetic_stack: LocalStack
 ) -> None:
     await client.open(**MANUAL, extra_body={"return_stage_metrics": True})
-    events = await ask(client, QUESTION)
+    events = await ask(client, weather_question())
     item = of_type(events, "response.output_item.done")[0]["item"]
     said = of_type(events, "response.output_audio_transcript.done")[0]["transcript"]
     # The synthetic voice ends each word at 60 ms per character of its clause.
@@ -279,18 +303,11 @@ async def test_truncation_cuts_at_word_marks_and_the_next_prompt_holds_exactly_t
     assert cut["type"] == "conversation.item.truncated", cut
     assert said.startswith("You said: synthetic utterance")
     assert cut["event"]["transcript"] == "You said: synthetic"
-    r = aioredis.Redis.from_url(synthetic_stack.redis_url)
-    try:
-        stored = [
-            cpb.Item.FromString(raw)
-            for raw in await r.lrange(f"ap:{{{fast_id(client)}}}:history", 0, -1)
-        ]
-    finally:
-        await r.aclose()
+    stored = await stored_items(synthetic_stack.redis_url, fast_id(client))
     assert [i.content[0].transcript for i in stored if i.role == "assistant"] == [
         "You said: synthetic"
     ]
-    nxt = await ask(client, QUESTION)
+    nxt = await ask(client, weather_question())
     prompt = of_type(nxt, "response.done")[0]["response"]["metadata"]["stage_metrics"]["prompt"]
     assert "<assistant>You said: synthetic\n" in prompt
     assert "milliseconds. Thank you" not in prompt.split("<assistant>You said: synthetic")[1][:40]
@@ -300,11 +317,12 @@ def fast_id(client: RealtimeClient) -> str:
     return str(of_type(client.events, "session.created")[0]["session"]["id"])
 
 
+@pytest.mark.models
 async def test_response_options_are_scoped_to_their_response(client: RealtimeClient) -> None:
     await client.open(**MANUAL, extra_body={"return_stage_metrics": True})
     one = await ask(
         client,
-        QUESTION,
+        weather_question(),
         output_modalities=["text"],
         instructions="Answer like a pirate.",
         metadata={"trace": "turn-1"},
@@ -315,7 +333,7 @@ async def test_response_options_are_scoped_to_their_response(client: RealtimeCli
     assert done_one["metadata"]["trace"] == "turn-1"
     assert "Answer like a pirate." in done_one["metadata"]["stage_metrics"]["prompt"]
     assert len(of_type(one, "response.output_text.delta")) <= 3
-    two = await ask(client, QUESTION)
+    two = await ask(client, weather_question())
     done_two = of_type(two, "response.done")[0]["response"]
     assert done_two["output_modalities"] == ["audio"]
     assert "trace" not in done_two["metadata"]
@@ -370,11 +388,12 @@ async def test_a_function_call_output_item_is_stored_and_prompted(client: Realti
     assert '{"temp_c": 24}' in prompt
 
 
+@pytest.mark.models
 async def test_input_cancel_advances_the_epoch_and_no_old_audio_follows(
     slow_client: RealtimeClient,
 ) -> None:
     await slow_client.open(**MANUAL)
-    await slow_client.append(QUESTION)
+    await slow_client.append(weather_question())
     await slow_client.send("input_audio_buffer.commit")
     await slow_client.send("response.create")
     first = await slow_client.until(lambda e: e["type"] == AUDIO)
@@ -383,13 +402,14 @@ async def test_input_cancel_advances_the_epoch_and_no_old_audio_follows(
     assert done["response"]["status"] == "cancelled"
     assert done["response"]["status_details"]["reason"] == "input_cancelled"
     await slow_client.until(lambda e: e["type"] == "input_audio_buffer.cleared")
-    later = await quiet_for(slow_client, 1.5)
+    later = await until_the_next_reply_speaks(slow_client)
     assert not [e for e in later if e.get("response_id") == first["response_id"]]
 
 
+@pytest.mark.models
 async def test_output_audio_buffer_clear_stops_the_reply(slow_client: RealtimeClient) -> None:
     await slow_client.open(**MANUAL)
-    await slow_client.append(QUESTION)
+    await slow_client.append(weather_question())
     await slow_client.send("input_audio_buffer.commit")
     await slow_client.send("response.create")
     first = await slow_client.until(lambda e: e["type"] == AUDIO)
@@ -401,14 +421,16 @@ async def test_output_audio_buffer_clear_stops_the_reply(slow_client: RealtimeCl
         "cancelled",
         "output_audio_cleared",
     )
-    assert not [e for e in await quiet_for(slow_client, 1.0) if e["type"] == AUDIO]
+    later = await until_the_next_reply_speaks(slow_client)
+    assert not [e for e in of_type(later, AUDIO) if e["response_id"] == first["response_id"]]
 
 
+@pytest.mark.models
 async def test_client_barge_in_cancels_with_an_overlap_decision(
     slow_client: RealtimeClient,
 ) -> None:
     await slow_client.open(**MANUAL)
-    await slow_client.append(QUESTION)
+    await slow_client.append(weather_question())
     await slow_client.send("input_audio_buffer.commit")
     await slow_client.send("response.create")
     await slow_client.until(lambda e: e["type"] == AUDIO)
@@ -420,38 +442,34 @@ async def test_client_barge_in_cancels_with_an_overlap_decision(
     assert (done["status"], done["status_details"]["reason"]) == ("cancelled", "barge_in")
 
 
+@pytest.mark.models
 async def test_ack_only_history_holds_only_what_was_acknowledged(
     client: RealtimeClient, synthetic_stack: LocalStack
 ) -> None:
     await client.open(**MANUAL, playback_commit_policy="ack_only")
-    events = await ask(client, QUESTION)
+    events = await ask(client, weather_question())
     done = of_type(events, "response.done")[0]["response"]
-    r = aioredis.Redis.from_url(synthetic_stack.redis_url)
-    key = f"ap:{{{fast_id(client)}}}:history"
-    try:
 
-        async def assistant_texts() -> list[str]:
-            items = [cpb.Item.FromString(raw) for raw in await r.lrange(key, 0, -1)]
-            return [i.content[0].transcript for i in items if i.role == "assistant"]
+    async def assistant_texts() -> list[str]:
+        items = await stored_items(synthetic_stack.redis_url, fast_id(client))
+        return [i.content[0].transcript for i in items if i.role == "assistant"]
 
-        assert await assistant_texts() == []  # nothing acknowledged yet
-        await client.send("playback.ack", response_id=done["id"], played_ms=1200, committed_ms=1200)
-        acked = await client.until(lambda e: e["type"] in ("playback.acknowledged", "error"))
-        assert acked["type"] == "playback.acknowledged", acked
-        body = acked.get("event", acked)
-        assert body["history_committed"] is True
-        assert body["playback"]["played_ms"] == 1200
-        assert await assistant_texts() == ["You said: synthetic"]
-        await client.send("audio.playback_ack", response_id=done["id"], played_ms=1800)
-        await client.until(lambda e: e["type"] == "playback.acknowledged")
-        assert await assistant_texts() == ["You said: synthetic utterance"]
-    finally:
-        await r.aclose()
+    assert await assistant_texts() == []  # nothing acknowledged yet
+    await client.send("playback.ack", response_id=done["id"], played_ms=1200, committed_ms=1200)
+    acked = await client.until(lambda e: e["type"] in ("playback.acknowledged", "error"))
+    assert acked["type"] == "playback.acknowledged", acked
+    body = acked.get("event", acked)
+    assert body["history_committed"] is True
+    assert body["playback"]["played_ms"] == 1200
+    assert await assistant_texts() == ["You said: synthetic"]
+    await client.send("audio.playback_ack", response_id=done["id"], played_ms=1800)
+    await client.until(lambda e: e["type"] == "playback.acknowledged")
+    assert await assistant_texts() == ["You said: synthetic utterance"]
 
 
 # ------------------------------------------------------------ capability gating
 @pytest.fixture(scope="module")
-def no_barge_in_stack() -> Iterator[LocalStack]:
+def no_barge_in_stack(request: pytest.FixtureRequest) -> Iterator[LocalStack]:
     """A stage0 backend that declares no barge-in support."""
     stack = LocalStack(
         ports=Ports.free(),
@@ -461,11 +479,8 @@ def no_barge_in_stack() -> Iterator[LocalStack]:
             "ANTIPHON_SUPPORTS_BARGE_IN": "false",
         },
     )
-    try:
-        stack.start(timeout_s=180)
+    with started(request, stack):
         yield stack
-    finally:
-        stack.stop()
 
 
 async def test_capability_gated_surfaces_are_refused_with_a_typed_error(

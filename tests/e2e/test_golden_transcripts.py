@@ -24,7 +24,7 @@ from stack import LocalStack
 
 from tests.support import golden, openai_models, reference
 from tests.support.realtime import MANUAL, RealtimeClient, ask, duplex_url, of_type
-from tests.support.speech import silence, spoken
+from tests.support.speech import silence, spoken, weather_question
 
 SERVER_VAD = {"type": "realtime"}  # turn_detection absent: OpenAI's default, server VAD
 LISTENING_VAD = {
@@ -32,7 +32,6 @@ LISTENING_VAD = {
     "overlap_policy": "listen_only",
     "audio": {"input": {"turn_detection": {"type": "server_vad", "interrupt_response": False}}},
 }
-QUESTION = silence(300) + spoken("What is the weather like today?") + silence(900)
 AUDIO = "response.output_audio.delta"
 TRANSCRIPT = "response.output_audio_transcript.delta"
 USER_TEXT = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
@@ -90,30 +89,38 @@ def test_the_duplex_transcripts_speak_the_reference_only() -> None:
 
 
 # --------------------------------------------------------- OpenAI's dialect
+@pytest.mark.stack
+@pytest.mark.models
 async def test_plain_turn(client: RealtimeClient) -> None:
     await client.open(**MANUAL)
     # LiveKit names each request in its metadata and waits for the echo.
-    await ask(client, QUESTION, metadata={"client_event_id": "evt_reply_1"})
+    await ask(client, weather_question(), metadata={"client_event_id": "evt_reply_1"})
     golden.check("openai", "plain_turn", client.events)
 
 
+@pytest.mark.stack
+@pytest.mark.models
 async def test_text_only_response(client: RealtimeClient) -> None:
     await client.open(**MANUAL)
-    await ask(client, QUESTION, output_modalities=["text"])
+    await ask(client, weather_question(), output_modalities=["text"])
     golden.check("openai", "text_only_response", client.events)
 
 
+@pytest.mark.stack
+@pytest.mark.models
 async def test_server_vad_turn(client: RealtimeClient) -> None:
     await client.open(**SERVER_VAD)
-    await client.append(QUESTION)
+    await client.append(weather_question())
     await client.response_cycle()
     golden.check("openai", "server_vad_turn", client.events)
 
 
+@pytest.mark.stack
+@pytest.mark.models
 async def test_barge_in(slow_client: RealtimeClient) -> None:
     """Speech over the answer cancels it (`turn_detected`); the new turn is answered."""
     await slow_client.open(**SERVER_VAD)
-    await slow_client.append(QUESTION)
+    await slow_client.append(weather_question())
     await slow_client.until(lambda e: e["type"] == AUDIO)
     await slow_client.append(spoken("Wait, what about tomorrow?") + silence(900))
     await slow_client.response_cycle()
@@ -121,6 +128,8 @@ async def test_barge_in(slow_client: RealtimeClient) -> None:
     golden.check("openai", "barge_in", slow_client.events)
 
 
+@pytest.mark.stack
+@pytest.mark.models
 @pytest.mark.parametrize(
     ("name", "event", "reply"),
     [
@@ -132,7 +141,7 @@ async def test_client_interrupts(
     slow_client: RealtimeClient, name: str, event: str, reply: str
 ) -> None:
     await slow_client.open(**MANUAL)
-    await slow_client.append(QUESTION)
+    await slow_client.append(weather_question())
     await slow_client.send("input_audio_buffer.commit")
     await slow_client.send("response.create")
     await slow_client.until(lambda e: e["type"] == AUDIO)
@@ -143,9 +152,11 @@ async def test_client_interrupts(
     golden.check("openai", name, slow_client.events)
 
 
+@pytest.mark.stack
+@pytest.mark.models
 async def test_truncation(client: RealtimeClient) -> None:
     await client.open(**MANUAL)
-    events = await ask(client, QUESTION)
+    events = await ask(client, weather_question())
     item_id = of_type(events, "response.output_item.done")[0]["item"]["id"]
     await client.send(
         "conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=1500
@@ -166,12 +177,14 @@ async def _items(client: RealtimeClient) -> None:
     await client.until(lambda e: e["type"] == "error")
 
 
+@pytest.mark.stack
 async def test_item_create_retrieve_delete(client: RealtimeClient) -> None:
     await client.open(**MANUAL)
     await _items(client)
     golden.check("openai", "item_create_retrieve_delete", client.events)
 
 
+@pytest.mark.stack
 async def test_function_call_items(client: RealtimeClient) -> None:
     """A tool call and its result from the client's history, then an answer."""
     await client.open(**MANUAL)
@@ -191,6 +204,7 @@ async def test_function_call_items(client: RealtimeClient) -> None:
     golden.check("openai", "function_call_items", client.events)
 
 
+@pytest.mark.stack
 async def test_refusals(client: RealtimeClient) -> None:
     """Each refused event is one OpenAI `error`, and changes nothing."""
     await client.open(**MANUAL)
@@ -209,23 +223,28 @@ async def test_refusals(client: RealtimeClient) -> None:
 
 
 # ----------------------------------------------------------- duplex dialect
+@pytest.mark.stack
+@pytest.mark.models
 async def test_duplex_plain_turn(duplex_client: RealtimeClient) -> None:
     await duplex_client.open(**MANUAL)
-    await ask(duplex_client, QUESTION, metadata={"client_event_id": "evt_reply_1"})
+    await ask(duplex_client, weather_question(), metadata={"client_event_id": "evt_reply_1"})
     golden.check("duplex", "plain_turn", duplex_client.events)
 
 
+@pytest.mark.stack
 async def test_duplex_item_create_retrieve_delete(duplex_client: RealtimeClient) -> None:
     await duplex_client.open(**MANUAL)
     await _items(duplex_client)
     golden.check("duplex", "item_create_retrieve_delete", duplex_client.events)
 
 
+@pytest.mark.stack
+@pytest.mark.models
 async def test_duplex_barge_in(slow_duplex_client: RealtimeClient) -> None:
     """The client's own VAD barges in (`barge_in`): an overlap decision, then the cancel."""
     c = slow_duplex_client
     await c.open(**MANUAL)
-    await c.append(QUESTION)
+    await c.append(weather_question())
     await c.send("input_audio_buffer.commit")
     await c.send("response.create")
     await c.until(lambda e: e["type"] == AUDIO)
@@ -234,10 +253,12 @@ async def test_duplex_barge_in(slow_duplex_client: RealtimeClient) -> None:
     golden.check("duplex", "barge_in", c.events)
 
 
+@pytest.mark.stack
+@pytest.mark.models
 async def test_duplex_deferred_overlap(slow_duplex_client: RealtimeClient) -> None:
     c = slow_duplex_client
     await c.open(**LISTENING_VAD)
-    await c.append(QUESTION)
+    await c.append(weather_question())
     await c.until(lambda e: e["type"] == AUDIO)
     # A real question over the answer: heard, kept, and answered after it.
     await c.append(spoken("And what about tomorrow in the mountains?") + silence(900))
@@ -246,10 +267,12 @@ async def test_duplex_deferred_overlap(slow_duplex_client: RealtimeClient) -> No
     golden.check("duplex", "deferred_overlap", c.events)
 
 
+@pytest.mark.stack
+@pytest.mark.models
 async def test_duplex_listen_only_short_overlap(slow_duplex_client: RealtimeClient) -> None:
     c = slow_duplex_client
     await c.open(**LISTENING_VAD)
-    await c.append(QUESTION)
+    await c.append(weather_question())
     await c.until(lambda e: e["type"] == AUDIO)
     await c.append(spoken("Okay.") + silence(900))  # a listener's acknowledgement
     await c.response_cycle()
@@ -270,11 +293,13 @@ async def _detached(stack: LocalStack, session_id: str) -> None:
         await r.aclose()
 
 
+@pytest.mark.stack
+@pytest.mark.models
 async def test_duplex_resume_mid_response(slow_synthetic_stack: LocalStack) -> None:
     """Resuming is the duplex dialect's: the token rides its `session.created`."""
     first = await RealtimeClient.connect(duplex_url(slow_synthetic_stack.ports.gateway))
     created = await first.open(**MANUAL)
-    await first.append(QUESTION)
+    await first.append(weather_question())
     await first.send("input_audio_buffer.commit")
     await first.send("response.create")
     # A whole chunk heard (its audio and its transcript), so the transcript

@@ -29,7 +29,7 @@ from tests.support.realtime import (
 )
 from tests.support.speech import VOICES, Voice, silence, spoken
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 
 @dataclass(frozen=True)

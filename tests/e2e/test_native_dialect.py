@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 
+import pytest
 from stack import LocalStack
 
 from tests.support.realtime import RealtimeClient, of_type
 from tests.support.speech import spoken
+
+pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 
 async def test_a_turn_over_v1_duplex_speaks_the_native_dialect(

@@ -20,23 +20,13 @@ from stack import LocalStack
 
 from tests.support.realtime import (
     MANUAL,
-    Event,
     RealtimeClient,
     of_type,
     realtime_url,
 )
-from tests.support.speech import silence, spoken
+from tests.support.speech import weather_question
 
-QUESTION = silence(300) + spoken("What is the weather like today?") + silence(900)
-
-
-async def _nothing_for(client: RealtimeClient, seconds: float) -> list[Event]:
-    start = len(client.events)
-    try:
-        await client.until(lambda e: True, timeout=seconds)
-    except TimeoutError:
-        pass
-    return client.events[start:]
+pytestmark = pytest.mark.stack
 
 
 async def test_session_created_comes_on_connect_with_the_server_defaults(
@@ -51,15 +41,16 @@ async def test_session_created_comes_on_connect_with_the_server_defaults(
     assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
     assert session["audio"]["input"]["turn_detection"]["type"] == "server_vad"
     # Nothing else until the client speaks.
-    assert await _nothing_for(client, 0.5) == []
+    assert await client.barrier() == []
 
 
+@pytest.mark.models
 async def test_appends_before_any_session_update_are_heard_and_answered(
     client: RealtimeClient,
 ) -> None:
     """What Pipecat does: `session.created`, then audio at once (server VAD by default)."""
     await client.until(lambda e: e["type"] == "session.created")
-    await client.append(QUESTION)
+    await client.append(weather_question())
     events = await client.response_cycle()
     assert of_type(events, "input_audio_buffer.committed")
     assert of_type(events, "response.done")[0]["response"]["status"] == "completed"
@@ -131,20 +122,23 @@ async def test_a_url_that_cannot_open_a_session_is_refused_on_connect(
 async def test_the_duplex_dialect_still_opens_on_its_first_session_update(
     duplex_client: RealtimeClient,
 ) -> None:
-    assert await _nothing_for(duplex_client, 0.5) == []
     created = await duplex_client.open(**MANUAL)
     assert created["type"] == "session.created"
+    # Nothing came on connect: the first event answers the first update, with its settings.
+    assert [e["type"] for e in duplex_client.events] == ["session.created", "session.updated"]
+    assert created["session"]["audio"]["input"]["turn_detection"] is None
     # The duplex extensions: the resume identity and the journal cursor.
     assert created["resume_token"] and created["server_event_seq"] == 1
     assert created["session"]["capabilities"]["implementation_level"]
 
 
+@pytest.mark.models
 async def test_the_same_turn_in_both_dialects_differs_only_by_the_extensions(
     client: RealtimeClient, duplex_client: RealtimeClient
 ) -> None:
     for c in (client, duplex_client):
         await c.open(**MANUAL)
-        await c.append(QUESTION)
+        await c.append(weather_question())
         await c.send("input_audio_buffer.commit")
         await c.send("response.create")
         await c.response_cycle()

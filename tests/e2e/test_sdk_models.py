@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from tests.support import openai_models, reference
@@ -239,6 +240,8 @@ async def _drive_openai_s_surface(client: RealtimeClient) -> Driver:
     return d
 
 
+@pytest.mark.stack
+@pytest.mark.models
 async def test_every_frame_of_openai_s_dialect_validates_strictly(client: RealtimeClient) -> None:
     driver = await _drive_openai_s_surface(client)
     frames = client.events
@@ -312,6 +315,8 @@ async def _drive_the_duplex_surface(client: RealtimeClient) -> Driver:
     return d
 
 
+@pytest.mark.stack
+@pytest.mark.models
 async def test_the_duplex_dialect_differs_from_openai_only_where_the_reference_wins(
     duplex_client: RealtimeClient,
 ) -> None:

@@ -29,6 +29,8 @@ from tests.support.realtime import (
 )
 from tests.support.speech import silence, spoken
 
+pytestmark = pytest.mark.stack
+
 
 @pytest.fixture
 def client(duplex_client: RealtimeClient) -> RealtimeClient:
@@ -96,6 +98,7 @@ def assert_normative_lifecycle(events: list[Event]) -> None:
     assert joined == done and done
 
 
+@pytest.mark.models
 async def test_commit_then_response_create_gives_exactly_one_ordered_response(
     client: RealtimeClient,
 ) -> None:
@@ -116,6 +119,7 @@ async def test_commit_then_response_create_gives_exactly_one_ordered_response(
     assert ack["type"] == "session.heartbeat_ack"
 
 
+@pytest.mark.models
 async def test_server_event_seq_strictly_increases_and_every_event_is_journaled(
     synthetic_stack: LocalStack, client: RealtimeClient
 ) -> None:
@@ -204,6 +208,7 @@ async def test_an_input_rate_change_applies_to_the_very_next_append(
     assert heard is not None and int(heard.group(1)) == 1000
 
 
+@pytest.mark.models
 async def test_text_only_response_streams_text_and_no_audio(client: RealtimeClient) -> None:
     await client.open(**MANUAL)
     await client.append(spoken("Say something."))
@@ -216,6 +221,7 @@ async def test_text_only_response_streams_text_and_no_audio(client: RealtimeClie
     assert deltas and "".join(d["delta"] for d in deltas) == done["text"]
 
 
+@pytest.mark.models
 async def test_second_turn_prompt_holds_the_first_turn(client: RealtimeClient) -> None:
     created = await client.open(**MANUAL, extra_body={"return_stage_metrics": True})
     assert created["session"]["extra_body"]["return_stage_metrics"] is True
@@ -234,6 +240,7 @@ async def test_second_turn_prompt_holds_the_first_turn(client: RealtimeClient) -
     assert answer1 in prompt
 
 
+@pytest.mark.models
 async def test_response_cancel_ends_the_response_cancelled_with_no_later_audio(
     client: RealtimeClient,
 ) -> None:
@@ -254,6 +261,7 @@ async def test_response_cancel_ends_the_response_cancelled_with_no_later_audio(
     assert not [e for e in after if e.get("response_id") == created["response_id"] and "delta" in e]
 
 
+@pytest.mark.models
 async def test_server_vad_lane_detects_the_turn_and_answers_without_a_commit(
     client: RealtimeClient,
 ) -> None:
@@ -272,6 +280,7 @@ async def test_server_vad_lane_detects_the_turn_and_answers_without_a_commit(
     assert audio_bytes(events)
 
 
+@pytest.mark.models
 async def test_native_lane_listens_then_speaks_after_silence_with_no_commit(
     synthetic_stack: LocalStack,
 ) -> None:

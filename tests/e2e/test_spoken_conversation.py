@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from openai import AsyncOpenAI
 from stack import LocalStack
 
@@ -23,11 +22,11 @@ from antiphon.common.assets import default_cache_dir
 from antiphon.common.audio import resample_pcm16
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
-from antiphon.v1 import common_pb2 as cpb
+from tests.support.history import stored_items
 from tests.support.realtime import RealtimeClient, audio_bytes, duplex_url, of_type
 from tests.support.speech import silence, spoken
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 QUESTION = "What is the capital of France?"
 PCM16_24K_BYTES_PER_S = 48000
@@ -153,12 +152,7 @@ async def test_second_turn_prompt_and_history_hold_the_first_turn(
         assert user1["transcript"].strip() in prompt
         assert answer1.strip() in prompt
         assert done2["metadata"]["stage_metrics"]["vllm_ttft_ms"] > 0
-        r = aioredis.Redis.from_url(model_stack.redis_url)
-        try:
-            raw = await r.lrange(f"ap:{{{session_id}}}:history", 0, -1)
-        finally:
-            await r.aclose()
-        items = [cpb.Item.FromString(x) for x in raw]
+        items = await stored_items(model_stack.redis_url, session_id)
         assert [i.role for i in items] == ["user", "assistant", "user", "assistant"]
         assert items[0].content[0].transcript == user1["transcript"]
         assert items[1].content[0].transcript == answer1

@@ -14,10 +14,13 @@ from stack import LocalStack, Ports, free_port
 
 from tests.support.realtime import MANUAL, RealtimeClient, of_type
 from tests.support.speech import spoken
+from tests.support.stacks import started
+
+pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 
 @pytest.fixture(scope="module")
-def workers() -> Iterator[LocalStack]:
+def workers(request: pytest.FixtureRequest) -> Iterator[LocalStack]:
     ports = Ports.free()
     spare0, spare1 = free_port(), free_port()
     stack = LocalStack(
@@ -30,15 +33,12 @@ def workers() -> Iterator[LocalStack]:
             "ANTIPHON_STAGE1_ADDRESSES": f'["127.0.0.1:{ports.stage1}", "127.0.0.1:{spare1}"]',
         },
     )
-    try:
-        stack.start(timeout_s=180)
+    with started(request, stack):
         stack.spawn_grpc("stage0_b", "stage0", spare0, free_port())
         stack.spawn_grpc("stage1_b", "stage1", spare1, free_port())
         stack.wait_grpc_ready(spare0, "antiphon.v1.Stage0Service")
         stack.wait_grpc_ready(spare1, "antiphon.v1.Stage1Service")
         yield stack
-    finally:
-        stack.stop()
 
 
 async def bound_worker(stack: LocalStack, session_id: str, stage: str) -> str:

@@ -17,9 +17,12 @@ from collections.abc import Iterator
 import pytest
 import redis.asyncio as aioredis
 
+from tests.support import tiers
 from tests.support.cluster import Cluster, running_cluster
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
 from tests.support.speech import silence, spoken
+
+pytestmark = pytest.mark.stack
 
 MAX_SESSIONS = 5
 GRACE_S = 2.0
@@ -27,7 +30,8 @@ REPLAY_TTL_S = 5.0
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    tiers.require(request, tiers.STACK, "starts a two-replica cluster")
     with running_cluster(
         max_sessions=MAX_SESSIONS, grace_s=GRACE_S, replay_ttl_s=REPLAY_TTL_S
     ) as c:
@@ -73,6 +77,7 @@ async def resume(
     return client
 
 
+@pytest.mark.models
 async def test_a_dropped_socket_resumes_on_another_gateway_with_exact_replay(
     cluster: Cluster,
 ) -> None:
@@ -134,6 +139,7 @@ async def test_resume_after_the_grace_period_is_expired(cluster: Cluster) -> Non
         await late.ws.close()
 
 
+@pytest.mark.models
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
 async def test_a_gateway_that_drains_or_dies_is_not_a_client_close(
     cluster: Cluster, how: signal.Signals
@@ -180,6 +186,7 @@ async def test_a_takeover_replaces_the_old_socket_and_refuses_its_writes(cluster
         await new.close()
 
 
+@pytest.mark.models
 async def test_kill_9_of_the_owning_replica_the_session_continues_on_another(
     cluster: Cluster,
 ) -> None:
@@ -236,6 +243,7 @@ async def test_a_socket_that_resumed_the_session_fails_over_like_the_first(
             cluster.stack.wait_ready(60)
 
 
+@pytest.mark.models
 async def test_redis_restarted_between_turns_the_session_continues(cluster: Cluster) -> None:
     client, _ = await open_client(cluster)
     try:
@@ -289,17 +297,10 @@ async def test_max_sessions_holds_across_two_replicas_under_50_concurrent_opens(
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
-async def test_redis_keys_and_replica_memory_return_to_baseline_after_200_sessions(
-    cluster: Cluster,
-) -> None:
+async def test_redis_keys_return_to_baseline_after_200_sessions(cluster: Cluster) -> None:
+    """What 200 closed sessions leave in Redis: nothing, once their replay TTL is
+    over. (The replica's memory over such a churn is `make bench`'s to report.)"""
     r = aioredis.Redis.from_url(cluster.stack.redis_url)
-    pid = cluster.stack.procs["session"].pid
-
-    def rss_mib() -> float:
-        for line in open(f"/proc/{pid}/status").read().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
 
     async def one() -> None:
         c = await RealtimeClient.connect(cluster.url(1))
@@ -312,14 +313,11 @@ async def test_redis_keys_and_replica_memory_return_to_baseline_after_200_sessio
     try:
         await asyncio.sleep(REPLAY_TTL_S + 1)  # earlier tests' keys expire
         keys_before = await r.dbsize()
-        await one()  # warm up allocations of a first session
-        rss_before = rss_mib()
         for _ in range(40):
             await asyncio.gather(*(one() for _ in range(MAX_SESSIONS)))
         await asyncio.sleep(REPLAY_TTL_S + 1.5)
         assert await r.dbsize() <= keys_before
         assert await r.scard("ap:admitted") == 0
-        assert rss_mib() - rss_before < 40
     finally:
         await r.aclose()
 

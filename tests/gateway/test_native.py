@@ -137,13 +137,13 @@ def test_audio_delta_carries_audio_and_its_metadata_at_the_top_level() -> None:
         "audio_delta",
         spb.AudioDelta(
             ref=REF,
-            pcm16=b"\x01\x00\x02\x00",
-            sample_rate_hz=24000,
+            audio=b"\x01\x00\x02\x00",
             session_id="s",
             epoch=1,
             audio_duration_ms=1000,
             marks=[cpb.AudioTextMark(text_chars=11, audio_end_ms=1000)],
             playback=cpb.Playback(generated_ms=1000, sent_ms=1000),
+            format=cpb.AudioFormat(encoding="pcm16", sample_rate_hz=24000),
         ),
     )
     realtime = project(ev)

@@ -239,8 +239,7 @@ CASES: list[tuple[str, Message | None]] = [
         "audio_delta",
         spb.AudioDelta(
             ref=REF,
-            pcm16=b"\x01\x00" * 4,
-            sample_rate_hz=24000,
+            audio=b"\x01\x00" * 4,
             marks=[cpb.AudioTextMark(text_chars=2, audio_end_ms=100)],
             format=cpb.AudioFormat(encoding="pcm16", sample_rate_hz=24000),
         ),
@@ -433,7 +432,10 @@ def test_items_carry_openai_s_part_types_for_their_role() -> None:
 
 
 def test_audio_deltas_carry_only_openai_s_fields() -> None:
-    frame = _frame("audio_delta", spb.AudioDelta(ref=REF, pcm16=b"\x01\x00", sample_rate_hz=24000))
+    delta = spb.AudioDelta(
+        ref=REF, audio=b"\x01\x00", format=cpb.AudioFormat(encoding="pcm16", sample_rate_hz=24000)
+    )
+    frame = _frame("audio_delta", delta)
     assert set(frame) == {
         "type",
         "event_id",

@@ -487,6 +487,26 @@ def test_content_part_events_carry_the_part_address(kind: str) -> None:
     assert text["part"] == {"type": "text", "text": "x"}
 
 
+@pytest.mark.parametrize(
+    ("fmt", "label"),
+    [
+        (cpb.AudioFormat(encoding="g711_ulaw", sample_rate_hz=8000), ("g711_ulaw", 8000)),
+        (cpb.AudioFormat(encoding="g711_alaw", sample_rate_hz=8000), ("g711_alaw", 8000)),
+        # A delta that names no encoding is PCM16, at the rate it names.
+        (cpb.AudioFormat(sample_rate_hz=24000), ("pcm16", 24000)),
+    ],
+)
+def test_audio_delta_is_labelled_as_the_session_encoded_it(
+    fmt: cpb.AudioFormat, label: tuple[str, int]
+) -> None:
+    """The session encodes each delta and names the encoding: the projector
+    sends its bytes as they are and labels them with that name."""
+    coded = bytes(range(256))
+    wire = project(_event("audio_delta", spb.AudioDelta(ref=REF, audio=coded, format=fmt)))
+    assert base64.b64decode(wire["delta"], validate=True) == coded
+    assert (wire["format"], wire["sample_rate_hz"]) == label
+
+
 def test_speak_rides_the_response_envelope() -> None:
     wire = project(_event("response_speak", spb.Speak(ref=REF, session_id="s", epoch=3)))
     assert (wire["response_id"], wire["item_id"]) == ("resp_01", "item_resp_01")
@@ -500,14 +520,14 @@ def test_audio_delta_is_base64_pcm_with_format_rate_and_metadata() -> None:
             "audio_delta",
             spb.AudioDelta(
                 ref=REF,
-                pcm16=pcm,
-                sample_rate_hz=24000,
+                audio=pcm,
                 session_id="sess_demo_01",
                 epoch=1,
                 end_of_turn=False,
                 audio_duration_ms=1000,
                 marks=[cpb.AudioTextMark(text_chars=11, audio_end_ms=1000)],
                 playback=cpb.Playback(generated_ms=1000, sent_ms=1000),
+                format=cpb.AudioFormat(encoding="pcm16", sample_rate_hz=24000),
             ),
         )
     )
@@ -618,7 +638,11 @@ def _examples() -> dict[str, Message]:
         "content_part_done": spb.ContentPartEvent(
             ref=REF, part=cpb.ContentPart(type="audio", transcript="It is sunny.")
         ),
-        "audio_delta": spb.AudioDelta(ref=REF, pcm16=b"\x01\x00" * 4, sample_rate_hz=24000),
+        "audio_delta": spb.AudioDelta(
+            ref=REF,
+            audio=b"\x01\x00" * 4,
+            format=cpb.AudioFormat(encoding="pcm16", sample_rate_hz=24000),
+        ),
         "audio_transcript_delta": spb.TextDelta(ref=REF, delta="It"),
         "text_delta": spb.TextDelta(ref=REF, delta="It"),
         "audio_done": spb.PartDone(ref=REF),

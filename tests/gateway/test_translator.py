@@ -13,10 +13,12 @@ import pytest
 from openai._utils import maybe_transform
 from openai.types.realtime import RealtimeClientEventParam, SessionUpdateEvent
 
+from antiphon.common import g711
 from antiphon.common.audio import float32_to_pcm16
 from antiphon.gateway import audio_formats as af
 from antiphon.gateway.errors import ClientError
-from antiphon.gateway.translator import ALIASES, HANDLERS, INT32_MAX, Translator, metric_label
+from antiphon.gateway.fields import INT32_MAX
+from antiphon.gateway.translator import ALIASES, HANDLERS, Translator, metric_label
 from antiphon.session import session_config
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -928,7 +930,7 @@ def test_item_create_keeps_a_client_item_id() -> None:
 
 def test_item_create_input_audio_is_decoded_to_pcm16_in_the_session_format() -> None:
     pcm = _sine(8000, 800)
-    ulaw = af.pcm16_to_ulaw(pcm)
+    ulaw = g711.pcm16_to_ulaw(pcm)
     t = Translator()
     t.translate(_update({"input_audio_format": "g711_ulaw"}))
     part = {"type": "input_audio", "audio": _b64(ulaw), "transcript": "hello"}
@@ -939,7 +941,7 @@ def test_item_create_input_audio_is_decoded_to_pcm16_in_the_session_format() -> 
         }
     ).create_item.item.content[0]
     assert made.type == "input_audio"
-    assert made.audio == af.ulaw_to_pcm16(ulaw) and made.sample_rate_hz == 8000
+    assert made.audio == g711.ulaw_to_pcm16(ulaw) and made.sample_rate_hz == 8000
     assert made.transcript == "hello"
     # PCM16 (the default) passes through; 0 = the session's input rate.
     only_audio = {"type": "input_audio", "audio": _b64(pcm)}
@@ -1363,7 +1365,7 @@ def test_g711_session_input_is_8khz_and_appends_decode_from_it(
     patch = t.translate(_update(session)).update.config
     assert patch.input_audio_format == cpb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
     pcm = _sine(8000, 400)
-    coded = af.pcm16_to_ulaw(pcm) if encoding == "g711_ulaw" else af.pcm16_to_alaw(pcm)
+    coded = g711.pcm16_to_ulaw(pcm) if encoding == "g711_ulaw" else g711.pcm16_to_alaw(pcm)
     append = t.translate(_append(coded)).append_audio
     decoded = af.decode(coded, encoding).pcm16
     assert (append.pcm16, append.sample_rate_hz) == (decoded, 8000)
@@ -1378,7 +1380,7 @@ def test_g711_session_input_is_8khz_and_appends_decode_from_it(
 def test_open_declares_the_input_encoding_too() -> None:
     t = Translator()
     t.open(_update({"input_audio_format": "g711_alaw"}), {})
-    coded = af.pcm16_to_alaw(_sine(8000, 80))
+    coded = g711.pcm16_to_alaw(_sine(8000, 80))
     assert t.translate(_append(coded)).append_audio.sample_rate_hz == 8000
 
 
@@ -1386,9 +1388,9 @@ def test_a_resumed_socket_reads_appends_in_the_sessions_input_encoding() -> None
     """A socket that resumed saw no opening update: the session's config is its word."""
     t = Translator()
     t.adopt(_with_input("g711_ulaw", 8000))
-    coded = af.pcm16_to_ulaw(_sine(8000, 80))
+    coded = g711.pcm16_to_ulaw(_sine(8000, 80))
     append = t.translate(_append(coded)).append_audio
-    assert (append.pcm16, append.sample_rate_hz) == (af.ulaw_to_pcm16(coded), 8000)
+    assert (append.pcm16, append.sample_rate_hz) == (g711.ulaw_to_pcm16(coded), 8000)
 
 
 def test_the_sockets_own_declaration_wins_over_an_adopted_encoding() -> None:
@@ -1396,8 +1398,8 @@ def test_the_sockets_own_declaration_wins_over_an_adopted_encoding() -> None:
     t.translate(_update({"input_audio_format": "g711_alaw"}))
     # Resumed elsewhere by this gateway: the session may not have applied it yet.
     t.adopt(session_config.defaults("m"))
-    coded = af.pcm16_to_alaw(_sine(8000, 80))
-    assert t.translate(_append(coded)).append_audio.pcm16 == af.alaw_to_pcm16(coded)
+    coded = g711.pcm16_to_alaw(_sine(8000, 80))
+    assert t.translate(_append(coded)).append_audio.pcm16 == g711.alaw_to_pcm16(coded)
 
 
 def _with_input(encoding: str, rate: int) -> cpb.SessionConfig:
@@ -1429,10 +1431,10 @@ def test_g711_session_output_is_8khz(session: dict[str, Any], encoding: str) -> 
 @pytest.mark.parametrize(
     ("fmt", "encode"),
     [
-        ("g711_ulaw", af.pcm16_to_ulaw),
-        ("g711_alaw", af.pcm16_to_alaw),
-        ({"type": "audio/pcmu"}, af.pcm16_to_ulaw),
-        ({"type": "audio/pcma", "rate": 8000}, af.pcm16_to_alaw),
+        ("g711_ulaw", g711.pcm16_to_ulaw),
+        ("g711_alaw", g711.pcm16_to_alaw),
+        ({"type": "audio/pcmu"}, g711.pcm16_to_ulaw),
+        ({"type": "audio/pcma", "rate": 8000}, g711.pcm16_to_alaw),
     ],
 )
 def test_per_event_g711_format_overrides_the_session(fmt: Any, encode: Any) -> None:

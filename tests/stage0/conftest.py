@@ -21,6 +21,7 @@ import pytest
 
 from antiphon.common.assets import default_cache_dir
 from antiphon.stage0.assets import Stage0Assets, prepare
+from tests.support import tiers
 
 if TYPE_CHECKING:
     from antiphon.stage0.llm import LlmEngine
@@ -35,7 +36,9 @@ def model_cache() -> Path:
 
 
 @pytest.fixture(scope="session")
-def assets(model_cache: Path) -> Stage0Assets:
+def assets(request: pytest.FixtureRequest, model_cache: Path) -> Stage0Assets:
+    """The prepared models (converted on first use): what every model test starts from."""
+    tiers.require(request, tiers.MODELS, "prepares the stage0 models")
     return prepare(model_cache)
 
 

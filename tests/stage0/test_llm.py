@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from contextlib import aclosing
 
@@ -64,7 +63,6 @@ async def test_abort_stops_a_long_generation_early(llm_engine: LlmEngine) -> Non
     prompt = llm_engine.build_prompt([("system", SYSTEM), ("user", "Write a very long story.")])
     request_id = _rid()
     outputs: list[LlmOutput] = []
-    started = time.perf_counter()
     async for out in llm_engine.generate(request_id, prompt, temperature=0.0, max_tokens=1000):
         outputs.append(out)
         if len(outputs) == 3:
@@ -72,7 +70,6 @@ async def test_abort_stops_a_long_generation_early(llm_engine: LlmEngine) -> Non
     last = outputs[-1]
     assert last.finished and last.finish_reason == "abort"
     assert last.metrics is not None and last.metrics.num_generation_tokens < 50
-    assert time.perf_counter() - started < 30
     assert llm_engine.num_active_requests == 0
 
 

@@ -12,7 +12,9 @@ an interruption depends on scheduling, not on the contract.
 
 Transcripts live under `golden/<dialect>/<scenario>.json`, one folder per
 dialect (`openai`: `/v1/realtime`; `duplex`: `?duplex=1`).
-`ANTIPHON_UPDATE_GOLDEN=1` rewrites the files (review the diff by hand).
+`ANTIPHON_UPDATE_GOLDEN=1` rewrites the files (review the diff by hand); a
+test run so compares nothing, so it never passes: it fails naming the file it
+rewrote, or is skipped when the file already held what the run recorded.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.realtime import Event
 
@@ -125,8 +129,7 @@ def check(dialect: str, name: str, events: list[Event]) -> None:
     path = path_of(dialect, name)
     got = normalize(events)
     if os.environ.get("ANTIPHON_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(json.dumps(got, indent=1) + "\n")
+        _update(path, got)
     expected = json.loads(path.read_text())
     if got != expected:
         # Kept for a look: `diff <(jq . golden/x/y.json) <(jq . /tmp/...)`.
@@ -134,3 +137,18 @@ def check(dialect: str, name: str, events: list[Event]) -> None:
             json.dumps(got, indent=1) + "\n"
         )
     assert got == expected, f"wire sequence differs from {dialect}/{path.name}"
+
+
+def _update(path: Path, got: list[Any]) -> None:
+    """Write `got` as the golden file; the test then compared nothing, so it does not pass."""
+    text = json.dumps(got, indent=1) + "\n"
+    if path.is_file() and path.read_text() == text:
+        pytest.skip(
+            f"ANTIPHON_UPDATE_GOLDEN=1: {path.name} already holds this run; nothing compared"
+        )
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    pytest.fail(
+        f"ANTIPHON_UPDATE_GOLDEN=1: rewrote {path}; review its diff, then run without it",
+        pytrace=False,
+    )

@@ -60,6 +60,7 @@ class RealtimeClient:
         self.ws = ws
         self.duplex = duplex
         self.events: list[Event] = []
+        self._probes = 0  # `barrier` probes sent
 
     @classmethod
     async def connect(cls, url: str) -> RealtimeClient:
@@ -113,6 +114,26 @@ class RealtimeClient:
                 raise
             if predicate(event):
                 return event
+
+    async def barrier(self) -> list[Event]:
+        """What the server sent from now until it answered a probe sent now.
+
+        The session answers events in order, so anything its earlier events
+        caused comes before the probe's answer: when the test waits for that
+        answer, "nothing else came" needs no time window. Duplex: a
+        `session.heartbeat`, answered by `session.heartbeat_ack`. OpenAI's
+        dialect has no heartbeat; `conversation.item.retrieve` of an id no
+        item has is answered by an `error` naming the probe's event id."""
+        self._probes += 1
+        probe = f"evt_barrier_{self._probes}"
+        start = len(self.events)
+        if self.duplex:
+            await self.send("session.heartbeat", event_id=probe)
+            await self.until(lambda e: e["type"] == "session.heartbeat_ack")
+        else:
+            await self.send("conversation.item.retrieve", item_id="item_barrier", event_id=probe)
+            await self.until(lambda e: e["type"] == "error" and e["error"]["event_id"] == probe)
+        return self.events[start:-1]
 
     async def response_cycle(self, timeout: float = 120.0) -> list[Event]:
         """Events from now through the `rate_limits.updated` that follows a `response.done`."""

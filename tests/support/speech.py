@@ -2,7 +2,8 @@
 
 Piper is also the stack's own TTS, so a suite that only hears Piper can pass
 while real voices fail; espeak-ng (formant synthesis, other prosody) is the
-second voice every lane is tested with.
+second voice every lane is tested with. Piper is a model engine: a test
+that hears it is marked `models` (`tests/support/tiers.py`); espeak-ng is not.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from antiphon.common.audio import resample_pcm16
 from antiphon.stage1.assets import locate
 from antiphon.stage1.tts import PiperTts
+from tests.support import tiers
 
 Voice = Literal["piper", "espeak"]
 VOICES: tuple[Voice, ...] = ("piper", "espeak")
@@ -46,14 +48,31 @@ def _espeak(text: str) -> tuple[bytes, int]:
         return w.readframes(w.getnframes()), w.getframerate()
 
 
-@cache
+def _needs(voice: Voice) -> None:
+    """Checked before the caches: a test that reuses speech made for another uses Piper too."""
+    if voice == "piper":
+        tiers.require_marker(tiers.MODELS, "synthesizes speech with Piper")
+
+
 def spoken(text: str, rate: int = 24000, voice: Voice = "piper") -> bytes:
     """PCM16 mono speech of `text` at `rate` Hz, in `voice`."""
+    _needs(voice)
+    return _spoken(text, rate, voice)
+
+
+@cache
+def _spoken(text: str, rate: int, voice: Voice) -> bytes:
     if voice == "espeak":
         pcm, native_rate = _espeak(text)
     else:
         pcm, native_rate = b"".join(c.pcm16 for c in _piper().synthesize(text)), 24000
     return pcm if rate == native_rate else resample_pcm16(pcm, native_rate, rate)
+
+
+def forget() -> None:
+    """Drop every rendition made so far: the next request speaks afresh."""
+    for cached in (_spoken, _spoken_paused, _spoken_cut):
+        cached.cache_clear()
 
 
 def silence(ms: int, rate: int = 24000) -> bytes:
@@ -114,7 +133,6 @@ def _espeak_split(text: str, after_words: int, pause_ms: int) -> tuple[bytes, in
     return pcm, rate, best_start * 2
 
 
-@cache
 def spoken_paused(
     text: str, after_words: int, pause_ms: int, rate: int = 24000, voice: Voice = "piper"
 ) -> bytes:
@@ -122,6 +140,12 @@ def spoken_paused(
     `after_words` words: a speaker hesitating mid-sentence, without the falling tone
     that ends a sentence. espeak pauses by an SSML break; Piper's audio is cut where
     its word marks end that word and `pause_ms` of silence is put in."""
+    _needs(voice)
+    return _spoken_paused(text, after_words, pause_ms, rate, voice)
+
+
+@cache
+def _spoken_paused(text: str, after_words: int, pause_ms: int, rate: int, voice: Voice) -> bytes:
     if voice == "espeak":
         pcm, native_rate, _ = _espeak_split(text, after_words, pause_ms)
     else:
@@ -130,14 +154,26 @@ def spoken_paused(
     return pcm if rate == native_rate else resample_pcm16(pcm, native_rate, rate)
 
 
-@cache
 def spoken_cut(text: str, after_words: int, rate: int = 24000, voice: Voice = "piper") -> bytes:
     """The first `after_words` words of `text` as they sound inside the whole sentence:
     speech broken off mid-sentence (a truncated sentence spoken alone would end in the
     falling tone of a complete one)."""
+    _needs(voice)
+    return _spoken_cut(text, after_words, rate, voice)
+
+
+@cache
+def _spoken_cut(text: str, after_words: int, rate: int, voice: Voice) -> bytes:
     if voice == "espeak":
         pcm, native_rate, cut = _espeak_split(text, after_words, 1000)
         pcm = pcm[:cut]
     else:
         pcm, native_rate = _piper_split(text, after_words)[0], 24000
     return pcm if rate == native_rate else resample_pcm16(pcm, native_rate, rate)
+
+
+def weather_question() -> bytes:
+    """The question most contract tests ask, as a microphone hears it: 300 ms of
+    silence, "What is the weather like today?" in Piper's voice, 900 ms of silence
+    (long enough for server VAD to end the turn). Made in the test that first asks."""
+    return silence(300) + spoken("What is the weather like today?") + silence(900)

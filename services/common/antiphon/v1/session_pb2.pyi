@@ -450,10 +450,9 @@ class Speak(_message.Message):
     def __init__(self, ref: _Optional[_Union[PartRef, _Mapping]] = ..., session_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class AudioDelta(_message.Message):
-    __slots__ = ("ref", "pcm16", "sample_rate_hz", "session_id", "epoch", "end_of_turn", "audio_duration_ms", "marks", "playback", "format")
+    __slots__ = ("ref", "audio", "session_id", "epoch", "end_of_turn", "audio_duration_ms", "marks", "playback", "format")
     REF_FIELD_NUMBER: _ClassVar[int]
-    PCM16_FIELD_NUMBER: _ClassVar[int]
-    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     END_OF_TURN_FIELD_NUMBER: _ClassVar[int]
@@ -462,8 +461,7 @@ class AudioDelta(_message.Message):
     PLAYBACK_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     ref: PartRef
-    pcm16: bytes
-    sample_rate_hz: int
+    audio: bytes
     session_id: str
     epoch: int
     end_of_turn: bool
@@ -471,7 +469,7 @@ class AudioDelta(_message.Message):
     marks: _containers.RepeatedCompositeFieldContainer[_common_pb2.AudioTextMark]
     playback: _common_pb2.Playback
     format: _common_pb2.AudioFormat
-    def __init__(self, ref: _Optional[_Union[PartRef, _Mapping]] = ..., pcm16: _Optional[bytes] = ..., sample_rate_hz: _Optional[int] = ..., session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., end_of_turn: _Optional[bool] = ..., audio_duration_ms: _Optional[int] = ..., marks: _Optional[_Iterable[_Union[_common_pb2.AudioTextMark, _Mapping]]] = ..., playback: _Optional[_Union[_common_pb2.Playback, _Mapping]] = ..., format: _Optional[_Union[_common_pb2.AudioFormat, _Mapping]] = ...) -> None: ...
+    def __init__(self, ref: _Optional[_Union[PartRef, _Mapping]] = ..., audio: _Optional[bytes] = ..., session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., end_of_turn: _Optional[bool] = ..., audio_duration_ms: _Optional[int] = ..., marks: _Optional[_Iterable[_Union[_common_pb2.AudioTextMark, _Mapping]]] = ..., playback: _Optional[_Union[_common_pb2.Playback, _Mapping]] = ..., format: _Optional[_Union[_common_pb2.AudioFormat, _Mapping]] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ("ref", "delta")

@@ -1,51 +1,51 @@
-"""Client audio encodings <-> PCM16, at the WebSocket edge.
+"""Client audio at the WebSocket edge: format fields, and decoding to PCM16.
 
-Past the gateway audio is always PCM16 mono (`AudioFormat` in common.proto),
-so every encoding a client may send is decoded here, once, and PCM16 output
-is encoded to the session's output encoding just before base64. The encodings:
+The formats a session may use are `antiphon.common.audio_formats`'s; this
+module reads how a client names them (the beta strings, the GA
+`format` objects) and refuses the ones the table does not allow, before a
+command exists. Base64 audio is decoded here, once, and every encoding a
+client may send becomes PCM16:
 
 - `pcm16`: little-endian signed 16-bit, passed through;
 - `pcm_f32le`: little-endian float32, clipped to PCM16;
-- `g711_ulaw` / `g711_alaw`: ITU-T G.711 at 8 kHz (OpenAI's `audio/pcmu` /
-  `audio/pcma`), through 256-entry decode and 65536-entry encode tables;
+- `g711_ulaw` / `g711_alaw`: ITU-T G.711 at 8 kHz (`antiphon.common.g711`);
 - `wav`: a RIFF/WAVE container (per event only) holding mono PCM16 or float32,
   whose header names the sample rate.
 
-G.711 is written out from the ITU definition rather than taken from
-`audioop`, which Python 3.13 removed.
+Output audio needs nothing here: the session encodes each delta in its
+output format, and the delta names it.
 """
 
 from __future__ import annotations
 
-import functools
+import base64
+import binascii
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from antiphon.common.audio import float32_to_pcm16, resample_pcm16
+from antiphon.common.audio import float32_to_pcm16
+from antiphon.common.audio_formats import (
+    G711,
+    G711_ALAW,
+    G711_RATE,
+    G711_ULAW,
+    INPUT_ENCODINGS,
+    INPUT_RATES,
+    PCM16,
+    PCM_F32LE,
+    PCM_INPUT_RATES,
+    allowed_rates,
+)
+from antiphon.common.g711 import alaw_to_pcm16, ulaw_to_pcm16
+from antiphon.gateway import fields
+from antiphon.gateway.errors import ClientError
 from antiphon.v1 import common_pb2 as cpb
-from antiphon.v1 import session_pb2 as spb
 
-PCM16 = "pcm16"
-PCM_F32LE = "pcm_f32le"
-G711_ULAW = "g711_ulaw"
-G711_ALAW = "g711_alaw"
+# A container an append may carry instead of raw samples; never a session's format.
 WAV = "wav"
-
-G711 = (G711_ULAW, G711_ALAW)
-G711_RATE = 8000
-# Raw PCM declares no rate of its own: the session's, or one of these per event.
-PCM_RATES = (16000, 24000)
-# Every rate an append may carry once decoded; the session resamples each
-# once. Equal to the session service's `session_config.INPUT_RATES`.
-APPEND_RATES = (8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000)
-
-# What a session may declare for its input and output audio.
-INPUT_ENCODINGS = (PCM16, PCM_F32LE, G711_ULAW, G711_ALAW)
-OUTPUT_ENCODINGS = (PCM16, G711_ULAW, G711_ALAW)
 
 # Wire spellings -> encoding: beta strings, GA `format.type`s, and `wav`.
 NAMES = {
@@ -108,38 +108,9 @@ def decode(data: bytes, encoding: str) -> Pcm:
     raise AudioDecodeError("unsupported_audio_format", f"audio encoding {encoding!r} is unknown")
 
 
-def encode(pcm16: bytes, rate: int, fmt: cpb.AudioFormat) -> Pcm:
-    """PCM16 at `rate` in the output format `fmt` (G.711 is resampled to 8 kHz
-    first when the audio is at another rate)."""
-    if fmt.encoding not in G711:
-        return Pcm(pcm16, rate)
-    if rate != G711_RATE:
-        # Whole-chunk resampling: chunks are clauses that begin and end in
-        # near-silence, so no filter state needs to cross a chunk boundary.
-        pcm16 = resample_pcm16(pcm16, rate, G711_RATE)
-    coded = pcm16_to_ulaw(pcm16) if fmt.encoding == G711_ULAW else pcm16_to_alaw(pcm16)
-    return Pcm(coded, G711_RATE)
-
-
-def encode_delta(ev: spb.ServerEvent) -> str | None:
-    """Encode an audio delta in place, in the output format its session made
-    it for (`AudioDelta.format`); other events pass untouched.
-
-    The format rides on each delta, journaled with it, rather than being
-    learned from the `session.*` events a socket happens to relay: a socket
-    that resumed the session (and saw no `session.created`), or a replay
-    that crosses a later `session.update`, encodes each delta as it was meant.
-    Returns the wire `format` of an encoded delta (None otherwise); the
-    projector labels deltas `pcm16`, so the caller relabels with it.
-    """
-    if ev.WhichOneof("kind") != "audio_delta":
-        return None
-    delta = ev.audio_delta
-    if delta.format.encoding not in G711:
-        return None
-    coded = encode(delta.pcm16, delta.sample_rate_hz, delta.format)
-    delta.pcm16, delta.sample_rate_hz = coded.pcm16, coded.sample_rate_hz
-    return delta.format.encoding
+def ga_type(encoding: str) -> str:
+    """The GA `format.type` of an encoding ("" is PCM16)."""
+    return _GA_TYPES.get(encoding or PCM16, "audio/pcm")
 
 
 def ga_format(fmt: cpb.AudioFormat) -> dict[str, Any]:
@@ -149,12 +120,121 @@ def ga_format(fmt: cpb.AudioFormat) -> dict[str, Any]:
     `encoding` key that stock clients ignore.
     """
     encoding = fmt.encoding or PCM16
-    out: dict[str, Any] = {"type": _GA_TYPES.get(encoding, "audio/pcm")}
+    out: dict[str, Any] = {"type": ga_type(encoding)}
     if encoding not in G711:
         out["rate"] = fmt.sample_rate_hz
     if encoding == PCM_F32LE:
         out["encoding"] = PCM_F32LE
     return out
+
+
+# ---------------------------------------------------------- format fields
+def base64_audio(value: Any, param: str) -> bytes:
+    if not isinstance(value, str):
+        raise ClientError("invalid_value", f"`{param}` must be a base64 string", param=param)
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ClientError("invalid_audio", f"`{param}` is not valid base64", param=param) from exc
+
+
+def decode_field(raw: bytes, encoding: str, param: str) -> Pcm:
+    """`decode`, refusing the event (at `param`) when the audio cannot be decoded."""
+    try:
+        return decode(raw, encoding)
+    except AudioDecodeError as exc:
+        raise ClientError(exc.code, str(exc), param=param) from exc
+
+
+def _encoding(name: Any, param: str, allowed: tuple[str, ...]) -> str:
+    encoding = NAMES.get(fields.string(name, param))
+    if encoding is None or encoding not in allowed:
+        raise ClientError(
+            "unsupported_audio_format", f"audio format {name!r} is not supported", param=param
+        )
+    return encoding
+
+
+def _format_value(value: Any, param: str, allowed: tuple[str, ...]) -> tuple[str, int]:
+    """Beta string (`"g711_ulaw"`) or GA object (`{"type": "audio/pcm", "rate": 24000}`):
+    the encoding ("" when the object names no type) and the rate (0 when none)."""
+    if isinstance(value, str):
+        return _encoding(value, param, allowed), 0
+    if not isinstance(value, dict):
+        raise ClientError("invalid_value", f"`{param}` must be a string or object", param=param)
+    encoding = _encoding(value["type"], param, allowed) if "type" in value else ""
+    rate = value.get("rate")
+    return encoding, 0 if rate is None else fields.positive_int(rate, f"{param}.rate")
+
+
+def _check_rate(encoding: str, rate: int, param: str) -> None:
+    """A declared rate must be one the (input) encoding can have."""
+    if rate in allowed_rates(encoding, PCM_INPUT_RATES):
+        return
+    if encoding in G711:
+        raise ClientError(
+            "unsupported_audio_format",
+            f"{encoding} audio is {G711_RATE} Hz, not {rate} Hz",
+            param=param,
+        )
+    raise ClientError(
+        "unsupported_audio_format",
+        f"input sample rate {rate} Hz is not supported; use one of {PCM_INPUT_RATES}",
+        param=param,
+    )
+
+
+def event_format(event: fields.Event, default: str) -> tuple[str, int]:
+    """An append's own `format` (or `input_audio_format`) and `sample_rate_hz`:
+    its encoding, and the rate it declares (0: none)."""
+    key = "format" if "format" in event else "input_audio_format"
+    encoding, rate = default, 0
+    if event.get(key) is not None:
+        allowed = (*INPUT_ENCODINGS, WAV)
+        encoding, rate = _format_value(event[key], key, allowed)
+        encoding = encoding or default
+    if event.get("sample_rate_hz") is not None:
+        given = fields.positive_int(event["sample_rate_hz"], "sample_rate_hz")
+        if rate and given != rate:
+            raise ClientError(
+                "invalid_value",
+                f"sample_rate_hz {given} disagrees with {key}.rate {rate}",
+                param="sample_rate_hz",
+            )
+        rate, key = given, "sample_rate_hz"
+    if rate and encoding != WAV:
+        _check_rate(encoding, rate, "sample_rate_hz" if key == "sample_rate_hz" else f"{key}.rate")
+    return encoding, rate
+
+
+def session_format(
+    value: Any,
+    rate: Any,
+    param: str,
+    rate_param: str,
+    allowed: tuple[str, ...],
+    current: str | None,
+) -> cpb.AudioFormat | None:
+    """A session's input or output format; G.711 carries its 8 kHz explicitly.
+
+    `current` is the encoding a rate alone is checked against (None: leave
+    the check to the session, which knows the effective format).
+    """
+    if value is None and rate is None:
+        return None
+    fmt = cpb.AudioFormat()
+    if value is not None:
+        fmt.encoding, fmt.sample_rate_hz = _format_value(value, param, allowed)
+    if rate is not None:
+        fmt.sample_rate_hz = fields.positive_int(rate, rate_param)
+    encoding = fmt.encoding or current
+    if encoding in G711 and not fmt.sample_rate_hz:
+        fmt.sample_rate_hz = G711_RATE
+    # Output PCM rates are the session's to judge: it knows what the voice makes.
+    checked = current is not None or encoding in G711
+    if encoding is not None and checked and fmt.sample_rate_hz:
+        _check_rate(encoding, fmt.sample_rate_hz, f"{param}.rate")
+    return fmt
 
 
 # ------------------------------------------------------------------ float32
@@ -164,84 +244,6 @@ def f32le_to_pcm16(data: bytes) -> bytes:
             "invalid_audio", "pcm_f32le audio must be a whole number of 4-byte samples"
         )
     return float32_to_pcm16(np.frombuffer(data, dtype="<f4"))
-
-
-# -------------------------------------------------------------------- G.711
-def ulaw_to_pcm16(data: bytes) -> bytes:
-    return _ulaw_decode_table()[np.frombuffer(data, dtype=np.uint8)].tobytes()
-
-
-def alaw_to_pcm16(data: bytes) -> bytes:
-    return _alaw_decode_table()[np.frombuffer(data, dtype=np.uint8)].tobytes()
-
-
-def pcm16_to_ulaw(pcm16: bytes) -> bytes:
-    return _ulaw_encode_table()[_as_index(pcm16)].tobytes()
-
-
-def pcm16_to_alaw(pcm16: bytes) -> bytes:
-    return _alaw_encode_table()[_as_index(pcm16)].tobytes()
-
-
-def _as_index(pcm16: bytes) -> npt.NDArray[np.uint16]:
-    if len(pcm16) % 2:
-        raise ValueError(f"PCM16 needs an even number of bytes, got {len(pcm16)}")
-    # The int16 bit pattern indexes the 65536-entry encode table.
-    return np.frombuffer(pcm16, dtype="<i2").astype(np.int16).view(np.uint16)
-
-
-def _frozen(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    a.flags.writeable = False
-    return a
-
-
-# G.711 µ-law: the 14-bit magnitude plus a bias of 33 falls in one of eight
-# segments (a power-of-two range); the code is sign, segment, and the four
-# bits below the segment's leading one, all inverted.
-_ULAW_BIAS = 0x84  # 33 in 14-bit units, scaled to 16 bits
-_ULAW_CLIP = 8159
-_ULAW_SEGMENT_ENDS = np.array([0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF])
-# G.711 A-law: the 13-bit magnitude in eight segments; the first two share a
-# step size; even bits are inverted (XOR 0x55) on the line.
-_ALAW_SEGMENT_ENDS = np.array([0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF])
-
-
-@functools.cache
-def _ulaw_decode_table() -> npt.NDArray[np.int16]:
-    u = ~np.arange(256, dtype=np.int32) & 0xFF
-    t = (((u & 0x0F) << 3) + _ULAW_BIAS) << ((u & 0x70) >> 4)
-    return _frozen(np.where(u & 0x80, _ULAW_BIAS - t, t - _ULAW_BIAS).astype("<i2"))
-
-
-@functools.cache
-def _alaw_decode_table() -> npt.NDArray[np.int16]:
-    a = np.arange(256, dtype=np.int32) ^ 0x55
-    seg = (a & 0x70) >> 4
-    t = (a & 0x0F) << 4
-    t = np.where(seg == 0, t + 8, (t + 0x108) << np.maximum(seg - 1, 0))
-    return _frozen(np.where(a & 0x80, t, -t).astype("<i2"))
-
-
-@functools.cache
-def _ulaw_encode_table() -> npt.NDArray[np.uint8]:
-    x = np.arange(65536, dtype=np.int32).astype(np.uint16).view(np.int16).astype(np.int32) >> 2
-    mask = np.where(x < 0, 0x7F, 0xFF)
-    mag = np.minimum(np.abs(x), _ULAW_CLIP) + (_ULAW_BIAS >> 2)
-    seg = np.searchsorted(_ULAW_SEGMENT_ENDS, mag)
-    code = np.where(seg >= 8, 0x7F, (seg << 4) | ((mag >> (seg + 1)) & 0x0F))
-    return _frozen(((code ^ mask) & 0xFF).astype(np.uint8))
-
-
-@functools.cache
-def _alaw_encode_table() -> npt.NDArray[np.uint8]:
-    x = np.arange(65536, dtype=np.int32).astype(np.uint16).view(np.int16).astype(np.int32) >> 3
-    mask = np.where(x >= 0, 0xD5, 0x55)
-    # One's complement for negatives: -1 and 0 land in the two smallest steps.
-    mag = np.where(x >= 0, x, -x - 1)
-    seg = np.searchsorted(_ALAW_SEGMENT_ENDS, mag)
-    quant = np.where(seg < 2, mag >> 1, mag >> np.maximum(seg, 1)) & 0x0F
-    code = np.where(seg >= 8, 0x7F, (seg << 4) | quant)
-    return _frozen(((code ^ mask) & 0xFF).astype(np.uint8))
 
 
 # ---------------------------------------------------------------------- WAV
@@ -277,10 +279,10 @@ def _wav_samples(samples: bytes, tag: int, channels: int, rate: int, bits: int) 
         raise AudioDecodeError(
             "unsupported_audio_format", f"WAV audio must be mono, not {channels} channels"
         )
-    if rate not in APPEND_RATES:
+    if rate not in INPUT_RATES:
         raise AudioDecodeError(
             "unsupported_audio_format",
-            f"WAV sample rate {rate} Hz is not supported; use one of {APPEND_RATES}",
+            f"WAV sample rate {rate} Hz is not supported; use one of {INPUT_RATES}",
         )
     if (tag, bits) == (_WAVE_PCM, 16):
         return Pcm(decode(samples, PCM16).pcm16, rate)

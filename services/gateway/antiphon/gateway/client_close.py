@@ -30,4 +30,5 @@ def client_gone(code: int) -> spb.ClientCommand:
 
 def is_last(cmd: spb.ClientCommand) -> bool:
     """Nothing follows this command on the stream: the client is gone."""
-    return cmd.WhichOneof("kind") == "client_gone"
+    kind: str | None = cmd.WhichOneof("kind")
+    return kind == "client_gone"

@@ -38,7 +38,6 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from antiphon.common import tracing
 from antiphon.common.ids import new_id
-from antiphon.gateway.audio_formats import encode_delta
 from antiphon.gateway.client_close import client_gone, is_last
 from antiphon.gateway.dialect import OPENAI, Dialect
 from antiphon.gateway.errors import ClientError
@@ -299,11 +298,7 @@ class Connection:
                         log.warning("fail-over resume refused", extra={"code": ev.error.code})
                         return "lost"
                 self._remember(ev, kind)
-                # Audio deltas leave in the encoding they were made for (G.711 or PCM16).
-                encoded = encode_delta(ev)
                 for frame in self._project(ev):
-                    if encoded and kind == "audio_delta" and "format" in frame:
-                        frame["format"] = encoded  # where the dialect labels deltas
                     self._outbox.put_nowait(frame)
                 if kind in TERMINAL or (kind == "error" and ev.seq == 0):
                     self._outbox.put_nowait(None)

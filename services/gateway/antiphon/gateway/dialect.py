@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from antiphon.gateway import native
 from antiphon.gateway.openai_dialect import CLIENT_TYPES, OpenAIProjector
-from antiphon.gateway.projector import Json, project
-from antiphon.gateway.translator import query_flag
+from antiphon.gateway.projector import project
+from antiphon.gateway.session_patch import query_flag
+from antiphon.gateway.shapes import Json
 from antiphon.v1 import session_pb2 as spb
 
 # A typed event as this dialect's frames: usually one; none where the dialect

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from antiphon.gateway.projector import Json, playback_acknowledged, project
+from antiphon.gateway.projector import playback_acknowledged, project
+from antiphon.gateway.shapes import Json
 from antiphon.v1 import session_pb2 as spb
 
 # Native client event -> the canonical type the translator handles

@@ -37,8 +37,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from antiphon.gateway import audio_formats as af
-from antiphon.gateway.projector import Json, item, project, turn_detection
+from antiphon.common.audio_formats import G711, PCM16
+from antiphon.gateway.audio_formats import ga_type
+from antiphon.gateway.projector import project
+from antiphon.gateway.shapes import Json, item, turn_detection
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 
@@ -229,9 +231,9 @@ def session_object(st: spb.SessionState) -> Json:
 def audio_format(fmt: cpb.AudioFormat) -> Json:
     """OpenAI's format object. OpenAI's PCM is 24 kHz only: another rate (16 kHz
     input, an extension a stock client never asks for) leaves `rate` out."""
-    if fmt.encoding in af.G711:
-        return {"type": "audio/pcmu" if fmt.encoding == af.G711_ULAW else "audio/pcma"}
-    if fmt.encoding in ("", af.PCM16) and fmt.sample_rate_hz == OPENAI_PCM_RATE:
+    if fmt.encoding in G711:
+        return {"type": ga_type(fmt.encoding)}
+    if fmt.encoding in ("", PCM16) and fmt.sample_rate_hz == OPENAI_PCM_RATE:
         return {"type": "audio/pcm", "rate": OPENAI_PCM_RATE}
     return {"type": "audio/pcm"}
 

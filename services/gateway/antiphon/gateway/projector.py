@@ -4,7 +4,8 @@ Shapes follow `reference/realtime-duplex-api.md`: OpenAI's GA event names,
 both beta and GA session spellings at once, and the duplex extensions (tier 2
 fields, tier 3 events). Every event carries `event_id` and `server_event_seq`.
 This is what `/v1/realtime?duplex=1` speaks; the native `/v1/duplex` dialect
-(`native`) and OpenAI's own (`openai_dialect`) are built on it.
+(`native`) and OpenAI's own (`openai_dialect`) are built on it. The objects
+inside events (session, items, responses) are `shapes`'s.
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
-from antiphon.gateway.audio_formats import ga_format
-from antiphon.v1 import common_pb2 as cpb
+from antiphon.common.audio_formats import PCM16
+from antiphon.gateway.shapes import (
+    Json,
+    content_part,
+    item,
+    playback,
+    response_object,
+    session_object,
+)
 from antiphon.v1 import session_pb2 as spb
-
-Json = dict[str, Any]
 
 
 def project(ev: spb.ServerEvent) -> Json:
@@ -29,145 +35,7 @@ def project(ev: spb.ServerEvent) -> Json:
     return {"type": wire_type, "event_id": ev.event_id, "server_event_seq": ev.seq, **body}
 
 
-# ------------------------------------------------------------------ shapes
-def session_object(st: spb.SessionState) -> Json:
-    c = st.config
-    in_rate = c.input_audio_format.sample_rate_hz
-    td = turn_detection(c.turn_detection)
-    max_tokens: int | str = c.max_output_tokens or "inf"
-    return {
-        "object": "realtime.session",
-        "type": "realtime",
-        "id": st.session_id,
-        "model": c.model,
-        "state": st.state,
-        "epoch": st.epoch,
-        "turn_id": st.turn_id,
-        "active_response_id": st.active_response_id or None,
-        "modalities": list(c.output_modalities),
-        "output_modalities": list(c.output_modalities),
-        "instructions": c.instructions,
-        "voice": c.voice,
-        "input_audio_format": c.input_audio_format.encoding,
-        "output_audio_format": c.output_audio_format.encoding,
-        "audio": {
-            "input": {
-                "format": ga_format(c.input_audio_format),
-                "sample_rate_hz": in_rate,
-                "turn_detection": td,
-            },
-            "output": {"format": ga_format(c.output_audio_format), "voice": c.voice},
-        },
-        "turn_detection": td,
-        "temperature": c.temperature,
-        "max_output_tokens": max_tokens,
-        "max_response_output_tokens": max_tokens,
-        "overlap_policy": c.overlap_policy,
-        "playback_commit_policy": c.playback_commit_policy,
-        "resumable": c.resumable,
-        "playback": playback(st.playback),
-        "capabilities": capabilities(st.capabilities),
-        "extra_body": {
-            "native_duplex": c.native_duplex,
-            "auto_response": c.auto_response,
-            "return_stage_metrics": c.return_stage_metrics,
-        },
-    }
-
-
-def turn_detection(td: cpb.TurnDetection) -> Json | None:
-    if td.mode == cpb.TURN_DETECTION_MODE_SEMANTIC_VAD:
-        return {
-            "type": "semantic_vad",
-            "eagerness": td.eagerness or "auto",
-            "create_response": td.create_response,
-            "interrupt_response": td.interrupt_response,
-        }
-    if td.mode != cpb.TURN_DETECTION_MODE_SERVER_VAD:
-        return None
-    return {
-        "type": "server_vad",
-        "threshold": round(td.threshold, 4),
-        "prefix_padding_ms": td.prefix_padding_ms,
-        "silence_duration_ms": td.silence_duration_ms,
-        "create_response": td.create_response,
-        "interrupt_response": td.interrupt_response,
-    }
-
-
-def capabilities(c: cpb.Capabilities) -> Json:
-    return {
-        "implementation_level": c.implementation_level,
-        "supports_input_append": c.supports_input_append,
-        "supports_barge_in": c.supports_barge_in,
-        "supports_session_resume": c.supports_session_resume,
-        "supports_audio_truncate": c.supports_audio_truncate,
-        "chunk_period_ms": c.chunk_period_ms,
-        "input_modes": list(c.input_modes),
-    }
-
-
-def playback(p: cpb.Playback) -> Json:
-    return {
-        "generated_ms": p.generated_ms,
-        "sent_ms": p.sent_ms,
-        "played_ms": p.played_ms,
-        "committed_ms": p.committed_ms,
-    }
-
-
-def content_part(part: cpb.ContentPart) -> Json:
-    if part.type in ("input_text", "output_text", "text"):
-        return {"type": part.type, "text": part.text}
-    return {"type": part.type, "transcript": part.transcript}
-
-
-def item(it: cpb.Item) -> Json:
-    """A `realtime.item`; function calls and their outputs have no role or content."""
-    base: Json = {"id": it.id, "object": "realtime.item", "type": it.type, "status": it.status}
-    if it.type == "function_call":
-        return {**base, "name": it.name, "call_id": it.call_id, "arguments": it.arguments}
-    if it.type == "function_call_output":
-        return {**base, "call_id": it.call_id, "output": it.output}
-    return {**base, "role": it.role, "content": [content_part(p) for p in it.content]}
-
-
-def response_object(r: spb.Response, duplex_type: str) -> Json:
-    metadata: Json = dict(r.metadata)
-    metadata["duplex_event"] = {
-        "type": duplex_type,
-        "session_id": r.session_id,
-        "response_id": r.id,
-        "epoch": r.epoch,
-        "turn_id": r.turn_id,
-    }
-    if duplex_type == "response.done":
-        metadata["committed"] = r.committed
-        metadata["playback"] = playback(r.playback)
-    if r.has_stage_metrics:
-        m = r.stage_metrics
-        metadata["stage_metrics"] = {
-            "vllm_ttft_ms": m.ttft_ms,
-            "vllm_tpot_ms": m.tpot_ms,
-            "vllm_itls_ms": list(m.itl_ms),
-            "num_prompt_tokens": m.num_prompt_tokens,
-            "num_generation_tokens": m.num_generation_tokens,
-            "stage1_first_audio_ms": m.stage1_first_audio_ms,
-            "prompt": m.prompt,
-        }
-    details = {"type": r.status, "reason": r.status_reason} if r.status_reason else None
-    return {
-        "id": r.id,
-        "object": "realtime.response",
-        "status": r.status,
-        "status_details": details,
-        "output": [item(i) for i in r.output],
-        "modalities": list(r.output_modalities),
-        "output_modalities": list(r.output_modalities),
-        "metadata": metadata,
-    }
-
-
+# ------------------------------------------------------------------ events
 def _ref(ref: spb.PartRef) -> Json:
     return {
         "response_id": ref.response_id,
@@ -234,11 +102,12 @@ def _committed(e: spb.InputCommitted) -> Json:
 
 
 def _audio_delta(e: spb.AudioDelta) -> Json:
+    # Encoded by the session, which names the encoding and rate it made.
     return {
         **_ref(e.ref),
-        "delta": base64.b64encode(e.pcm16).decode("ascii"),
-        "format": "pcm16",
-        "sample_rate_hz": e.sample_rate_hz,
+        "delta": base64.b64encode(e.audio).decode("ascii"),
+        "format": e.format.encoding or PCM16,
+        "sample_rate_hz": e.format.sample_rate_hz,
         "metadata": {
             "session_id": e.session_id,
             "epoch": e.epoch,

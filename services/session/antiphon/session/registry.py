@@ -20,14 +20,15 @@ from typing import Any
 import grpc
 
 from antiphon.common.ids import new_id, valid_session_id
-from antiphon.session import session_config
-from antiphon.session.actor import Mail, Outbound, Refusal, SessionActor
+from antiphon.session import errors, mail, session_config
+from antiphon.session.actor import SessionActor
+from antiphon.session.attachment import Outbound
+from antiphon.session.errors import Rejection
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.settings import SessionSettings
-from antiphon.session.snapshot import Snapshot, token_matches
+from antiphon.session.snapshot import Snapshot, resumes
 from antiphon.session.stages import BindError, Binding, StagePool
 from antiphon.session.store import SessionStore
-from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 
@@ -57,7 +58,7 @@ class SessionRegistry:
         patch = cmd.open.config
         session_id = patch.session_id if patch.HasField("session_id") else new_id("sess")
         if not valid_session_id(session_id):
-            raise Refusal(
+            raise Rejection(
                 "invalid_request_error",
                 "invalid_value",
                 "session_id must be 1-128 characters of A-Z a-z 0-9 _ . : -",
@@ -68,20 +69,20 @@ class SessionRegistry:
             b"state"
         ) == b"open" and await self._store.owner_alive(session_id)
         if (live is not None and not live.closed) or owned_elsewhere:
-            raise Refusal(
+            raise Rejection(
                 "invalid_request_error", "session_already_open", f"session {session_id} is open"
             )
         try:
             config = session_config.merge(
-                session_config.defaults(patch.model or "antiphon-cascade"),
+                session_config.defaults(patch.model or session_config.DEFAULT_MODEL),
                 patch,
                 max_output_tokens=self._settings.max_output_tokens,
             )
         except session_config.ConfigError as exc:
-            raise Refusal("invalid_request_error", exc.code, str(exc), exc.param) from exc
+            raise Rejection("invalid_request_error", exc.code, str(exc), exc.param) from exc
         if not await self._store.admit(session_id, self._settings.max_sessions):
             self._metrics.sessions_refused.labels("capacity").inc()
-            raise Refusal(
+            raise Rejection(
                 "rate_limit_error",
                 "duplex_session_busy",
                 f"duplex session capacity reached (max_sessions={self._settings.max_sessions})",
@@ -106,7 +107,7 @@ class SessionRegistry:
             await self._store.release(session_id)
             raise
         self._metrics.sessions_admitted.inc()
-        outbound, generation = await actor.request("open", cmd.open.on_connect)
+        outbound, generation = await actor.open(cmd.open.on_connect)
         log.info("session opened", extra={"session_id": session_id})
         return actor, outbound, generation
 
@@ -115,12 +116,12 @@ class SessionRegistry:
         actor = self._actors.get(cmd.session_id)
         if actor is None or actor.closed:
             actor = await self._take_over(cmd)
-        outbound, generation = await actor.request("resume", cmd)
+        outbound, generation = await actor.resume(cmd)
         return actor, outbound, generation
 
     async def _take_over(self, cmd: spb.ResumeSession) -> SessionActor:
         """Rebuild a session this replica does not own from Redis, and own it."""
-        expired = Refusal(
+        expired = Rejection(
             "invalid_request_error",
             "session_resume_expired",
             f"Unknown or expired duplex session: {cmd.session_id}",
@@ -131,15 +132,8 @@ class SessionRegistry:
             raise expired
         snapshot = Snapshot.from_fields(cmd.session_id, raw)
         # Check before taking anything: a wrong token must change nothing.
-        if snapshot.incarnation != cmd.incarnation or not token_matches(
-            cmd.resume_token, snapshot.token_hash
-        ):
-            raise Refusal(
-                "invalid_request_error",
-                "session_resume_refused",
-                "resume token or incarnation does not match the session",
-                "resume_token",
-            )
+        if not resumes(cmd, snapshot.incarnation, snapshot.token_hash):
+            raise errors.resume_refused()
         token = new_id("own")
         if not await self._store.take_over(cmd.session_id, token):
             raise expired
@@ -147,16 +141,16 @@ class SessionRegistry:
         # Re-read under our ownership: the old owner may have written since.
         snapshot = Snapshot.from_fields(cmd.session_id, await self._store.fields(cmd.session_id))
         actor = await self._start_actor(snapshot, token)
-        actor.post("recover", None)
+        actor.post(mail.Recover())
         self._metrics.takeovers.labels("replica").inc()
         log.info("session taken over", extra={"session_id": cmd.session_id})
         return actor
 
     async def _start_actor(self, snapshot: Snapshot, token: str) -> SessionActor:
-        mailbox: asyncio.Queue[Mail] = asyncio.Queue()
+        mailbox: asyncio.Queue[mail.Mail] = asyncio.Queue()
 
-        def poster(source: str) -> Callable[[Any], None]:
-            return lambda ev: mailbox.put_nowait((source, ev))
+        def poster(stage: str) -> Callable[[Any], None]:
+            return lambda result: mailbox.put_nowait(mail.StageNews(stage, result))
 
         try:
             stage0, info0 = await self._pool.bind_stage0(poster("stage0"))
@@ -167,19 +161,18 @@ class SessionRegistry:
                 raise
         except BindError as exc:
             self._metrics.sessions_refused.labels(exc.refused_reason).inc()
-            raise Refusal.unbound(exc) from exc
+            raise Rejection.unbound(exc) from exc
         except grpc.aio.AioRpcError as exc:
             self._metrics.sessions_refused.labels("no_worker").inc()
-            raise Refusal("server_error", "stage_unavailable", str(exc)) from exc
+            raise Rejection("server_error", "stage_unavailable", str(exc)) from exc
 
-        async def rebind(stage: str, failed: str) -> Binding[Any]:
+        async def rebind(stage: str, failed: str) -> tuple[Binding[Any], stage_pb2.StageInfo]:
             """A binding to a worker of `stage` other than `failed` ("": any);
             raises BindError. After a worker died, and on resuming a detached session."""
             if stage == "stage0":
-                return (await self._pool.bind_stage0(poster("stage0"), avoid=failed))[0]
-            return (await self._pool.bind_stage1(poster("stage1"), avoid=failed))[0]
+                return await self._pool.bind_stage0(poster("stage0"), avoid=failed)
+            return await self._pool.bind_stage1(poster("stage1"), avoid=failed)
 
-        snapshot.capabilities = _capabilities(info0, info1)
         actor = SessionActor(
             snapshot=snapshot,
             owner_token=token,
@@ -188,6 +181,7 @@ class SessionRegistry:
             metrics=self._metrics,
             stage0=stage0,
             stage1=stage1,
+            info=(info0, info1),
             mailbox=mailbox,
             rebind=rebind,
         )
@@ -224,7 +218,7 @@ class SessionRegistry:
                 log.warning("lease renewal failed", exc_info=True)
                 renewed = [True] * len(actors)
             for actor, ok in zip(actors, renewed, strict=True):
-                actor.post("tick" if ok else "ownership_lost", None)
+                actor.post(mail.Tick() if ok else mail.OwnershipLost())
             if time.monotonic() - last_reap >= self._settings.reaper_interval_s:
                 last_reap = time.monotonic()
                 with contextlib.suppress(Exception):
@@ -260,13 +254,3 @@ class SessionRegistry:
             actor.shutdown()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=self._settings.shutdown_grace_s)
-
-
-def _capabilities(info0: stage_pb2.StageInfo, info1: stage_pb2.StageInfo) -> cpb.Capabilities:
-    caps = cpb.Capabilities()
-    caps.CopyFrom(info0.capabilities)
-    # Truncation by playback position needs the voice's word timings.
-    caps.supports_audio_truncate = info1.capabilities.supports_audio_truncate
-    # The session service itself provides resume and replay.
-    caps.supports_session_resume = True
-    return caps

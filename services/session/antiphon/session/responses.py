@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from antiphon.common import audio_formats
 from antiphon.session.playback import Ledger
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -126,19 +127,26 @@ class ResponseState:
         marks: list[cpb.AudioTextMark],
         output_format: cpb.AudioFormat,
     ) -> list[Event]:
-        """One audio delta and the transcript delta paired with it; the delta
-        names the output format it is for (the gateway encodes it so)."""
+        """One audio delta and the transcript delta paired with it.
+
+        The delta is encoded here, in the session's output format, and names
+        the encoding and rate it is in: the session owns that format, and
+        journals the bytes the client hears (the gateway only base64s them).
+        """
         self.ledger.add_chunk(text, duration_ms, marks)
+        encoded = audio_formats.encode(pcm16, rate, output_format.encoding)
         delta = spb.AudioDelta(
             ref=self.ref,
-            pcm16=pcm16,
-            sample_rate_hz=rate,
+            audio=encoded.audio,
             session_id=self.session_id,
             epoch=self.epoch,
             audio_duration_ms=self.audio_ms,
             marks=marks,
             playback=self.ledger.playback(),
-            format=output_format,
+            format=cpb.AudioFormat(
+                encoding=output_format.encoding or audio_formats.PCM16,
+                sample_rate_hz=encoded.sample_rate_hz,
+            ),
         )
         return [
             ("audio_delta", delta),

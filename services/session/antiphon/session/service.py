@@ -18,7 +18,9 @@ from opentelemetry import trace
 
 from antiphon.common import tracing
 from antiphon.common.ids import new_id
-from antiphon.session.actor import Refusal, SessionActor
+from antiphon.session import mail
+from antiphon.session.actor import SessionActor
+from antiphon.session.errors import Rejection, invalid
 from antiphon.session.registry import Attached, SessionRegistry
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import session_pb2_grpc
@@ -43,10 +45,10 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         with tracer.start_as_current_span("session.attach", context=parent):
             try:
                 actor, outbound, generation = await self._attach(first)
-            except Refusal as refused:
-                refused.event.event_id = first.event_id
+            except Rejection as refused:
                 # Nothing was journaled for a refused handshake: seq 0 marks it.
-                yield spb.ServerEvent(seq=0, event_id=new_id("event"), error=refused.event)
+                error = refused.event(first.event_id)
+                yield spb.ServerEvent(seq=0, event_id=new_id("event"), error=error)
                 return
         pump = asyncio.create_task(self._pump(commands, actor, generation))
         try:
@@ -54,7 +56,7 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
                 yield event
         finally:
             pump.cancel()
-            actor.post("detached", generation)
+            actor.post(mail.Detached(generation))
 
     async def _attach(self, first: spb.ClientCommand) -> Attached:
         kind = first.WhichOneof("kind")
@@ -62,10 +64,8 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
             return await self._registry.open(first)
         if kind == "resume":
             return await self._registry.resume(first.resume)
-        raise Refusal(
-            "invalid_request_error",
-            "session_not_open",
-            "the first event must be session.update (open) or session.resume",
+        raise invalid(
+            "session_not_open", "the first event must be session.update (open) or session.resume"
         )
 
     async def _pump(
@@ -73,6 +73,6 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
     ) -> None:
         try:
             async for cmd in commands:
-                actor.post("cmd", (generation, cmd))
+                actor.post(mail.Command(generation, cmd))
         except (asyncio.CancelledError, grpc.aio.AioRpcError):
             pass

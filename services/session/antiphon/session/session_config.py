@@ -7,22 +7,25 @@ nothing. Server-owned limits clamp what a client asks for.
 
 from __future__ import annotations
 
+from antiphon.common.audio_formats import (
+    G711,
+    G711_RATE,
+    INPUT_ENCODINGS,
+    OUTPUT_ENCODINGS,
+    PCM16,
+    PCM_INPUT_RATES,
+    PCM_OUTPUT_RATE,
+    allowed_rates,
+)
+
+# Re-exported: the input buffer checks each append's rate against it.
 from antiphon.v1 import common_pb2 as pb
 from antiphon.v1 import stage_pb2
 
-# The gateway decodes every client encoding to PCM16 (common.proto
-# `AudioFormat`); these are the rates a decoded append may carry (WAV names
-# its own), each resampled here once. Equal to the gateway's
-# `audio_formats.APPEND_RATES`.
-INPUT_RATES = (8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000)
-# Raw PCM input a session may declare; G.711 is 8 kHz by definition.
-PCM_INPUT_RATES = (16000, 24000)
-G711_RATE = 8000
-G711 = ("g711_ulaw", "g711_alaw")
-INPUT_ENCODINGS = ("pcm16", "pcm_f32le", *G711)
-OUTPUT_ENCODINGS = ("pcm16", *G711)
-OUTPUT_RATE = 24000
+# A session's PCM input rate until it declares another (OpenAI's 24 kHz).
 DEFAULT_PCM_RATE = 24000
+# What a session reports as its model when the client names none.
+DEFAULT_MODEL = "antiphon-cascade"
 MODALITIES = ("audio", "text")
 OVERLAP_POLICIES = ("listen_only", "barge_in_on_speech")
 PLAYBACK_POLICIES = ("ack_only", "commit_all_on_done")
@@ -55,14 +58,14 @@ def default_server_vad() -> pb.TurnDetection:
     )
 
 
-def defaults(model: str) -> pb.SessionConfig:
+def defaults(model: str = DEFAULT_MODEL) -> pb.SessionConfig:
     return pb.SessionConfig(
         model=model,
         instructions=DEFAULT_INSTRUCTIONS,
         voice="joe",
         output_modalities=["audio"],
-        input_audio_format=pb.AudioFormat(encoding="pcm16", sample_rate_hz=DEFAULT_PCM_RATE),
-        output_audio_format=pb.AudioFormat(encoding="pcm16", sample_rate_hz=OUTPUT_RATE),
+        input_audio_format=pb.AudioFormat(encoding=PCM16, sample_rate_hz=DEFAULT_PCM_RATE),
+        output_audio_format=pb.AudioFormat(encoding=PCM16, sample_rate_hz=PCM_OUTPUT_RATE),
         # OpenAI's default: absent turn_detection means server VAD.
         turn_detection=default_server_vad(),
         temperature=0.0,
@@ -100,7 +103,7 @@ def merge(
     if patch.HasField("input_audio_format"):
         _merge_format(out.input_audio_format, patch.input_audio_format, PCM_INPUT_RATES)
     if patch.HasField("output_audio_format"):
-        _merge_format(out.output_audio_format, patch.output_audio_format, (OUTPUT_RATE,))
+        _merge_format(out.output_audio_format, patch.output_audio_format, (PCM_OUTPUT_RATE,))
     if patch.has_turn_detection:
         out.turn_detection.CopyFrom(patch.turn_detection)
         if out.turn_detection.mode == pb.TURN_DETECTION_MODE_SERVER_VAD:
@@ -127,19 +130,19 @@ def validate(cfg: pb.SessionConfig) -> None:
             f"input audio format {fin.encoding!r} is not supported; use one of {INPUT_ENCODINGS}",
             "input_audio_format",
         )
-    if fin.sample_rate_hz not in _rates(fin.encoding, PCM_INPUT_RATES):
+    if fin.sample_rate_hz not in allowed_rates(fin.encoding, PCM_INPUT_RATES):
         raise ConfigError(
             "unsupported_audio_format",
             f"input sample rate {fin.sample_rate_hz} Hz is not supported for {fin.encoding}; "
-            f"use one of {_rates(fin.encoding, PCM_INPUT_RATES)}",
+            f"use one of {allowed_rates(fin.encoding, PCM_INPUT_RATES)}",
             "audio.input.format.rate",
         )
-    if fout.encoding not in OUTPUT_ENCODINGS or fout.sample_rate_hz not in _rates(
-        fout.encoding, (OUTPUT_RATE,)
+    if fout.encoding not in OUTPUT_ENCODINGS or fout.sample_rate_hz not in allowed_rates(
+        fout.encoding, (PCM_OUTPUT_RATE,)
     ):
         raise ConfigError(
             "unsupported_audio_format",
-            f"output audio must be pcm16 at {OUTPUT_RATE} Hz or G.711 "
+            f"output audio must be pcm16 at {PCM_OUTPUT_RATE} Hz or G.711 "
             f"({' or '.join(G711)}) at {G711_RATE} Hz",
             "audio.output.format",
         )
@@ -190,16 +193,12 @@ def lane(cfg: pb.SessionConfig) -> stage_pb2.Lane:
     return stage_pb2.LANE_MANUAL
 
 
-def _rates(encoding: str, pcm_rates: tuple[int, ...]) -> tuple[int, ...]:
-    return (G711_RATE,) if encoding in G711 else pcm_rates
-
-
 def _merge_format(into: pb.AudioFormat, patch: pb.AudioFormat, pcm_rates: tuple[int, ...]) -> None:
     if patch.encoding:
         into.encoding = patch.encoding
     if patch.sample_rate_hz:
         into.sample_rate_hz = patch.sample_rate_hz
-    elif into.sample_rate_hz not in _rates(into.encoding, pcm_rates):
+    elif into.sample_rate_hz not in allowed_rates(into.encoding, pcm_rates):
         # A new encoding without a rate takes its own default: `g711_ulaw`
         # means 8 kHz, and leaving G.711 for PCM returns to 24 kHz.
         into.sample_rate_hz = G711_RATE if into.encoding in G711 else DEFAULT_PCM_RATE

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -22,6 +22,11 @@ def token_hash(token: str) -> str:
 
 def token_matches(token: str, stored_hash: str) -> bool:
     return bool(stored_hash) and hmac.compare_digest(token_hash(token), stored_hash)
+
+
+def resumes(req: spb.ResumeSession, incarnation: int, stored_hash: str) -> bool:
+    """Whether a resume names this incarnation of the session, with its token."""
+    return req.incarnation == incarnation and token_matches(req.resume_token, stored_hash)
 
 
 @dataclass
@@ -37,7 +42,6 @@ class Snapshot:
     token_hash: str = ""
     # The response in flight, if any: a successor must end it.
     active_response: spb.Response | None = None
-    capabilities: cpb.Capabilities = field(default_factory=cpb.Capabilities)
 
     def fields(self) -> dict[str, bytes | str]:
         return {

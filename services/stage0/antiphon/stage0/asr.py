@@ -22,8 +22,9 @@ import ctranslate2
 import numpy as np
 from faster_whisper import WhisperModel
 
-SAMPLE_RATE = 16_000
-BYTES_PER_SECOND = SAMPLE_RATE * 2
+from antiphon.common import stage_audio
+
+SAMPLE_RATE = stage_audio.RATE
 # Whisper's whole window: longer audio is cut to it.
 MAX_FRAMES = 3000
 # Trailing silence after the audio. With less than about 4 s, Whisper often

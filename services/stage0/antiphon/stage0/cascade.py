@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from antiphon.common import stage_audio
 from antiphon.stage0.llm import GenerationMetrics
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
@@ -43,7 +44,7 @@ from antiphon.v1 import stage_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-BYTES_PER_MS = 32  # PCM16 mono 16 kHz
+BYTES_PER_MS = stage_audio.BYTES_PER_MS
 UNFENCED = 1 << 62
 # server_vad utterances kept for their commit; more waiting means none is coming.
 MAX_SEGMENTED = 4

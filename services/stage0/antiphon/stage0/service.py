@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -70,12 +70,13 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
                 models.turn, observe_batch=self._metrics.turn_batch_size.observe
             )
         batcher, turns = self._vad_batcher, self._turn_batcher
-        event: pb.Stage0Event
+
+        def session(emit: Callable[[pb.Stage0Event], None]) -> CascadeSession:
+            return CascadeSession(models, self._settings, emit, self._metrics, batcher, turns)
+
         async for event in serve_binding(
             request_iterator,
-            lambda emit: CascadeSession(
-                models, self._settings, emit, self._metrics, batcher, turns
-            ),
+            session,
             context=context,
             active=self._active,
             span_name="stage0.bind",

@@ -11,13 +11,14 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 
+from antiphon.common import stage_audio
 from antiphon.stage0.assets import locate_turn, locate_vad
 from antiphon.stage0.llm import GenerationMetrics, LlmOutput
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.turn import SmartTurn
 from antiphon.stage0.vad import SileroVad
 
-BYTES_PER_MS = 32
+BYTES_PER_MS = stage_audio.BYTES_PER_MS
 
 
 class ScriptedLlm:

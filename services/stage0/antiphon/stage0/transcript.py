@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-BYTES_PER_MS = 32  # PCM16 mono 16 kHz
+from antiphon.common import stage_audio
+
+BYTES_PER_MS = stage_audio.BYTES_PER_MS
 # A cut goes in a pause: a stretch of this length whose energy is a small
 # fraction of the speech around it. Long enough to be a gap between words,
 # not the hush of a single consonant.

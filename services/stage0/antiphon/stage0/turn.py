@@ -32,7 +32,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -175,8 +175,8 @@ def _load_features(path: Path) -> _Features:
         raise ImportError(f"cannot load the Smart Turn feature extractor from {path}")
     module: ModuleType = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    features: _Features = module  # type: ignore[assignment]
-    return features
+    # The module is checked against the protocol by use: mypy cannot see its file.
+    return cast(_Features, module)
 
 
 class SmartTurn:

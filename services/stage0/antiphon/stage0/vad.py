@@ -25,9 +25,11 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from antiphon.common import stage_audio
+
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
+SAMPLE_RATE = stage_audio.RATE
 FRAME_SAMPLES = 512
 # Silero v5 looks at the last 64 samples of the previous frame as well.
 CONTEXT_SAMPLES = 64

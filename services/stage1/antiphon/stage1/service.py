@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 
 import grpc
@@ -50,16 +50,18 @@ class Stage1Service(stage_pb2_grpc.Stage1ServiceServicer):
         request_iterator: AsyncIterator[pb.Stage1Request],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.Stage1Event]:
-        event: pb.Stage1Event
-        async for event in serve_binding(
-            request_iterator,
-            lambda emit: SynthesisSession(
+        def session(emit: Callable[[pb.Stage1Event], None]) -> SynthesisSession:
+            return SynthesisSession(
                 self._tts,
                 self._scheduler,
                 self._metrics,
                 emit,
                 first_clause_words=self._settings.first_clause_words,
-            ),
+            )
+
+        async for event in serve_binding(
+            request_iterator,
+            session,
             context=context,
             active=self._active,
             span_name="stage1.bind",

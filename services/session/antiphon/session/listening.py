@@ -1,0 +1,195 @@
+"""The user's input, from the first append to a sealed turn.
+
+Audio goes to stage0 as it comes; a commit (the client's, or server VAD's
+at the end of speech) seals it into a user item, unless it was only a short
+remark over the answer. Stage0's news about the input (speech started and
+stopped, a transcript, a native-lane utterance) lands here too, and sealed
+turns start responses through the response control.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from antiphon.session import errors, policy
+from antiphon.session.conversation import Conversation
+from antiphon.session.errors import Rejection
+from antiphon.session.input_buffer import InputBuffer
+from antiphon.session.journal import Emitter
+from antiphon.session.response_control import ResponseControl
+from antiphon.session.settings import SessionSettings
+from antiphon.session.stage_links import StageLinks
+from antiphon.session.turns import Turns
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
+from antiphon.v1 import stage_pb2
+
+
+class Listening:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        config: Callable[[], cpb.SessionConfig],
+        settings: SessionSettings,
+        emitter: Emitter,
+        links: StageLinks,
+        input_buffer: InputBuffer,
+        turns: Turns,
+        responses: ResponseControl,
+        conversation: Conversation,
+        persist: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._session_id = session_id
+        self._config = config
+        self._settings = settings
+        self._emitter = emitter
+        self._links = links
+        self._input = input_buffer
+        self._turns = turns
+        self._responses = responses
+        self._conversation = conversation
+        self._persist = persist
+
+    # ---------------------------------------------------------- commands
+    def append(self, audio: spb.AppendAudio) -> None:
+        rate = audio.sample_rate_hz or self._config().input_audio_format.sample_rate_hz
+        self._links.audio(self._input.accept(audio.pcm16, rate))
+
+    async def commit(self, commit: spb.CommitInput) -> None:
+        if commit.HasField("is_speech") and not commit.is_speech:
+            # A declared silence: no user item, the model keeps listening.
+            self._links.clear_input()
+            self._input.clear()
+            await self._emitter.emit(
+                "input_committed", self._turns.committed_without_item(self._links.epoch)
+            )
+            await self._responses.listen("silence_commit")
+            return
+        limit = self._settings.max_pending_turns_per_session
+        if len(self._turns.pending) >= limit:
+            raise Rejection(
+                "rate_limit_error",
+                "too_many_pending_turns",
+                f"max_pending_turns_per_session ({limit}) turns are still being processed",
+            )
+        if self._input.empty and self._turns.text:
+            await self._commit_text()
+            return
+        if self._input.empty:
+            raise errors.invalid(
+                "input_audio_buffer_empty",
+                "input_audio_buffer.commit requires a non-empty input audio buffer.",
+            )
+        if await self._acknowledged_overlap(self._input.pending_ms):
+            return
+        # The resampler's filter still holds the last few ms of the turn.
+        tail = self._input.flush()
+        if tail:
+            self._links.audio(tail)
+        await self._commit_audio()
+
+    async def clear(self) -> None:
+        """`input_audio_buffer.clear`."""
+        self._clear()
+        await self._emitter.emit("input_cleared", spb.InputCleared())
+
+    async def cancel(self) -> None:
+        """`input.cancel`: a new epoch; the input and any response of the old one end."""
+        if self._responses.active is not None:
+            await self._responses.cancel_active("input_cancelled")
+        else:
+            self._links.advance_epoch()
+            await self._persist()
+        self._clear()
+        # Projected as `input_audio_buffer.cleared` (with the native event inside).
+        await self._emitter.emit(
+            "input_cancelled",
+            spb.InputCancelled(session_id=self._session_id, epoch=self._links.epoch),
+        )
+
+    async def let_go(self) -> None:
+        """Detached: the uncommitted input goes. It lives on stage0; journaled,
+        so the resumed client learns that its unfinished turn is gone."""
+        if not self._input.empty:
+            self._links.clear_input()
+            await self._emitter.emit("input_cleared", spb.InputCleared())
+        self._input.reset()
+        self._turns.forget_speech()
+
+    # ------------------------------------------------------ stage0 news
+    async def speech_started(self, msg: stage_pb2.VadSpeechStarted, *, server_vad: bool) -> None:
+        if server_vad:
+            await self._emitter.emit_all([self._turns.speech_started(msg.audio_start_ms)])
+        await self._responses.speech_over_response()
+
+    async def speech_stopped(self, msg: stage_pb2.VadSpeechStopped) -> None:
+        """Server VAD: the end of speech commits the turn."""
+        item_id, speech_ms, stopped = self._turns.speech_stopped(msg, self._config().turn_detection)
+        await self._emitter.emit_all([stopped])
+        if not self._input.empty and not await self._acknowledged_overlap(speech_ms, item_id):
+            await self._commit_audio(item_id)
+
+    async def transcript(self, msg: stage_pb2.Transcript) -> None:
+        heard = self._turns.heard(msg.item_id, msg.text)
+        if heard is not None:
+            if heard.created:
+                await self._conversation.place(heard.item, heard.insert_after)
+            else:
+                await self._conversation.append(heard.item)
+            await self._emitter.emit_all(heard.events)
+        await self._responses.heard_all()
+
+    async def utterance(self, msg: stage_pb2.Utterance) -> None:
+        """Native lane: the model heard a whole utterance and decided."""
+        self._input.clear()
+        if msg.decision != stage_pb2.DECISION_SPEAK or not msg.transcript.strip():
+            await self._responses.listen("model_listen")
+            return
+        deferred = self._responses.active is not None
+        item, events = self._turns.seal_utterance(
+            msg.transcript, self._links.epoch, deferred=deferred
+        )
+        await self._conversation.append(item)
+        await self._emitter.emit_all(events)
+        await self._persist()
+        config = self._config()
+        if config.auto_response:
+            opts = policy.default_options(config, self._settings.max_output_tokens)
+            await self._responses.start(opts, eager=False)
+
+    # ------------------------------------------------------------ inside
+    async def _acknowledged_overlap(self, speech_ms: int, item_id: str = "") -> bool:
+        """A short remark over an auto-response ("mm-hm"): acknowledged, not a turn."""
+        if not self._responses.is_short_overlap(speech_ms, self._settings.short_overlap_ms):
+            return False
+        self._clear()
+        await self._emitter.emit(
+            "input_committed", self._turns.committed_without_item(self._links.epoch, item_id)
+        )
+        await self._responses.overlap("drop", "short_overlap", speech_ms)
+        return True
+
+    async def _commit_text(self) -> None:
+        """A turn of `input.text.append` text only: the user item exists at once."""
+        deferred = self._responses.active is not None
+        item, events = self._turns.seal_text(self._links.epoch, deferred=deferred)
+        await self._conversation.append(item)
+        await self._emitter.emit_all(events)
+        await self._persist()
+        await self._responses.auto_start()
+
+    async def _commit_audio(self, item_id: str = "") -> None:
+        """Seal the buffered audio into a user item; its transcript follows from stage0."""
+        deferred = self._responses.active is not None
+        self._input.clear()
+        events = self._turns.seal_audio(item_id, self._links.epoch, deferred=deferred)
+        self._links.commit(self._turns.last_item_id)
+        await self._emitter.emit_all(events)
+        await self._persist()
+        await self._responses.auto_start()
+
+    def _clear(self) -> None:
+        self._links.clear_input()
+        self._input.clear()
+        self._turns.text.clear()

@@ -1,0 +1,282 @@
+"""The assistant's side: one response at a time, from start to its last event.
+
+A response starts (or waits, deferred, behind the active one), asks stage0
+for text once every turn before it is heard, streams text to stage1 for
+speech, and ends completed, cancelled or failed. Cancelling advances the
+epoch first, so nothing the stages still send for it is accepted. Speech
+over an answer is decided by the overlap policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from antiphon.common.ids import new_id
+from antiphon.session import items, policy, session_config
+from antiphon.session.conversation import Conversation
+from antiphon.session.errors import invalid
+from antiphon.session.journal import Emitter
+from antiphon.session.metrics import SessionMetrics
+from antiphon.session.playback import Ledgers
+from antiphon.session.responses import ResponseOptions, ResponseState, item_status
+from antiphon.session.stage_links import StageLinks
+from antiphon.session.turns import Turns
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
+from antiphon.v1 import stage_pb2
+
+
+class ResponseControl:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        config: Callable[[], cpb.SessionConfig],
+        max_output_tokens: int,
+        emitter: Emitter,
+        links: StageLinks,
+        turns: Turns,
+        conversation: Conversation,
+        ledgers: Ledgers,
+        metrics: SessionMetrics,
+        persist: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._session_id = session_id
+        self._config = config
+        self._max_output_tokens = max_output_tokens
+        self._emitter = emitter
+        self._links = links
+        self._turns = turns
+        self._conversation = conversation
+        self._ledgers = ledgers
+        self._metrics = metrics
+        self._persist = persist
+        self.active: ResponseState | None = None
+        self._deferred: ResponseOptions | None = None
+        # The reply a client's truncate stopped, until its own cancel arrives.
+        self._stopped_by_truncate = ""
+
+    # ------------------------------------------------------------ start
+    async def auto_start(self, *, eager: bool = True) -> None:
+        """A turn was sealed: answer it, if the session answers by itself."""
+        if policy.auto_response(self._config()):
+            await self.start(
+                policy.default_options(self._config(), self._max_output_tokens), eager=eager
+            )
+
+    async def create(self, req: spb.CreateResponse) -> None:
+        """`response.create`."""
+        if self.active is not None:
+            raise invalid(
+                "conversation_already_has_active_response",
+                f"Conversation already has an active response in progress: {self.active.id}.",
+            )
+        await self.start(
+            policy.requested_options(self._config(), req, self._max_output_tokens), eager=True
+        )
+
+    async def start(self, opts: ResponseOptions, *, eager: bool) -> None:
+        if self.active is not None:
+            self._deferred = opts
+            return
+        rid = new_id("resp")
+        self.active = ResponseState(
+            id=rid,
+            item_id=f"item_{rid}",
+            session_id=self._session_id,
+            epoch=self._links.epoch,
+            turn_id=self._turns.turn_id,
+            previous_item_id=self._turns.last_item_id,
+            options=opts,
+        )
+        self._turns.last_item_id = self.active.item_id
+        await self._persist()
+        if eager:
+            await self._emitter.emit_all(self.active.created_events())
+        if not self._turns.pending:
+            await self._generate(self.active)
+
+    async def heard_all(self) -> None:
+        """The turns it waited for are heard: generate now, if it was waiting."""
+        r = self.active
+        if not self._turns.pending and r is not None and not r.generation_requested:
+            await self._generate(r)
+
+    async def _generate(self, r: ResponseState) -> None:
+        """Ask stage0 for the answer, prompting with the committed history."""
+        r.generation_requested = True
+        messages = [cpb.ChatMessage(role="system", content=r.options.instructions)]
+        for item in await self._conversation.items():
+            messages.extend(items.prompt_messages(item))
+        self._links.generate(r.id, messages, r.options.temperature, r.options.max_output_tokens)
+
+    # ----------------------------------------------------------- cancel
+    async def cancel(self, wanted: str) -> None:
+        """`response.cancel` (of `wanted`, or of whatever is active)."""
+        r = self.active
+        if r is None and self._stopped_by_truncate and wanted in ("", self._stopped_by_truncate):
+            # The cancel that follows a truncate of the reply being said (the
+            # OpenAI SDKs send both): the truncate already stopped it.
+            self._stopped_by_truncate = ""
+            return
+        if r is None or (wanted and wanted != r.id):
+            raise invalid(
+                "response_cancel_not_active", "Cancellation failed: no active response found."
+            )
+        await self.cancel_active("client_cancelled")
+
+    async def stop_for_truncate(self, item_id: str) -> None:
+        """A truncate of what is still being said: it stops first."""
+        r = self.active
+        if r is not None and r.item_id == item_id:
+            self._stopped_by_truncate = r.id
+            await self.cancel_active("client_cancelled")
+
+    async def cancel_active(self, reason: str) -> None:
+        """Advance the epoch so no stale output of the old one is accepted, then end it."""
+        r = self.active
+        self._links.advance_epoch()
+        await self._persist()
+        if r is not None:
+            await self.finish(r, "cancelled", reason)
+
+    def drop_deferred(self) -> None:
+        self._deferred = None
+
+    # ----------------------------------------------------------- finish
+    async def finish(self, r: ResponseState, status: str, reason: str = "") -> None:
+        config = self._config()
+        if not r.created:
+            await self._emitter.emit_all(r.created_events())
+        await self._emitter.emit_all(
+            r.terminal_events(status, reason, with_metrics=config.return_stage_metrics)
+        )
+        spoke = bool(r.transcript if r.audio else r.text)
+        if config.playback_commit_policy == "commit_all_on_done" and (
+            status == "completed" or (status == "cancelled" and spoke)
+        ):
+            # Everything sent counts as said; a later truncation cuts it to what was heard.
+            await self._conversation.store_assistant(r.item(item_status(status)), r.ledger)
+        self._ledgers.add(r.ledger)
+        self._metrics.responses.labels(status).inc()
+        self.active = None
+        await self._persist()
+        if self._deferred is not None:
+            opts, self._deferred = self._deferred, None
+            await self.start(opts, eager=True)
+
+    async def fail(self, code: str, response_id: str = "") -> None:
+        """A stage failed (for `response_id`, or for whatever is active)."""
+        r = self.active
+        if r is not None and (not response_id or response_id == r.id):
+            await self.finish(r, "failed", code)
+
+    # ---------------------------------------------------- stage results
+    def current(self, response_id: str) -> ResponseState | None:
+        r = self.active
+        if r is None or r.id != response_id:
+            self._metrics.stale_dropped.labels("response").inc()
+            return None
+        return r
+
+    async def on_delta(self, msg: stage_pb2.GenerationDelta) -> None:
+        r = self.current(msg.response_id)
+        if r is None or not msg.text:
+            return
+        if not r.created:
+            await self._emitter.emit_all(r.created_events())
+        if r.audio:
+            r.text += msg.text
+            self._links.synthesize(r.id, msg.text)
+        else:
+            await self._emitter.emit_all(r.text_events(msg.text))
+
+    async def on_generation_done(self, msg: stage_pb2.GenerationDone) -> None:
+        r = self.current(msg.response_id)
+        if r is None:
+            return
+        r.generation_done = True
+        # Stage0's numbers, keeping stage1's if its done came first.
+        first_audio_ms = r.metrics.stage1_first_audio_ms
+        r.metrics.CopyFrom(msg.metrics)
+        r.metrics.stage1_first_audio_ms = first_audio_ms
+        if not r.created and not r.text:
+            # Nothing visible: the model chose to stay silent.
+            self.active = None
+            await self.listen("model_listen")
+            return
+        if r.audio:
+            self._links.synthesize(r.id, final=True)
+        else:
+            await self.finish(r, "completed")
+
+    async def on_audio(self, msg: stage_pb2.AudioChunk) -> None:
+        r = self.current(msg.response_id)
+        if r is not None:
+            await self._emitter.emit_all(
+                r.audio_events(
+                    msg.pcm16,
+                    msg.sample_rate_hz,
+                    msg.text,
+                    msg.duration_ms,
+                    list(msg.marks),
+                    self._config().output_audio_format,
+                )
+            )
+
+    async def on_speech_done(self, msg: stage_pb2.SynthesisDone) -> None:
+        r = self.current(msg.response_id)
+        if r is not None:
+            r.metrics.stage1_first_audio_ms = msg.first_audio_ms
+            if r.generation_done:
+                await self.finish(r, "completed")
+
+    # ---------------------------------------------------------- overlap
+    async def listen(self, reason: str) -> None:
+        await self._emitter.emit(
+            "response_listen",
+            spb.Listen(session_id=self._session_id, epoch=self._links.epoch, reason=reason),
+        )
+
+    async def overlap(self, action: str, reason: str, overlap_ms: int = 0) -> None:
+        listen = action == "listen"
+        await self._emitter.emit(
+            "overlap_decision",
+            spb.OverlapDecision(
+                session_id=self._session_id,
+                epoch=self._links.epoch,
+                policy=policy.overlap_policy(self._config()),
+                action=action,
+                reason=reason,
+                overlap_ms=overlap_ms,
+                buffer_audio=listen,
+                defer_runtime_append=listen,
+                force_listen=listen,
+            ),
+        )
+
+    async def speech_over_response(self) -> None:
+        """The user started speaking: if the assistant is answering, the overlap policy decides."""
+        if self.active is None:
+            return
+        config = self._config()
+        if policy.overlap_policy(config) == policy.BARGE_IN:
+            await self.overlap("barge_in", "server_vad_utterance_active")
+            await self.cancel_active("barge_in")
+        elif session_config.lane(config) != stage_pb2.LANE_MANUAL:
+            # The answer goes on; what the user says is kept for the turn's end.
+            await self.overlap("listen", "overlap_speech")
+
+    async def barge_in(self, source: str) -> None:
+        """The client's own VAD heard the user over the assistant."""
+        await self.overlap("barge_in", f"client_{source or 'signal'}")
+        if self.active is not None:
+            await self.cancel_active("barge_in")
+
+    def is_short_overlap(self, speech_ms: int, short_ms: int) -> bool:
+        """A remark this short over an auto-response ("mm-hm") is no turn."""
+        return (
+            self.active is not None
+            and policy.auto_response(self._config())
+            and speech_ms < short_ms
+        )
