@@ -8,12 +8,17 @@ workers run the `synthetic` backends. Clients speak the duplex dialect
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
+import grpc
 import redis.asyncio as aioredis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from stack import LocalStack, Ports, free_port
 
 from tests.support.realtime import with_duplex
+
+SESSION_SERVICE = "antiphon.v1.SessionService"
 
 
 class Cluster:
@@ -30,9 +35,11 @@ class Cluster:
     def start_replica_a(self) -> None:
         p = self.stack.ports
         self.stack.spawn_grpc("session", "session", p.session, p.session_metrics)
+        _wait_serving(p.session)
 
     def start_replica_b(self) -> None:
         self.stack.spawn_grpc("session_b", "session", self.session_b, free_port())
+        _wait_serving(self.session_b)
 
     async def owner_of(self, session_id: str) -> str:
         """The process name of the replica that owns a session now."""
@@ -48,6 +55,23 @@ class Cluster:
 
     def restart(self, name: str) -> None:
         (self.start_replica_b if name == "session_b" else self.start_replica_a)()
+
+
+def _wait_serving(port: int, timeout_s: float = 60.0) -> None:
+    """Until the replica on `port` serves: a gateway is ready with one replica up,
+    so its readiness does not say that a restarted second one is back."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            with contextlib.suppress(grpc.RpcError):
+                reply = health.Check(
+                    health_pb2.HealthCheckRequest(service=SESSION_SERVICE), timeout=1
+                )
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            time.sleep(0.1)
+    raise TimeoutError(f"session replica on {port} not serving within {timeout_s}s")
 
 
 @contextlib.contextmanager

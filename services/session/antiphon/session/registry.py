@@ -227,7 +227,10 @@ class SessionRegistry:
     async def reap(self) -> int:
         """End admitted sessions whose owner vanished and that nobody resumed in time."""
         reaped = 0
-        grace_ms = self._settings.disconnect_grace_s * 1000
+        # An owner's death is only known once its lease lapses: the grace
+        # period runs from then, so a gateway failing its client over to
+        # another replica has the whole of it.
+        grace_ms = (self._settings.disconnect_grace_s + self._settings.owner_lease_s) * 1000
         for session_id in await self._store.admitted():
             if session_id in self._actors or await self._store.owner_alive(session_id):
                 continue
