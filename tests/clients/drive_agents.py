@@ -22,17 +22,12 @@ Run by tests/clients/test_agents_sdk.py with .venv-clients/bin/python.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 from typing import Any
 
-from agents.realtime import (
-    RealtimeAgent,
-    RealtimeModelSendInterrupt,
-    RealtimeRunner,
-    RealtimeSession,
-)
-from live import Microphone, Record, parse_args, read_wav, run, wait_for
+from agents.realtime import RealtimeAgent, RealtimeModelSendInterrupt
+from agents_live import live_session
+from live import Record, parse_args, read_wav, run, wait_for
 
 ARGS = parse_args()
 RECORD = Record(
@@ -54,68 +49,55 @@ class Seen:
         self.audio_bytes = 0  # audio it handed to the app
 
 
-async def consume(session: RealtimeSession, seen: Seen) -> None:
-    async for event in session:
-        if event.type == "error":
-            RECORD.error("RealtimeError", event.error)
-        elif event.type == "audio":
-            seen.audio_bytes += len(event.audio.data)
-        elif event.type == "audio_interrupted":
-            seen.audio_interrupted += 1
-        elif event.type == "raw_model_event":
-            data: Any = event.data
-            if data.type == "raw_server_event":
-                RECORD.server_frame(data.data)
-            elif data.type == "turn_started":
-                seen.turns_started.append(str(data.response_id))
-            elif data.type == "turn_ended":
-                seen.turns_ended.append(str(data.response_id))
-            elif data.type == "exception":
-                RECORD.error(f"exception ({data.context})", data.exception)
+def note(seen: Seen, event: Any) -> None:
+    """What the SDK reports besides errors and frames (agents_live notes those)."""
+    if event.type == "audio":
+        seen.audio_bytes += len(event.audio.data)
+    elif event.type == "audio_interrupted":
+        seen.audio_interrupted += 1
+    elif event.type == "raw_model_event":
+        data: Any = event.data
+        if data.type == "turn_started":
+            seen.turns_started.append(str(data.response_id))
+        elif data.type == "turn_ended":
+            seen.turns_ended.append(str(data.response_id))
 
 
 async def scenario() -> None:
     question, interruption = read_wav(ARGS.question), read_wav(ARGS.interruption)
     agent = RealtimeAgent(name="Assistant", instructions="You are a helpful voice assistant.")
-    runner = RealtimeRunner(agent)
-    url = f"{ARGS.url}/realtime"
-    session = await runner.run(model_config={"url": url, "api_key": "sk-unused"})
     seen = Seen()
     timeout = ARGS.timeout
     try:
-        async with session:
-            consumer = asyncio.create_task(consume(session, seen))
-            async with Microphone(lambda chunk: session.send_audio(chunk)) as mic:
-                RECORD.step("connected")
-                await asyncio.sleep(0.6)  # the microphone is live before the user speaks
-                await mic.say(question)
-                RECORD.step("turn1.spoken")
-                await wait_for(lambda: RECORD.answered(0), timeout, "response 1's response.done")
-                RECORD.step("turn1.done")
+        async with live_session(agent, ARGS.url, RECORD, lambda e: note(seen, e)) as (
+            session,
+            mic,
+        ):
+            await mic.say(question)
+            RECORD.step("turn1.spoken")
+            await wait_for(lambda: RECORD.answered(0), timeout, "response 1's response.done")
+            RECORD.step("turn1.done")
 
-                await session.send_message(LONG_REQUEST)
-                await wait_for(lambda: RECORD.speaking(1), timeout, "audio of response 2")
-                RECORD.step("turn2.audio")
-                await session.model.send_event(
-                    RealtimeModelSendInterrupt(force_response_cancel=True)
-                )
-                RECORD.step("turn2.interrupted")
-                await wait_for(lambda: RECORD.answered(1), timeout, "response 2's response.done")
-                RECORD.step("turn2.done")
+            await session.send_message(LONG_REQUEST)
+            await wait_for(lambda: RECORD.speaking(1), timeout, "audio of response 2")
+            RECORD.step("turn2.audio")
+            await session.model.send_event(RealtimeModelSendInterrupt(force_response_cancel=True))
+            RECORD.step("turn2.interrupted")
+            await wait_for(lambda: RECORD.answered(1), timeout, "response 2's response.done")
+            RECORD.step("turn2.done")
 
-                await session.send_message(LONG_REQUEST)
-                await wait_for(lambda: RECORD.speaking(2), timeout, "audio of response 3")
-                RECORD.step("turn3.audio")
-                before = seen.audio_interrupted
-                await mic.say(interruption)
-                RECORD.step("turn3.barged_in")
-                await wait_for(lambda: RECORD.answered(2), timeout, "response 3's response.done")
-                RECORD.step("turn3.done")
-                seen.audio_interrupted_by_speech = seen.audio_interrupted - before
-                # What the user said over the reply is a turn of its own: it is answered.
-                await wait_for(lambda: RECORD.completed_after(2), timeout, "an answer to it")
-                RECORD.step("turn4.done")
-            consumer.cancel()
+            await session.send_message(LONG_REQUEST)
+            await wait_for(lambda: RECORD.speaking(2), timeout, "audio of response 3")
+            RECORD.step("turn3.audio")
+            before = seen.audio_interrupted
+            await mic.say(interruption)
+            RECORD.step("turn3.barged_in")
+            await wait_for(lambda: RECORD.answered(2), timeout, "response 3's response.done")
+            RECORD.step("turn3.done")
+            seen.audio_interrupted_by_speech = seen.audio_interrupted - before
+            # What the user said over the reply is a turn of its own: it is answered.
+            await wait_for(lambda: RECORD.completed_after(2), timeout, "an answer to it")
+            RECORD.step("turn4.done")
     finally:
         RECORD.facts.update(vars(seen))
 

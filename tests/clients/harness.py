@@ -47,7 +47,12 @@ def write_wav(path: Path, u: Utterance) -> Path:
 
 
 def drive(
-    driver: str, url: str, question: Utterance, interruption: Utterance | None, tmp: Path
+    driver: str,
+    url: str,
+    question: Utterance,
+    interruption: Utterance | None,
+    tmp: Path,
+    follow_up: Utterance | None = None,
 ) -> dict[str, Any]:
     """Run `tests/clients/<driver>` in the clients venv; its JSON record."""
     if not CLIENTS_PYTHON.exists():
@@ -63,6 +68,8 @@ def drive(
     ]  # fmt: skip
     if interruption is not None:
         args += ["--interruption", str(write_wav(tmp / "interruption.wav", interruption))]
+    if follow_up is not None:
+        args += ["--follow-up", str(write_wav(tmp / "follow_up.wav", follow_up))]
     env = {
         **os.environ,
         # Nothing may be fetched from a model hub, and no trace leaves this machine.

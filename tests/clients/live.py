@@ -200,6 +200,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--url", required=True, help="OpenAI base URL (ws://host:port/v1)")
     parser.add_argument("--question", required=True, help="WAV: the spoken question")
     parser.add_argument("--interruption", help="WAV: speech over a reply (where a driver has one)")
+    parser.add_argument("--follow-up", help="WAV: a later question (where a driver has one)")
     parser.add_argument("--out", required=True, help="where the JSON record goes")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per step")
     return parser.parse_args()

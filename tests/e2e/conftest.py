@@ -2,7 +2,8 @@
 
 `client` / `slow_client` speak OpenAI's dialect (`/v1/realtime`, no opt-in:
 every frame they receive is checked against the `openai` SDK's models);
-`duplex_client` / `slow_duplex_client` the duplex extensions (`?duplex=1`).
+`duplex_client` / `slow_duplex_client` the duplex extensions (`?duplex=1`);
+`openai_client` is the official `openai` SDK's, on the real-model stack.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from openai import AsyncOpenAI
 from stack import LocalStack
 
 from tests.support.realtime import RealtimeClient, duplex_url, realtime_url
@@ -47,3 +49,16 @@ async def slow_duplex_client(slow_synthetic_stack: LocalStack) -> AsyncIterator[
     """A duplex client of the stack whose scripted LLM speaks one word per 300 ms."""
     async for c in _client(duplex_url(slow_synthetic_stack.ports.gateway)):
         yield c
+
+
+@pytest.fixture
+async def openai_client(model_stack: LocalStack) -> AsyncIterator[AsyncOpenAI]:
+    """The official SDK, unmodified, pointed at the real-model stack."""
+    port = model_stack.ports.gateway
+    client = AsyncOpenAI(
+        api_key="sk-test",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        websocket_base_url=f"ws://127.0.0.1:{port}/v1",
+    )
+    yield client
+    await client.close()

@@ -35,7 +35,9 @@ pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-QUESTION = "What is the capital of France?"
+# Not France: through Chromium's capture path Whisper now and then heard
+# Piper's "France" as "friends" (seen in CI and here); "Japan" it hears.
+QUESTION = "What is the capital of Japan?"
 MIC_RATE = 24000
 # Chromium loops the fake microphone's file: what it says comes back after this.
 TRAILING_SILENCE_MS = 40_000
@@ -174,7 +176,7 @@ def test_the_page_shows_the_heard_question_and_plays_the_answer(
         start(driver, model_stack.ports.gateway, native=lane == "native")
         state = wait_for(driver, "the spoken answer", answers(1))
         driver.save_screenshot(str(tmp_path / "page.png"))
-        assert {"capital", "france"} <= words(state["user"][0]), state
+        assert {"capital", "japan"} <= words(state["user"][0]), state
         assert state["assistant"][0].strip(), state
         stats = state["stats"]
         assert stats["samplesScheduled"] > 0 and stats["chunksScheduled"] > 0, stats

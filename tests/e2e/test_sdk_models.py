@@ -2,9 +2,10 @@
 
 OpenAI's dialect (`/v1/realtime`, no opt-in) is exactly OpenAI's: a session
 driven through every client event OpenAI has (turns, text turns, cancels,
-cleared output, truncation, items with tool calls, refusals) gets only
-frames that the SDK's `RealtimeServerEvent` union and the model of each
-type accept in strict mode, with no field the SDK does not declare (but the
+cleared output, truncation, items with tool calls, a call the model makes
+and its result, refusals) gets only frames that the SDK's
+`RealtimeServerEvent` union and the model of each type accept in strict
+mode, with no field the SDK does not declare (but the
 session's `id` and `object`, which OpenAI sends too), and no event type
 outside OpenAI's catalogue. The test client judges each frame as it arrives
 (`RealtimeClient`), so every other test of this dialect is checked too;
@@ -32,6 +33,13 @@ from tests.support.openai_models import SERVER_MODELS
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
 from tests.support.speech import silence, spoken
 
+# A function a response may call (OpenAI's `tools` entry).
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 # An event the bound backend may lack: refused with one of these, it is skipped.
 SKIPPABLE = {"unsupported_event", "unsupported_capability"}
 
@@ -156,6 +164,19 @@ class Driver:
         ]
         return "response.done" in types and types[-1] == "rate_limits.updated"
 
+    async def tool_turn(self) -> None:
+        """A spoken turn held to a call (`tool_choice: required`, the response's
+        own tools), then the call's result answered."""
+        events = await self.turn(
+            "What is the weather in Paris?", tools=[WEATHER_TOOL], tool_choice="required"
+        )
+        (call,) = of_type(events, "response.done")[0]["response"]["output"]
+        assert (call["type"], call["name"]) == ("function_call", "get_weather"), call
+        result = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+        await self.request("conversation.item.create", {"conversation.item.added"}, item=result)
+        await self.client.send("response.create")
+        await self.client.response_cycle()
+
     async def items(self) -> None:
         """Create (a message, a tool call and its result), retrieve, delete."""
         message = {
@@ -227,6 +248,7 @@ async def _drive_openai_s_surface(client: RealtimeClient) -> Driver:
     await d.refused("response.cancel", "response_cancel_not_active")
 
     await d.items()
+    await d.tool_turn()
 
     # Input and output control with nothing in flight.
     await d.request("input_audio_buffer.clear", {"input_audio_buffer.cleared"})
@@ -304,6 +326,7 @@ async def _drive_the_duplex_surface(client: RealtimeClient) -> Driver:
     await d.refused("no.such.event", "invalid_event")
 
     await d.items()
+    await d.tool_turn()
 
     # Input and output control with nothing in flight, a client-VAD barge-in.
     await d.request("input.cancel", {"input_audio_buffer.cleared"})

@@ -1,6 +1,6 @@
 """A spoken conversation through all four tiers with the real models.
 
-Silero VAD, Whisper base (CTranslate2), SmolLM2-135M-Instruct on vLLM and
+Silero VAD, Whisper base (CTranslate2), the default LLM (`llm_model`) on vLLM and
 the Piper voice, behind the gateway and session service, state in Redis.
 The first test drives the stack with the official `openai` SDK, unmodified
 (OpenAI's dialect); the others look at the duplex extensions (stage metrics,
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -43,18 +42,6 @@ def whisper() -> WhisperAsr:
 
 def _dump(event: Any) -> dict[str, Any]:
     return event.model_dump() if hasattr(event, "model_dump") else dict(event)
-
-
-@pytest.fixture
-async def openai_client(model_stack: LocalStack) -> AsyncIterator[AsyncOpenAI]:
-    port = model_stack.ports.gateway
-    client = AsyncOpenAI(
-        api_key="sk-test",
-        base_url=f"http://127.0.0.1:{port}/v1",
-        websocket_base_url=f"ws://127.0.0.1:{port}/v1",
-    )
-    yield client
-    await client.close()
 
 
 async def test_openai_sdk_spoken_question_gets_exactly_one_spoken_answer(

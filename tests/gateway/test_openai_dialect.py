@@ -354,8 +354,15 @@ def test_session_created_is_openai_s_ga_session_with_no_resume_token() -> None:
                     "interrupt_response": True,
                 },
             },
-            "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": "joe"},
+            "output": {
+                "format": {"type": "audio/pcm", "rate": 24000},
+                "voice": "joe",
+                "speed": 1.0,
+            },
         },
+        "truncation": "auto",
+        "tools": [],
+        "tool_choice": "auto",
         "max_output_tokens": "inf",
     }
 

@@ -66,6 +66,8 @@ WIRE_TYPE = {
     "input_cancelled": "input_audio_buffer.cleared",
     "function_call_arguments_delta": "response.function_call_arguments.delta",
     "function_call_arguments_done": "response.function_call_arguments.done",
+    # The raw fallback of a malformed model call.
+    "function_call_malformed": "duplex.function_call.done",
 }
 # Wire names more than one kind projects to, each by the reference's name map.
 SHARED_WIRE_TYPES = {"input_audio_buffer.cleared": {"input_cleared", "input_cancelled"}}
@@ -82,6 +84,7 @@ TIER3_KINDS = {
     "resync_required",
     "playback_acknowledged",
     "overlap_decision",
+    "function_call_malformed",
 }
 
 KINDS = [f.name for f in spb.ServerEvent.DESCRIPTOR.oneofs_by_name["kind"].fields]
@@ -969,3 +972,25 @@ def test_session_resumed_carries_the_session_as_it_is_now() -> None:
     assert session["audio"]["output"]["format"] == {"type": "audio/pcmu"}
     assert session["audio"]["input"]["format"] == {"type": "audio/pcmu"}
     assert (session["id"], session["resumable"]) == ("s", True)
+
+
+def test_a_malformed_call_is_the_reference_s_raw_fallback() -> None:
+    """`duplex.function_call.done` wraps the native `function_call.done` with no
+    call id, exactly the reference's example's keys."""
+    frame = project(
+        _event(
+            "function_call_malformed",
+            spb.MalformedFunctionCall(
+                session_id="sess_demo_01", epoch=0, response_id="resp_01", arguments="{"
+            ),
+        )
+    )
+    assert frame["type"] == "duplex.function_call.done"
+    assert frame["event"] == {
+        "type": "function_call.done",
+        "session_id": "sess_demo_01",
+        "epoch": 0,
+        "call_id": None,
+        "name": None,
+        "arguments": "{",
+    }

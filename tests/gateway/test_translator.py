@@ -1530,3 +1530,26 @@ def test_bad_wav_is_refused(wav_bytes: bytes, code: str) -> None:
 def test_legacy_raw_pcm_without_format_is_refused_as_not_wav() -> None:
     err = _refused({"type": "push_chunk", "chunk": _b64(b"\x02\x00" * 4)})
     assert (err.code, err.param) == ("invalid_audio", "audio")
+
+
+def test_speed_and_truncation_are_read_in_openai_s_spellings() -> None:
+    t = Translator()
+    cmd = t.translate(
+        {
+            "type": "session.update",
+            "session": {
+                "audio": {"output": {"speed": 1.2}},
+                "truncation": {"type": "retention_ratio", "retention_ratio": 0.6},
+            },
+        }
+    )
+    patch = cmd.update.config
+    assert patch.speed == pytest.approx(1.2)
+    assert (patch.truncation.type, patch.truncation.retention_ratio) == (
+        "retention_ratio",
+        pytest.approx(0.6),
+    )
+    auto = t.translate({"type": "session.update", "session": {"truncation": "disabled"}})
+    assert auto.update.config.truncation.type == "disabled"
+    with pytest.raises(ClientError):
+        t.translate({"type": "session.update", "session": {"audio": {"output": {"speed": "x"}}}})

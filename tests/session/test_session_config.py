@@ -9,7 +9,14 @@ import pytest
 from antiphon.common.audio_formats import PCM_INPUT_RATES
 from antiphon.gateway.translator import Translator
 from antiphon.session import session_config
-from antiphon.session.session_config import ConfigError, defaults, lane, merge
+from antiphon.session.session_config import (
+    AUTO_RETENTION,
+    ConfigError,
+    defaults,
+    lane,
+    merge,
+    retention_ratio,
+)
 from antiphon.v1 import common_pb2 as pb
 from antiphon.v1 import stage_pb2
 
@@ -383,3 +390,41 @@ def test_max_output_tokens_zero_means_the_server_ceiling() -> None:
     """0 is what the gateway sends for "inf": back to the ceiling, after any lower limit."""
     limited = _merge(pb.SessionConfigPatch(max_output_tokens=40))
     assert _merge(pb.SessionConfigPatch(max_output_tokens=0), limited).max_output_tokens == 0
+
+
+def test_openai_voice_names_are_taken_and_the_speaking_voice_reported() -> None:
+    for name in ("alloy", "marin", "joe"):
+        cfg = merge(defaults(), pb.SessionConfigPatch(voice=name), max_output_tokens=256)
+        assert cfg.voice == "joe"
+    with pytest.raises(ConfigError) as bad:
+        merge(defaults(), pb.SessionConfigPatch(voice="hal9000"), max_output_tokens=256)
+    assert bad.value.param == "audio.output.voice"
+
+
+def test_speed_and_truncation_are_validated_whole() -> None:
+    cfg = merge(
+        defaults(),
+        pb.SessionConfigPatch(
+            speed=1.25, truncation=pb.Truncation(type="retention_ratio", retention_ratio=0.5)
+        ),
+        max_output_tokens=256,
+    )
+    assert cfg.speed == 1.25 and retention_ratio(cfg) == 0.5
+    assert retention_ratio(defaults()) == AUTO_RETENTION
+    off = merge(
+        defaults(),
+        pb.SessionConfigPatch(truncation=pb.Truncation(type="disabled")),
+        max_output_tokens=256,
+    )
+    assert retention_ratio(off) == 0.0
+    for patch, param in (
+        (pb.SessionConfigPatch(speed=3.0), "audio.output.speed"),
+        (pb.SessionConfigPatch(truncation=pb.Truncation(type="sometimes")), "truncation"),
+        (
+            pb.SessionConfigPatch(truncation=pb.Truncation(type="retention_ratio")),
+            "truncation.retention_ratio",
+        ),
+    ):
+        with pytest.raises(ConfigError) as bad:
+            merge(defaults(), patch, max_output_tokens=256)
+        assert bad.value.param == param

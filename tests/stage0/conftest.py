@@ -21,6 +21,7 @@ import pytest
 
 from antiphon.common.assets import default_cache_dir
 from antiphon.stage0.assets import Stage0Assets, prepare
+from antiphon.stage0.settings import Stage0Settings
 from tests.support import tiers
 
 if TYPE_CHECKING:
@@ -39,15 +40,24 @@ def model_cache() -> Path:
 def assets(request: pytest.FixtureRequest, model_cache: Path) -> Stage0Assets:
     """The prepared models (converted on first use): what every model test starts from."""
     tiers.require(request, tiers.MODELS, "prepares the stage0 models")
-    return prepare(model_cache)
+    return prepare(model_cache, Stage0Settings().llm_model)
 
 
 @pytest.fixture(scope="session")
 async def llm_engine(assets: Stage0Assets) -> AsyncIterator[LlmEngine]:
     # Imported here: vLLM's import is slow and only the LLM tests need it.
     from antiphon.stage0.llm import LlmEngine
+    from antiphon.stage0.models import decoding
 
-    engine = await LlmEngine.start(assets.llm_dir, threads=1, max_model_len=2048)
+    # As a worker with the default settings runs it.
+    settings = Stage0Settings()
+    engine = await LlmEngine.start(
+        assets.llm_model,
+        threads=1,
+        max_model_len=settings.llm_max_model_len,
+        dtype=settings.llm_dtype,
+        decoding=decoding(settings),
+    )
     try:
         yield engine
     finally:

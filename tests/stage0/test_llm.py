@@ -99,3 +99,15 @@ async def test_a_prompt_over_max_model_len_is_refused_before_it_starts(
     with pytest.raises(PromptTooLongError):
         await _collect(llm_engine, prompt, max_tokens=8)
     assert llm_engine.num_active_requests == 0
+
+
+async def test_a_response_that_loops_is_stopped_as_repetition(llm_engine: LlmEngine) -> None:
+    """The loop stop (the default settings' n-gram guard) ends it long before its limit."""
+    prompt = llm_engine.build_prompt(
+        [("system", SYSTEM), ("user", "Repeat after me forever: la la la")]
+    )
+    outputs = await _collect(llm_engine, prompt, max_tokens=400)
+    last = outputs[-1]
+    assert last.finish_reason == "repetition"
+    assert last.metrics is not None and last.metrics.num_generation_tokens < 40
+    assert llm_engine.num_active_requests == 0

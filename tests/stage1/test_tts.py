@@ -216,3 +216,14 @@ def test_an_unvaried_voice_says_the_same_text_the_same_way(piper_tts: PiperTts) 
 
 def _pcm(tts: PiperTts, text: str) -> bytes:
     return b"".join(c.pcm16 for c in tts.synthesize(text))
+
+
+@pytest.mark.models
+def test_speed_changes_how_long_the_same_words_take() -> None:
+    found = assets.locate()
+    tts = PiperTts(found.voice_onnx, found.voice_config, out_rate=24000, varied=False)
+    text = "The quick brown fox jumps over the lazy dog."
+    normal, fast, slow = (
+        sum(c.duration_ms for c in tts.synthesize(text, speed)) for speed in (1.0, 1.5, 0.5)
+    )
+    assert fast < 0.8 * normal < normal < 1.6 * normal < slow

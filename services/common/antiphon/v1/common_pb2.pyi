@@ -45,7 +45,7 @@ class AudioFormat(_message.Message):
     def __init__(self, encoding: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ...) -> None: ...
 
 class SessionConfig(_message.Message):
-    __slots__ = ("model", "instructions", "voice", "output_modalities", "input_audio_format", "output_audio_format", "turn_detection", "temperature", "max_output_tokens", "native_duplex", "auto_response", "overlap_policy", "playback_commit_policy", "return_stage_metrics", "idle_timeout_s", "resumable")
+    __slots__ = ("model", "instructions", "voice", "output_modalities", "input_audio_format", "output_audio_format", "turn_detection", "temperature", "max_output_tokens", "native_duplex", "auto_response", "overlap_policy", "playback_commit_policy", "return_stage_metrics", "idle_timeout_s", "resumable", "speed", "truncation", "tools", "tool_choice")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,10 @@ class SessionConfig(_message.Message):
     RETURN_STAGE_METRICS_FIELD_NUMBER: _ClassVar[int]
     IDLE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     RESUMABLE_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATION_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     model: str
     instructions: str
     voice: str
@@ -78,10 +82,22 @@ class SessionConfig(_message.Message):
     return_stage_metrics: bool
     idle_timeout_s: float
     resumable: bool
-    def __init__(self, model: _Optional[str] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., input_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., output_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., turn_detection: _Optional[_Union[TurnDetection, _Mapping]] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., native_duplex: _Optional[bool] = ..., auto_response: _Optional[bool] = ..., overlap_policy: _Optional[str] = ..., playback_commit_policy: _Optional[str] = ..., return_stage_metrics: _Optional[bool] = ..., idle_timeout_s: _Optional[float] = ..., resumable: _Optional[bool] = ...) -> None: ...
+    speed: float
+    truncation: Truncation
+    tools: _containers.RepeatedCompositeFieldContainer[Tool]
+    tool_choice: ToolChoice
+    def __init__(self, model: _Optional[str] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., input_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., output_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., turn_detection: _Optional[_Union[TurnDetection, _Mapping]] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., native_duplex: _Optional[bool] = ..., auto_response: _Optional[bool] = ..., overlap_policy: _Optional[str] = ..., playback_commit_policy: _Optional[str] = ..., return_stage_metrics: _Optional[bool] = ..., idle_timeout_s: _Optional[float] = ..., resumable: _Optional[bool] = ..., speed: _Optional[float] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ...) -> None: ...
+
+class Truncation(_message.Message):
+    __slots__ = ("type", "retention_ratio")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    retention_ratio: float
+    def __init__(self, type: _Optional[str] = ..., retention_ratio: _Optional[float] = ...) -> None: ...
 
 class SessionConfigPatch(_message.Message):
-    __slots__ = ("model", "instructions", "voice", "output_modalities", "has_output_modalities", "input_audio_format", "output_audio_format", "turn_detection", "has_turn_detection", "temperature", "max_output_tokens", "native_duplex", "auto_response", "overlap_policy", "playback_commit_policy", "return_stage_metrics", "session_id", "resumable")
+    __slots__ = ("model", "instructions", "voice", "output_modalities", "has_output_modalities", "input_audio_format", "output_audio_format", "turn_detection", "has_turn_detection", "temperature", "max_output_tokens", "native_duplex", "auto_response", "overlap_policy", "playback_commit_policy", "return_stage_metrics", "session_id", "resumable", "speed", "truncation", "tools", "has_tools", "tool_choice")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +116,11 @@ class SessionConfigPatch(_message.Message):
     RETURN_STAGE_METRICS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     RESUMABLE_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATION_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    HAS_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     model: str
     instructions: str
     voice: str
@@ -118,7 +139,40 @@ class SessionConfigPatch(_message.Message):
     return_stage_metrics: bool
     session_id: str
     resumable: bool
-    def __init__(self, model: _Optional[str] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., has_output_modalities: _Optional[bool] = ..., input_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., output_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., turn_detection: _Optional[_Union[TurnDetection, _Mapping]] = ..., has_turn_detection: _Optional[bool] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., native_duplex: _Optional[bool] = ..., auto_response: _Optional[bool] = ..., overlap_policy: _Optional[str] = ..., playback_commit_policy: _Optional[str] = ..., return_stage_metrics: _Optional[bool] = ..., session_id: _Optional[str] = ..., resumable: _Optional[bool] = ...) -> None: ...
+    speed: float
+    truncation: Truncation
+    tools: _containers.RepeatedCompositeFieldContainer[Tool]
+    has_tools: bool
+    tool_choice: ToolChoice
+    def __init__(self, model: _Optional[str] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., has_output_modalities: _Optional[bool] = ..., input_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., output_audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., turn_detection: _Optional[_Union[TurnDetection, _Mapping]] = ..., has_turn_detection: _Optional[bool] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., native_duplex: _Optional[bool] = ..., auto_response: _Optional[bool] = ..., overlap_policy: _Optional[str] = ..., playback_commit_policy: _Optional[str] = ..., return_stage_metrics: _Optional[bool] = ..., session_id: _Optional[str] = ..., resumable: _Optional[bool] = ..., speed: _Optional[float] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., has_tools: _Optional[bool] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ...) -> None: ...
+
+class Tool(_message.Message):
+    __slots__ = ("name", "description", "parameters")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    parameters: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[str] = ...) -> None: ...
+
+class ToolChoice(_message.Message):
+    __slots__ = ("mode", "name")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    name: str
+    def __init__(self, mode: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("call_id", "name", "arguments")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    name: str
+    arguments: str
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
 
 class Capabilities(_message.Message):
     __slots__ = ("implementation_level", "supports_input_append", "supports_barge_in", "supports_session_resume", "supports_audio_truncate", "chunk_period_ms", "input_modes")
@@ -205,12 +259,16 @@ class StageMetrics(_message.Message):
     def __init__(self, ttft_ms: _Optional[float] = ..., tpot_ms: _Optional[float] = ..., itl_ms: _Optional[_Iterable[float]] = ..., num_generation_tokens: _Optional[int] = ..., num_prompt_tokens: _Optional[int] = ..., stage1_first_audio_ms: _Optional[float] = ..., prompt: _Optional[str] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
-    __slots__ = ("role", "content")
+    __slots__ = ("role", "content", "tool_calls", "tool_call_id")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     role: str
     content: str
-    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    tool_call_id: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
 
 class AudioTextMark(_message.Message):
     __slots__ = ("text_chars", "audio_end_ms")

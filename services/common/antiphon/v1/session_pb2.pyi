@@ -42,7 +42,7 @@ class ClearInput(_message.Message):
     def __init__(self) -> None: ...
 
 class CreateResponse(_message.Message):
-    __slots__ = ("instructions", "output_modalities", "temperature", "max_output_tokens", "metadata")
+    __slots__ = ("instructions", "output_modalities", "temperature", "max_output_tokens", "metadata", "tools", "has_tools", "tool_choice")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,12 +55,18 @@ class CreateResponse(_message.Message):
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    HAS_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     instructions: str
     output_modalities: _containers.RepeatedScalarFieldContainer[str]
     temperature: float
     max_output_tokens: int
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, instructions: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]
+    has_tools: bool
+    tool_choice: _common_pb2.ToolChoice
+    def __init__(self, instructions: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ..., has_tools: _Optional[bool] = ..., tool_choice: _Optional[_Union[_common_pb2.ToolChoice, _Mapping]] = ...) -> None: ...
 
 class CancelResponse(_message.Message):
     __slots__ = ("response_id",)
@@ -603,8 +609,22 @@ class FunctionCallArguments(_message.Message):
     name: str
     def __init__(self, ref: _Optional[_Union[PartRef, _Mapping]] = ..., call_id: _Optional[str] = ..., arguments: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
+class MalformedFunctionCall(_message.Message):
+    __slots__ = ("session_id", "epoch", "response_id", "name", "arguments")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    epoch: int
+    response_id: str
+    name: str
+    arguments: str
+    def __init__(self, session_id: _Optional[str] = ..., epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
 class ServerEvent(_message.Message):
-    __slots__ = ("seq", "event_id", "session_created", "session_updated", "session_closed", "heartbeat_ack", "error", "session_resumed", "session_replaced", "session_expired", "resync_required", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_created", "item_done", "transcription_completed", "response_created", "output_item_added", "content_part_added", "response_speak", "audio_delta", "audio_transcript_delta", "text_delta", "audio_done", "audio_transcript_done", "text_done", "content_part_done", "output_item_done", "response_done", "rate_limits_updated", "response_listen", "item_deleted", "item_retrieved", "item_truncated", "output_audio_cleared", "playback_acknowledged", "overlap_decision", "input_cancelled", "function_call_arguments_delta", "function_call_arguments_done")
+    __slots__ = ("seq", "event_id", "session_created", "session_updated", "session_closed", "heartbeat_ack", "error", "session_resumed", "session_replaced", "session_expired", "resync_required", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_created", "item_done", "transcription_completed", "response_created", "output_item_added", "content_part_added", "response_speak", "audio_delta", "audio_transcript_delta", "text_delta", "audio_done", "audio_transcript_done", "text_done", "content_part_done", "output_item_done", "response_done", "rate_limits_updated", "response_listen", "item_deleted", "item_retrieved", "item_truncated", "output_audio_cleared", "playback_acknowledged", "overlap_decision", "input_cancelled", "function_call_arguments_delta", "function_call_arguments_done", "function_call_malformed")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_CREATED_FIELD_NUMBER: _ClassVar[int]
@@ -648,6 +668,7 @@ class ServerEvent(_message.Message):
     INPUT_CANCELLED_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_CALL_ARGUMENTS_DELTA_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_CALL_ARGUMENTS_DONE_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_CALL_MALFORMED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     event_id: str
     session_created: SessionState
@@ -691,4 +712,5 @@ class ServerEvent(_message.Message):
     input_cancelled: InputCancelled
     function_call_arguments_delta: FunctionCallArguments
     function_call_arguments_done: FunctionCallArguments
-    def __init__(self, seq: _Optional[int] = ..., event_id: _Optional[str] = ..., session_created: _Optional[_Union[SessionState, _Mapping]] = ..., session_updated: _Optional[_Union[SessionState, _Mapping]] = ..., session_closed: _Optional[_Union[SessionClosed, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., session_resumed: _Optional[_Union[SessionResumed, _Mapping]] = ..., session_replaced: _Optional[_Union[SessionReplaced, _Mapping]] = ..., session_expired: _Optional[_Union[SessionExpired, _Mapping]] = ..., resync_required: _Optional[_Union[ResyncRequired, _Mapping]] = ..., speech_started: _Optional[_Union[SpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[SpeechStopped, _Mapping]] = ..., input_committed: _Optional[_Union[InputCommitted, _Mapping]] = ..., input_cleared: _Optional[_Union[InputCleared, _Mapping]] = ..., item_added: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_created: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_done: _Optional[_Union[ItemEvent, _Mapping]] = ..., transcription_completed: _Optional[_Union[TranscriptionCompleted, _Mapping]] = ..., response_created: _Optional[_Union[ResponseEvent, _Mapping]] = ..., output_item_added: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., content_part_added: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., response_speak: _Optional[_Union[Speak, _Mapping]] = ..., audio_delta: _Optional[_Union[AudioDelta, _Mapping]] = ..., audio_transcript_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., audio_done: _Optional[_Union[PartDone, _Mapping]] = ..., audio_transcript_done: _Optional[_Union[TextDone, _Mapping]] = ..., text_done: _Optional[_Union[TextDone, _Mapping]] = ..., content_part_done: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., output_item_done: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., response_done: _Optional[_Union[ResponseEvent, _Mapping]] = ..., rate_limits_updated: _Optional[_Union[RateLimitsUpdated, _Mapping]] = ..., response_listen: _Optional[_Union[Listen, _Mapping]] = ..., item_deleted: _Optional[_Union[ItemDeleted, _Mapping]] = ..., item_retrieved: _Optional[_Union[ItemRetrieved, _Mapping]] = ..., item_truncated: _Optional[_Union[ItemTruncated, _Mapping]] = ..., output_audio_cleared: _Optional[_Union[OutputAudioCleared, _Mapping]] = ..., playback_acknowledged: _Optional[_Union[PlaybackAcknowledged, _Mapping]] = ..., overlap_decision: _Optional[_Union[OverlapDecision, _Mapping]] = ..., input_cancelled: _Optional[_Union[InputCancelled, _Mapping]] = ..., function_call_arguments_delta: _Optional[_Union[FunctionCallArguments, _Mapping]] = ..., function_call_arguments_done: _Optional[_Union[FunctionCallArguments, _Mapping]] = ...) -> None: ...
+    function_call_malformed: MalformedFunctionCall
+    def __init__(self, seq: _Optional[int] = ..., event_id: _Optional[str] = ..., session_created: _Optional[_Union[SessionState, _Mapping]] = ..., session_updated: _Optional[_Union[SessionState, _Mapping]] = ..., session_closed: _Optional[_Union[SessionClosed, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., session_resumed: _Optional[_Union[SessionResumed, _Mapping]] = ..., session_replaced: _Optional[_Union[SessionReplaced, _Mapping]] = ..., session_expired: _Optional[_Union[SessionExpired, _Mapping]] = ..., resync_required: _Optional[_Union[ResyncRequired, _Mapping]] = ..., speech_started: _Optional[_Union[SpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[SpeechStopped, _Mapping]] = ..., input_committed: _Optional[_Union[InputCommitted, _Mapping]] = ..., input_cleared: _Optional[_Union[InputCleared, _Mapping]] = ..., item_added: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_created: _Optional[_Union[ItemEvent, _Mapping]] = ..., item_done: _Optional[_Union[ItemEvent, _Mapping]] = ..., transcription_completed: _Optional[_Union[TranscriptionCompleted, _Mapping]] = ..., response_created: _Optional[_Union[ResponseEvent, _Mapping]] = ..., output_item_added: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., content_part_added: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., response_speak: _Optional[_Union[Speak, _Mapping]] = ..., audio_delta: _Optional[_Union[AudioDelta, _Mapping]] = ..., audio_transcript_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., audio_done: _Optional[_Union[PartDone, _Mapping]] = ..., audio_transcript_done: _Optional[_Union[TextDone, _Mapping]] = ..., text_done: _Optional[_Union[TextDone, _Mapping]] = ..., content_part_done: _Optional[_Union[ContentPartEvent, _Mapping]] = ..., output_item_done: _Optional[_Union[OutputItemEvent, _Mapping]] = ..., response_done: _Optional[_Union[ResponseEvent, _Mapping]] = ..., rate_limits_updated: _Optional[_Union[RateLimitsUpdated, _Mapping]] = ..., response_listen: _Optional[_Union[Listen, _Mapping]] = ..., item_deleted: _Optional[_Union[ItemDeleted, _Mapping]] = ..., item_retrieved: _Optional[_Union[ItemRetrieved, _Mapping]] = ..., item_truncated: _Optional[_Union[ItemTruncated, _Mapping]] = ..., output_audio_cleared: _Optional[_Union[OutputAudioCleared, _Mapping]] = ..., playback_acknowledged: _Optional[_Union[PlaybackAcknowledged, _Mapping]] = ..., overlap_decision: _Optional[_Union[OverlapDecision, _Mapping]] = ..., input_cancelled: _Optional[_Union[InputCancelled, _Mapping]] = ..., function_call_arguments_delta: _Optional[_Union[FunctionCallArguments, _Mapping]] = ..., function_call_arguments_done: _Optional[_Union[FunctionCallArguments, _Mapping]] = ..., function_call_malformed: _Optional[_Union[MalformedFunctionCall, _Mapping]] = ...) -> None: ...

@@ -79,18 +79,24 @@ class Stage0ClearInput(_message.Message):
     def __init__(self, epoch: _Optional[int] = ...) -> None: ...
 
 class Generate(_message.Message):
-    __slots__ = ("epoch", "response_id", "messages", "temperature", "max_output_tokens")
+    __slots__ = ("epoch", "response_id", "messages", "temperature", "max_output_tokens", "retention_ratio", "tools", "tool_choice")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     response_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatMessage]
     temperature: float
     max_output_tokens: int
-    def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ...) -> None: ...
+    retention_ratio: float
+    tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]
+    tool_choice: _common_pb2.ToolChoice
+    def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., retention_ratio: _Optional[float] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[_common_pb2.ToolChoice, _Mapping]] = ...) -> None: ...
 
 class Stage0Cancel(_message.Message):
     __slots__ = ("epoch",)
@@ -190,6 +196,18 @@ class GenerationDone(_message.Message):
     metrics: _common_pb2.StageMetrics
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., finish_reason: _Optional[str] = ..., metrics: _Optional[_Union[_common_pb2.StageMetrics, _Mapping]] = ...) -> None: ...
 
+class GenerationToolCall(_message.Message):
+    __slots__ = ("epoch", "response_id", "call", "refused")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    response_id: str
+    call: _common_pb2.ToolCall
+    refused: bool
+    def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., refused: _Optional[bool] = ...) -> None: ...
+
 class StageError(_message.Message):
     __slots__ = ("epoch", "response_id", "code", "message")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -203,7 +221,7 @@ class StageError(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Stage0Event(_message.Message):
-    __slots__ = ("speech_started", "speech_stopped", "utterance", "unit_decision", "transcript", "delta", "done", "error")
+    __slots__ = ("speech_started", "speech_stopped", "utterance", "unit_decision", "transcript", "delta", "done", "error", "tool_call")
     SPEECH_STARTED_FIELD_NUMBER: _ClassVar[int]
     SPEECH_STOPPED_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +230,7 @@ class Stage0Event(_message.Message):
     DELTA_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     speech_started: VadSpeechStarted
     speech_stopped: VadSpeechStopped
     utterance: Utterance
@@ -220,17 +239,20 @@ class Stage0Event(_message.Message):
     delta: GenerationDelta
     done: GenerationDone
     error: StageError
-    def __init__(self, speech_started: _Optional[_Union[VadSpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[VadSpeechStopped, _Mapping]] = ..., utterance: _Optional[_Union[Utterance, _Mapping]] = ..., unit_decision: _Optional[_Union[UnitDecision, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., delta: _Optional[_Union[GenerationDelta, _Mapping]] = ..., done: _Optional[_Union[GenerationDone, _Mapping]] = ..., error: _Optional[_Union[StageError, _Mapping]] = ...) -> None: ...
+    tool_call: GenerationToolCall
+    def __init__(self, speech_started: _Optional[_Union[VadSpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[VadSpeechStopped, _Mapping]] = ..., utterance: _Optional[_Union[Utterance, _Mapping]] = ..., unit_decision: _Optional[_Union[UnitDecision, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., delta: _Optional[_Union[GenerationDelta, _Mapping]] = ..., done: _Optional[_Union[GenerationDone, _Mapping]] = ..., error: _Optional[_Union[StageError, _Mapping]] = ..., tool_call: _Optional[_Union[GenerationToolCall, _Mapping]] = ...) -> None: ...
 
 class Stage1Open(_message.Message):
-    __slots__ = ("session_id", "voice", "sample_rate_hz")
+    __slots__ = ("session_id", "voice", "sample_rate_hz", "speed")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     voice: str
     sample_rate_hz: int
-    def __init__(self, session_id: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ...) -> None: ...
+    speed: float
+    def __init__(self, session_id: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., speed: _Optional[float] = ...) -> None: ...
 
 class SynthesizeText(_message.Message):
     __slots__ = ("epoch", "response_id", "text", "final")

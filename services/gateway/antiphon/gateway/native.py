@@ -112,6 +112,11 @@ def _function_call_done(e: spb.FunctionCallArguments, frame: Json) -> Json:
     }
 
 
+def _malformed_call(e: spb.MalformedFunctionCall, frame: Json) -> Json:
+    # The Realtime dialect wraps exactly this event under `event`.
+    return dict(frame["event"])
+
+
 def _playback_acknowledged(e: spb.PlaybackAcknowledged, frame: Json) -> Json:
     # The Realtime dialect wraps this event verbatim under `event`.
     return playback_acknowledged(e)
@@ -146,6 +151,7 @@ _NATIVE: dict[str, Callable[[Any, Json], Json]] = {
     "text_delta": _text_delta,
     "response_done": _response_done,
     "function_call_arguments_done": _function_call_done,
+    "function_call_malformed": _malformed_call,
     "playback_acknowledged": _playback_acknowledged,
     "item_deleted": _item_deleted,
     "item_truncated": _item_truncated,

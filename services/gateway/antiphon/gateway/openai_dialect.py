@@ -40,7 +40,8 @@ from typing import Any
 from antiphon.common.audio_formats import G711, PCM16
 from antiphon.gateway.audio_formats import ga_type
 from antiphon.gateway.projector import project
-from antiphon.gateway.shapes import Json, item, turn_detection
+from antiphon.gateway.shapes import Json, audio_output, item, truncation, turn_detection
+from antiphon.gateway.tools import tool_choice_json, tools_json
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 
@@ -71,6 +72,7 @@ NOT_SENT = frozenset(
         "heartbeat_ack",  # answers `session.heartbeat`, idem
         "session_closed",  # its socket is gone (a clean close) or never asked
         "session_resumed",  # the gateway's own fail-over: the client carries on
+        "function_call_malformed",  # a duplex diagnostic: the reply goes on in speech
     }
 )
 
@@ -222,8 +224,11 @@ def session_object(st: spb.SessionState) -> Json:
                 "format": audio_format(c.input_audio_format),
                 "turn_detection": turn_detection(c.turn_detection),
             },
-            "output": {"format": audio_format(c.output_audio_format), "voice": c.voice},
+            "output": audio_output(c, audio_format(c.output_audio_format)),
         },
+        "truncation": truncation(c.truncation),
+        "tools": tools_json(c.tools),
+        "tool_choice": tool_choice_json(c.tool_choice),
         "max_output_tokens": c.max_output_tokens or "inf",
     }
 

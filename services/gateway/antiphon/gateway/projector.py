@@ -209,6 +209,21 @@ def _call_ref(e: spb.FunctionCallArguments) -> Json:
     }
 
 
+def _malformed_call(e: spb.MalformedFunctionCall) -> Json:
+    # The reference's raw fallback: the native `function_call.done`, wrapped
+    # under `event`, with the call id (and the name, if it gave none) null.
+    return {
+        "event": {
+            "type": "function_call.done",
+            "session_id": e.session_id,
+            "epoch": e.epoch,
+            "call_id": None,
+            "name": e.name or None,
+            "arguments": e.arguments,
+        }
+    }
+
+
 def transcription_usage() -> Json:
     """OpenAI's required `usage`, in its full shape (a TypeScript client drops a
     transcription whose usage lacks `input_token_details`). No separate
@@ -351,4 +366,5 @@ _PROJECTIONS: dict[str, tuple[str, Callable[[Any], Json]]] = {
         "response.function_call_arguments.done",
         lambda e: {**_call_ref(e), "name": e.name, "arguments": e.arguments},
     ),
+    "function_call_malformed": ("duplex.function_call.done", _malformed_call),
 }

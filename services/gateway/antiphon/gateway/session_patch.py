@@ -14,7 +14,7 @@ from typing import Any
 
 from antiphon.common.audio_formats import INPUT_ENCODINGS, OUTPUT_ENCODINGS
 from antiphon.common.ids import valid_session_id
-from antiphon.gateway import fields
+from antiphon.gateway import fields, tools
 from antiphon.gateway.audio_formats import session_format
 from antiphon.gateway.errors import ClientError
 from antiphon.v1 import common_pb2 as cpb
@@ -89,9 +89,19 @@ def session_patch(event: fields.Event, input_encoding: str) -> cpb.SessionConfig
         p.resumable = fields.boolean(s["resumable"], "session.resumable")
     if s.get("temperature") is not None:
         p.temperature = fields.number(s["temperature"], "session.temperature")
+    speed = audio_out.get("speed", s.get("speed"))
+    if speed is not None:
+        p.speed = fields.number(speed, "session.audio.output.speed")
+    if s.get("truncation") is not None:
+        p.truncation.CopyFrom(_truncation(s["truncation"], "session.truncation"))
     tokens = s.get("max_output_tokens", s.get("max_response_output_tokens"))
     if tokens is not None:
         p.max_output_tokens = fields.max_tokens(tokens, "session.max_output_tokens")
+    if s.get("tools") is not None:
+        p.tools.extend(tools.tools(s["tools"], "session.tools"))
+        p.has_tools = True
+    if s.get("tool_choice") is not None:
+        p.tool_choice.CopyFrom(tools.tool_choice(s["tool_choice"], "session.tool_choice"))
     extra = fields.obj(s.get("extra_body"), "session.extra_body")
     native = extra.get("native_duplex", extra.get("minicpmo45_native_duplex"))
     if native is not None:
@@ -122,6 +132,18 @@ def with_query(patch: cpb.SessionConfigPatch, query: dict[str, str]) -> cpb.Sess
     if not patch.HasField("resumable") and resumable:
         patch.resumable = query_flag(resumable)
     return patch
+
+
+def _truncation(value: Any, param: str) -> cpb.Truncation:
+    """OpenAI's `truncation`: "auto", "disabled", or a retention ratio object.
+    The session judges the values."""
+    if isinstance(value, str):
+        return cpb.Truncation(type=value)
+    t = fields.obj(value, param)
+    out = cpb.Truncation(type=fields.string(t.get("type", ""), f"{param}.type"))
+    if t.get("retention_ratio") is not None:
+        out.retention_ratio = fields.number(t["retention_ratio"], f"{param}.retention_ratio")
+    return out
 
 
 def _turn_detection(value: Any, param: str) -> cpb.TurnDetection:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from antiphon.gateway.audio_formats import ga_format
+from antiphon.gateway.tools import tool_choice_json, tools_json
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 
@@ -43,8 +44,11 @@ def session_object(st: spb.SessionState) -> Json:
                 "sample_rate_hz": in_rate,
                 "turn_detection": td,
             },
-            "output": {"format": ga_format(c.output_audio_format), "voice": c.voice},
+            "output": audio_output(c, ga_format(c.output_audio_format)),
         },
+        "truncation": truncation(c.truncation),
+        "tools": tools_json(c.tools),
+        "tool_choice": tool_choice_json(c.tool_choice),
         "turn_detection": td,
         "temperature": c.temperature,
         "max_output_tokens": max_tokens,
@@ -60,6 +64,18 @@ def session_object(st: spb.SessionState) -> Json:
             "return_stage_metrics": c.return_stage_metrics,
         },
     }
+
+
+def audio_output(c: cpb.SessionConfig, fmt: Json) -> Json:
+    """`audio.output`: the format, the voice that speaks, its speed."""
+    return {"format": fmt, "voice": c.voice, "speed": c.speed or 1.0}
+
+
+def truncation(t: cpb.Truncation) -> str | Json:
+    """OpenAI's spelling: "auto" / "disabled", or the retention ratio object."""
+    if t.type == "retention_ratio":
+        return {"type": "retention_ratio", "retention_ratio": t.retention_ratio}
+    return t.type or "auto"
 
 
 def turn_detection(td: cpb.TurnDetection) -> Json | None:

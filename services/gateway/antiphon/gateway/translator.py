@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from antiphon.common.audio_formats import PCM16
 from antiphon.common.ids import valid_session_id
-from antiphon.gateway import fields
+from antiphon.gateway import fields, tools
 from antiphon.gateway.audio_formats import WAV, base64_audio, decode_field, event_format
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.fields import Event
@@ -257,6 +257,11 @@ def _response_create(event: Event) -> spb.ClientCommand:
     tokens = body.get("max_output_tokens", body.get("max_response_output_tokens"))
     if tokens is not None:
         req.max_output_tokens = fields.max_tokens(tokens, "response.max_output_tokens")
+    if body.get("tools") is not None:
+        req.tools.extend(tools.tools(body["tools"], "response.tools"))
+        req.has_tools = True
+    if body.get("tool_choice") is not None:
+        req.tool_choice.CopyFrom(tools.tool_choice(body["tool_choice"], "response.tool_choice"))
     metadata = body.get("metadata")
     if metadata is not None:
         if not isinstance(metadata, dict):

@@ -63,12 +63,11 @@ def with_transcript(item: cpb.Item, transcript: str) -> cpb.Item:
 def prompt_messages(item: cpb.Item) -> list[cpb.ChatMessage]:
     """What the LLM sees of one history item."""
     if item.type == "function_call_output":
-        # The small instruct models have no tool role: the result reads as user text.
-        return [
-            cpb.ChatMessage(role="user", content=f"Tool result ({item.call_id}): {item.output}")
-        ]
+        # Stage0 renders calls and results as its model's chat template can.
+        return [cpb.ChatMessage(role="tool", content=item.output, tool_call_id=item.call_id)]
     if item.type == "function_call":
-        return [cpb.ChatMessage(role="assistant", content=f"Call {item.name}({item.arguments})")]
+        call = cpb.ToolCall(call_id=item.call_id, name=item.name, arguments=item.arguments)
+        return [cpb.ChatMessage(role="assistant", tool_calls=[call])]
     text = " ".join(
         (p.text or p.transcript).strip() for p in item.content if (p.text or p.transcript).strip()
     )

@@ -8,7 +8,8 @@ effect at the next decision.
 
 from __future__ import annotations
 
-from antiphon.session import session_config
+from antiphon.session import session_config, tools
+from antiphon.session.errors import invalid
 from antiphon.session.responses import ResponseOptions
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -46,6 +47,8 @@ def default_options(config: cpb.SessionConfig, max_output_tokens: int) -> Respon
         output_modalities=list(config.output_modalities),
         temperature=config.temperature,
         max_output_tokens=config.max_output_tokens or max_output_tokens,
+        tools=list(config.tools),
+        tool_choice=config.tool_choice,
     )
 
 
@@ -53,7 +56,7 @@ def requested_options(
     config: cpb.SessionConfig, req: spb.CreateResponse, ceiling: int
 ) -> ResponseOptions:
     """`response.create`'s own options over the session's; the token count
-    never above the server's ceiling."""
+    never above the server's ceiling. Raises `Rejection` for tools that are wrong."""
     opts = default_options(config, ceiling)
     if req.HasField("instructions"):
         opts.instructions = req.instructions
@@ -63,6 +66,14 @@ def requested_options(
         opts.temperature = req.temperature
     if req.HasField("max_output_tokens"):
         opts.max_output_tokens = min(req.max_output_tokens or ceiling, ceiling)
+    if req.has_tools:
+        opts.tools = list(req.tools)
+    if req.HasField("tool_choice"):
+        opts.tool_choice = req.tool_choice
+    wrong = tools.problem(opts.tools, opts.tool_choice)
+    if wrong is not None:
+        message, param = wrong
+        raise invalid("invalid_value", message, f"response.{param}")
     opts.metadata = dict(req.metadata)
     return opts
 
@@ -83,4 +94,5 @@ def stage1_open(session_id: str, config: cpb.SessionConfig) -> stage_pb2.Stage1O
         session_id=session_id,
         voice=config.voice,
         sample_rate_hz=config.output_audio_format.sample_rate_hz,
+        speed=config.speed or 1.0,
     )

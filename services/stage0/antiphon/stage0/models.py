@@ -5,27 +5,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
-from antiphon.stage0.llm import LlmEngine, LlmOutput
+from antiphon.stage0.llm import Decoding, LlmEngine
 from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.tools import ChatModel
 from antiphon.stage0.turn import SmartTurn
 from antiphon.stage0.vad import SileroVad
 
 log = logging.getLogger(__name__)
 
 
-class TextGenerator(Protocol):
+class TextGenerator(ChatModel, Protocol):
     def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str: ...
 
-    def generate(
-        self, request_id: str, prompt: str, *, temperature: float, max_tokens: int
-    ) -> AsyncIterator[LlmOutput]: ...
+    def count_tokens(self, prompt: str) -> int: ...
 
 
 class Engines(Protocol):
@@ -45,6 +44,15 @@ class Engines(Protocol):
     async def close(self) -> None: ...
 
 
+def decoding(settings: Stage0Settings) -> Decoding:
+    """The worker's guards against runaway answers, for every request of its engine."""
+    return Decoding(
+        repetition_penalty=settings.llm_repetition_penalty,
+        loop_ngram=settings.llm_loop_ngram,
+        loop_repeats=settings.llm_loop_repeats,
+    )
+
+
 @dataclass
 class CascadeModels:
     vad: SileroVad
@@ -56,21 +64,28 @@ class CascadeModels:
 
     @classmethod
     async def load(cls, settings: Stage0Settings) -> CascadeModels:
-        assets = locate(settings.model_cache)
+        assets = locate(settings.model_cache, settings.llm_model)
         t0 = time.perf_counter()
         vad = SileroVad(assets.vad_onnx, threads=settings.vad_threads)
         turn = SmartTurn(assets.turn.onnx, assets.turn.features, threads=settings.turn_threads)
         asr = WhisperAsr(assets.whisper_dir, threads=settings.asr_threads)
         t1 = time.perf_counter()
         llm = await LlmEngine.start(
-            assets.llm_dir,
+            assets.llm_model,
             threads=settings.llm_threads,
             max_model_len=settings.llm_max_model_len,
             kv_cache_gib=settings.llm_kv_cache_gib,
+            dtype=settings.llm_dtype,
+            decoding=decoding(settings),
         )
         log.info(
             "models loaded",
-            extra={"vad_asr_s": round(t1 - t0, 2), "llm_s": round(time.perf_counter() - t1, 2)},
+            extra={
+                "vad_asr_s": round(t1 - t0, 2),
+                "llm_s": round(time.perf_counter() - t1, 2),
+                "llm_model": settings.llm_model,
+                "llm_dtype": settings.llm_dtype,
+            },
         )
         return cls(vad, turn, asr, llm, ThreadPoolExecutor(1, thread_name_prefix="asr"))
 

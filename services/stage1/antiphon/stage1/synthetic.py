@@ -28,10 +28,10 @@ class SyntheticTts:
         # Seconds of (blocking) work per second of audio, to model a real voice's cost.
         self._compute_ratio = compute_ratio
 
-    def synthesize(self, text: str) -> Iterator[SpeechChunk]:
+    def synthesize(self, text: str, speed: float = 1.0) -> Iterator[SpeechChunk]:
         if not text:
             return
-        total_ms = max(1, round(len(text) * self._ms_per_char))
+        total_ms = max(1, round(len(text) * self._ms_per_char / speed))
         if self._compute_ratio:
             time.sleep(total_ms / 1000 * self._compute_ratio)
         n = self.out_rate * total_ms // 1000

@@ -230,13 +230,22 @@ class PiperTts:
         self.out_rate = out_rate
         self.voice_rate: int = config.sample_rate
         self.has_alignments = len(session.get_outputs()) > 1
-        self._config = None if varied else SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+        self._varied = varied
+        self._length_scale = config.length_scale
 
     def _weigh(self, word: str) -> int:
         return max(1, sum(phoneme_weight(s) for s in self._voice.phonemize(word)))
 
-    def synthesize(self, text: str) -> Iterator[SpeechChunk]:
-        """Speak `text`: one chunk per Piper sentence; chunk texts join back to `text`.
+    def _synthesis_config(self, speed: float) -> SynthesisConfig:
+        """Piper's length scale is time per phoneme: speaking faster is a shorter one."""
+        config = SynthesisConfig(length_scale=self._length_scale / speed)
+        if not self._varied:
+            config.noise_scale = config.noise_w_scale = 0.0
+        return config
+
+    def synthesize(self, text: str, speed: float = 1.0) -> Iterator[SpeechChunk]:
+        """Speak `text` at `speed` (1 normal): one chunk per Piper sentence;
+        chunk texts join back to `text`.
 
         Text Piper finds nothing to say in (spaces, a lone dash) still comes
         back as one silent chunk, so the transcript stays complete.
@@ -248,7 +257,7 @@ class PiperTts:
         pieces = split_text(text, words, [phoneme_weight(s) for s in sentences])
         offset = 0
         chunks = self._voice.synthesize(
-            text, syn_config=self._config, include_alignments=self.has_alignments
+            text, syn_config=self._synthesis_config(speed), include_alignments=self.has_alignments
         )
         for piece, audio in zip(pieces, chunks, strict=False):
             pcm = resample_pcm16(
