@@ -97,11 +97,7 @@ def session_patch(event: fields.Event, input_encoding: str) -> cpb.SessionConfig
     tokens = s.get("max_output_tokens", s.get("max_response_output_tokens"))
     if tokens is not None:
         p.max_output_tokens = fields.max_tokens(tokens, "session.max_output_tokens")
-    if s.get("tools") is not None:
-        p.tools.extend(tools.tools(s["tools"], "session.tools"))
-        p.has_tools = True
-    if s.get("tool_choice") is not None:
-        p.tool_choice.CopyFrom(tools.tool_choice(s["tool_choice"], "session.tool_choice"))
+    tools.read_into(s, p, "session")
     extra = fields.obj(s.get("extra_body"), "session.extra_body")
     native = extra.get("native_duplex", extra.get("minicpmo45_native_duplex"))
     if native is not None:

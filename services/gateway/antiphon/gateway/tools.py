@@ -16,11 +16,23 @@ from typing import Any
 from antiphon.gateway import fields
 from antiphon.gateway.errors import ClientError
 from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
 
 # `tool_choice` as a string; a function is forced with {"type": "function", "name": ...}.
 CHOICE_MODES = ("auto", "none", "required")
 # What a tool's `parameters` reads as when it declares none.
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def read_into(
+    body: fields.Event, target: cpb.SessionConfigPatch | spb.CreateResponse, where: str
+) -> None:
+    """`tools` and `tool_choice` of a `session` or `response` body, where set."""
+    if body.get("tools") is not None:
+        target.tools.extend(tools(body["tools"], f"{where}.tools"))
+        target.has_tools = True
+    if body.get("tool_choice") is not None:
+        target.tool_choice.CopyFrom(tool_choice(body["tool_choice"], f"{where}.tool_choice"))
 
 
 def tools(value: Any, param: str) -> list[cpb.Tool]:

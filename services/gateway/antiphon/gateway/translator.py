@@ -257,11 +257,7 @@ def _response_create(event: Event) -> spb.ClientCommand:
     tokens = body.get("max_output_tokens", body.get("max_response_output_tokens"))
     if tokens is not None:
         req.max_output_tokens = fields.max_tokens(tokens, "response.max_output_tokens")
-    if body.get("tools") is not None:
-        req.tools.extend(tools.tools(body["tools"], "response.tools"))
-        req.has_tools = True
-    if body.get("tool_choice") is not None:
-        req.tool_choice.CopyFrom(tools.tool_choice(body["tool_choice"], "response.tool_choice"))
+    tools.read_into(body, req, "response")
     metadata = body.get("metadata")
     if metadata is not None:
         if not isinstance(metadata, dict):
