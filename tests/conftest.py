@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from stack import LocalStack, Ports, free_port, start_redis
 
-from tests.support import tiers
+from tests.support import auth, tiers
 from tests.support.stacks import started
 
 
@@ -114,4 +114,28 @@ def model_stack(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Loca
     tiers.require(request, tiers.MODELS, "starts the real-model stack")
     stack = _stack(redis_url, 2)
     with started(request, stack, timeout_s=600):
+        yield stack
+
+
+@pytest.fixture(scope="session")
+def auth_stack(
+    request: pytest.FixtureRequest, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalStack]:
+    """The serving path behind an authenticating gateway (`tests.support.auth`):
+    keys from a file and the single `api_key`, a signing key, per-key limits,
+    the demo endpoint and an Origin allow-list naming the gateway's own page."""
+    keys = tmp_path_factory.mktemp("keys") / "api-keys"
+    keys.write_text(auth.KEYS_FILE)
+    ports = Ports.free()
+    stack = LocalStack(
+        ports=ports,
+        redis_url=f"{redis_url.rsplit('/', 1)[0]}/13",
+        extra_env={
+            **SYNTHETIC_CAPACITY,
+            **auth.gateway_env(keys, ports.gateway),
+            "ANTIPHON_MAX_SESSIONS": "8",
+            "ANTIPHON_DISCONNECT_GRACE_S": "2",
+        },
+    )
+    with started(request, stack, timeout_s=180):
         yield stack

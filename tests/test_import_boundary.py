@@ -45,12 +45,10 @@ def _modules(package: str) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("package", sorted(PACKAGES))
-def test_importing_every_module_loads_no_model_library(package: str) -> None:
-    modules = _modules(package)
-    assert len(modules) > 3, modules  # the walk found the package's modules
+def _loaded(forbidden: tuple[str, ...], modules: list[str]) -> list[str]:
+    """The `forbidden` libraries a fresh interpreter holds after importing `modules`."""
     proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(FORBIDDEN), *modules],
+        [sys.executable, "-c", _PROBE, json.dumps(forbidden), *modules],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -58,5 +56,20 @@ def test_importing_every_module_loads_no_model_library(package: str) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    loaded: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_importing_every_module_loads_no_model_library(package: str) -> None:
+    modules = _modules(package)
+    assert len(modules) > 3, modules  # the walk found the package's modules
+    loaded = _loaded(FORBIDDEN, modules)
     assert loaded == [], f"{package} pulled in model libraries: {loaded}"
+
+
+def test_a_synthetic_stage0_worker_loads_neither_vllm_nor_torch() -> None:
+    """The synthetic backend (load and fault tests) starts in a second: the LLM
+    engine and its libraries load only with the cascade's models."""
+    worker = ["antiphon.stage0.main", "antiphon.stage0.service", "antiphon.stage0.synthetic"]
+    assert _loaded(("torch", "vllm", "transformers"), worker) == []

@@ -66,6 +66,8 @@ def test_helm_lint_passes_strict(helm: Path, values: tuple[str, ...]) -> None:
 OPTIONAL: dict[str, Any] = {
     "gateway": {
         "apiKeySecret": {"name": "antiphon-api-key", "key": "api-key"},
+        "apiKeysSecret": {"name": "antiphon-api-keys", "key": "keys"},
+        "clientSecretSigningKeySecret": {"name": "antiphon-signing-key"},
         "ingress": {
             "enabled": True,
             "className": "nginx",
@@ -124,6 +126,16 @@ def test_optional_templates_render_what_they_promise(helm: Path, tmp_path: Path)
         "secretKeyRef": {"name": "antiphon-api-key", "key": "api-key"}
     }
     assert gw["ANTIPHON_OTLP_ENDPOINT"] == "http://otel-collector.observability:4317"
+    # The keys file is the Secret, mounted read-only where the setting points.
+    gateway = one(items, "Deployment", "rel-antiphon-gateway")["spec"]["template"]["spec"]
+    assert gw["ANTIPHON_API_KEYS_FILE"] == "/etc/antiphon-keys/keys"
+    assert {"name": "api-keys", "secret": {"secretName": "antiphon-api-keys"}} in gateway["volumes"]
+    assert {"name": "api-keys", "mountPath": "/etc/antiphon-keys", "readOnly": True} in container(
+        {"spec": {"template": {"spec": gateway}}}
+    )["volumeMounts"]
+    assert gw["ANTIPHON_CLIENT_SECRET_SIGNING_KEY"] == {
+        "secretKeyRef": {"name": "antiphon-signing-key", "key": "signing-key"}
+    }
     session = env(container(one(items, "Deployment", "rel-antiphon-session")))
     assert session["ANTIPHON_REDIS_URL"] == {"secretKeyRef": {"name": "redis", "key": "url"}}
     stage0 = one(items, "Deployment", "rel-antiphon-stage0")["spec"]["template"]["spec"]

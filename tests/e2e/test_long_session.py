@@ -3,7 +3,8 @@
 The Redis history keeps every item; the prompt keeps the instructions and the
 latest turns, the oldest leaving first (OpenAI's `truncation: "auto"`). Text
 turns with short answers, so 200 of them fit in a test run with the real
-model on a small CPU.
+model on a small CPU; and 30 spoken turns into a live microphone, in OpenAI's
+default lane (server_vad), two voices taking turns, every answer spoken.
 """
 
 from __future__ import annotations
@@ -15,11 +16,36 @@ import pytest
 from stack import LocalStack
 
 from tests.support.history import stored_items
-from tests.support.realtime import MANUAL, Event, RealtimeClient, duplex_url, of_type
+from tests.support.polling import eventually
+from tests.support.realtime import (
+    MANUAL,
+    Event,
+    Microphone,
+    RealtimeClient,
+    audio_bytes,
+    duplex_url,
+    of_type,
+)
+from tests.support.speech import VOICES, spoken
 
 pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 TURNS = 200
+SPOKEN_TURNS = 30
+TRANSCRIBED = "conversation.item.input_audio_transcription.completed"
+# Short questions with short answers; each is asked three times over the call.
+QUESTIONS = (
+    "What is the capital of France?",
+    "How many days are there in a week?",
+    "What do bees make?",
+    "What color is the sky on a clear day?",
+    "Which planet is known as the red planet?",
+    "What is the capital of Japan?",
+    "How many hours are there in a day?",
+    "What is the opposite of cold?",
+    "What is the capital of Italy?",
+    "How many legs does a dog have?",
+)
 
 
 async def _turn(client: RealtimeClient, text: str, **response: Any) -> Event:
@@ -72,5 +98,50 @@ async def test_a_turn_too_long_for_the_context_fails_alone_and_the_session_goes_
         assert failed["status_details"]["reason"], failed
         after = await _turn(client, "Say hello.")
         assert after["status"] == "completed", after
+    finally:
+        await client.close()
+
+
+async def test_thirty_spoken_turns_in_one_session_all_complete(model_stack: LocalStack) -> None:
+    """A long call as a user makes it: OpenAI's default turn detection, a live
+    microphone that never stops (silence between turns), a question each time
+    the last answer is done; every turn is heard, answered aloud and kept."""
+    rate = 24000
+    client = await RealtimeClient.connect(duplex_url(model_stack.ports.gateway))
+    try:
+        created = await client.open(
+            type="realtime",
+            instructions="You are a friendly assistant on a phone call. Keep answers short.",
+            audio={"input": {"format": {"type": "audio/pcm", "rate": rate}}},
+        )
+        statuses: list[str] = []
+        async with Microphone(client, rate) as mic:
+            for n in range(SPOKEN_TURNS):
+                voice = VOICES[n % len(VOICES)]
+                await mic.say(spoken(QUESTIONS[n % len(QUESTIONS)], rate, voice))
+                events = await client.response_cycle(timeout=180)
+                statuses.append(of_type(events, "response.done")[-1]["response"]["status"])
+                assert audio_bytes(events), f"turn {n}: no answer audio"
+                # The transcript may come after the answer (the response starts at the commit).
+                while len(of_type(client.events, TRANSCRIBED)) <= n:
+                    await client.until(lambda e: e["type"] == TRANSCRIBED)
+        heard = [t["transcript"] for t in of_type(client.events, TRANSCRIBED)]
+        assert statuses == ["completed"] * SPOKEN_TURNS, [
+            (n, s) for n, s in enumerate(statuses) if s != "completed"
+        ]
+        assert not of_type(client.events, "error")
+        # Every question was heard as one turn (a transcript with words in it).
+        assert len(heard) == SPOKEN_TURNS and all(t.strip() for t in heard), heard
+        session_id = created["session"]["id"]
+
+        async def all_answers_stored() -> bool:
+            items = await stored_items(model_stack.redis_url, session_id)
+            return [i.role for i in items].count("assistant") >= SPOKEN_TURNS
+
+        # The last answer's item is written as its response ends, not before.
+        await eventually(all_answers_stored)
+        roles = [i.role for i in await stored_items(model_stack.redis_url, session_id)]
+        assert roles.count("user") == SPOKEN_TURNS, roles
+        assert roles.count("assistant") == SPOKEN_TURNS, roles
     finally:
         await client.close()

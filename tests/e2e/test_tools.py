@@ -1,4 +1,4 @@
-"""Tools end to end, on the real models (the default LLM, Qwen2.5-Coder-0.5B).
+"""Tools end to end, on the real models (the default LLM, Qwen2.5-Coder-1.5B).
 
 A spoken question that needs a declared function is answered with a call
 (a `function_call` output item, its arguments streamed, no audio at all);

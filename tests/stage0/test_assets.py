@@ -216,4 +216,4 @@ def test_every_catalogue_model_pins_whole_parts(model: PackagedLlm) -> None:
 
 
 def test_the_default_model_is_in_the_catalogue() -> None:
-    assert llm_models.packaged(llm_models.DEFAULT_LLM) is llm_models.QWEN_CODER_05B
+    assert llm_models.packaged(llm_models.DEFAULT_LLM) is llm_models.QWEN_CODER_15B

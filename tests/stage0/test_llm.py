@@ -104,7 +104,7 @@ async def test_a_prompt_over_max_model_len_is_refused_before_it_starts(
 async def test_a_response_that_loops_is_stopped_as_repetition(llm_engine: LlmEngine) -> None:
     """The loop stop (the default settings' n-gram guard) ends it long before its limit."""
     prompt = llm_engine.build_prompt(
-        [("system", SYSTEM), ("user", "Repeat after me forever: la la la")]
+        [("system", SYSTEM), ("user", "Write the word la 300 times, separated by spaces.")]
     )
     outputs = await _collect(llm_engine, prompt, max_tokens=400)
     last = outputs[-1]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from antiphon.stage0 import tools
-from antiphon.stage0.llm import GenerationMetrics, Guided, LlmOutput
+from antiphon.stage0.generation import GenerationMetrics, Guided, LlmOutput
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 
@@ -211,7 +211,12 @@ async def run(model: ScriptedModel, req: pb.Generate) -> list[tools.Output]:
     def prompt(offered: Sequence[cpb.Tool]) -> str:
         return tools.renderer(model, offered)(tools.pairs(req.messages))
 
-    return [o async for o in tools.answer(model, "s:r", req, prompt, temperature=0, max_tokens=64)]
+    return [
+        o
+        async for o in tools.answer(
+            model, "s:r", req, prompt, temperature=0, max_tokens=64, check_threshold=0.5
+        )
+    ]
 
 
 def said(outputs: list[tools.Output]) -> str:

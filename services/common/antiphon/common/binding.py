@@ -26,6 +26,10 @@ Ev = TypeVar("Ev")
 
 # Initial metadata of an admitted binding.
 BOUND_METADATA = "antiphon-bound"
+# Results one binding may have waiting for the session service to read
+# them. A reader this far behind ends the stream (the session rebinds and
+# starts over from its history) rather than the worker queueing without end.
+MAX_PENDING_RESULTS = 4096
 
 
 class BoundSession(Protocol[Req]):
@@ -97,7 +101,19 @@ async def serve_binding(
         # other answer): the session may have nothing to receive for a while.
         await context.send_initial_metadata(((BOUND_METADATA, "1"),))
         out: asyncio.Queue[Ev | None] = asyncio.Queue()
-        session = make_session(out.put_nowait)
+        overflowed = False
+
+        def emit(event: Ev) -> None:
+            nonlocal overflowed
+            if overflowed:
+                return
+            if out.qsize() >= MAX_PENDING_RESULTS:
+                overflowed = True
+                out.put_nowait(None)
+                return
+            out.put_nowait(event)
+
+        session = make_session(emit)
 
         async def consume() -> None:
             try:

@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 # A worker is listed for this many heartbeats after its last one.
 TTL_HEARTBEATS = 3
+# How long a registry call may take, and a leaving worker waits for its
+# deregistration (the entry lapses on its own within its TTL anyway).
+REDIS_TIMEOUT_S = 2.0
+LEAVE_TIMEOUT_S = 3.0
 
 
 def index_key(stage: str) -> str:
@@ -169,10 +173,12 @@ class WorkerPresence:
         """Stop the heartbeat and remove the entry: nobody binds here any more."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Bounded: a worker that cannot reach its registry must still exit.
+            await asyncio.wait({self._task}, timeout=LEAVE_TIMEOUT_S)
         try:
-            await self._registry.remove(self._stage, self._address)
+            await asyncio.wait_for(
+                self._registry.remove(self._stage, self._address), LEAVE_TIMEOUT_S
+            )
         except Exception:
             # The entry expires on its own within its TTL.
             log.warning("deregistration failed", exc_info=True)
@@ -180,8 +186,12 @@ class WorkerPresence:
 
     async def _heartbeat(self) -> None:
         while True:
+            # Not asyncio.wait_for: on Python 3.11 it can swallow a cancel that
+            # lands as the event is set (a drain does both at once), and the
+            # heartbeat then outlived its worker's shutdown.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self._heartbeat_s)
+                async with asyncio.timeout(self._heartbeat_s):
+                    await self._changed.wait()
             await self._beat()
 
     async def _beat(self) -> None:
@@ -234,7 +244,13 @@ async def registered(
     if not settings.redis_url:
         yield
         return
-    client = aioredis.Redis.from_url(settings.redis_url)
+    # Timeouts: a registry call that hangs would hold the heartbeat, or a
+    # draining worker's exit, for as long as the connection does.
+    client = aioredis.Redis.from_url(
+        settings.redis_url,
+        socket_timeout=REDIS_TIMEOUT_S,
+        socket_connect_timeout=REDIS_TIMEOUT_S,
+    )
     entry = WorkerPresence(
         WorkerRegistry(client),
         stage=stage,

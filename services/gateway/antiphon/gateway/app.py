@@ -17,6 +17,8 @@ from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
 from antiphon.gateway.connection import Connection
 from antiphon.gateway.dialect import NATIVE, Dialect, realtime_dialect
+from antiphon.gateway.drain import Drain
+from antiphon.gateway.edge import Edge
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.settings import GatewaySettings
 
@@ -28,6 +30,10 @@ CLOSE_POLICY = 1008
 def create_app(settings: GatewaySettings) -> Starlette:
     registry = service_registry()
     metrics = GatewayMetrics(registry)
+    # Origins, API keys, client secrets and per-key limits, checked before any accept.
+    edge = Edge(settings, metrics)
+    # Started by SIGTERM (`main.DrainingServer`), before uvicorn's own shutdown.
+    drain = Drain(metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -45,6 +51,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
+        if drain.draining:
+            # Leaving: the load balancer must send new clients elsewhere.
+            return JSONResponse({"status": "draining"}, status_code=503)
         # The session service is ready only while Redis and a worker of each
         # stage are reachable, so this one check covers the whole path.
         channels = request.app.state.channels
@@ -60,11 +69,20 @@ def create_app(settings: GatewaySettings) -> Starlette:
         return FileResponse(STATIC / "index.html")
 
     async def serve(ws: WebSocket, dialect: Dialect) -> None:
-        if settings.api_key and not _authorized(ws, settings.api_key):
-            await ws.close(CLOSE_POLICY)
+        if drain.draining:
+            # A draining gateway opens no session: 503, as its /readyz says.
+            metrics.server_closes.labels("draining").inc()
+            await ws.send_denial_response(JSONResponse({"status": "draining"}, status_code=503))
             return
-        offered = ws.scope.get("subprotocols") or []
-        await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
+        admitted = await edge.admit_socket(ws)
+        if admitted is None:
+            return
+        try:
+            offered = ws.scope.get("subprotocols") or []
+            await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
+        except BaseException:
+            admitted.lease.release()
+            raise
         metrics.connections_active.inc()
         try:
             conn = Connection(
@@ -73,11 +91,18 @@ def create_app(settings: GatewaySettings) -> Starlette:
                 metrics,
                 max_message_bytes=settings.max_message_bytes,
                 reconnect_timeout_s=settings.reconnect_timeout_s,
+                max_append_bytes=settings.max_append_bytes,
+                first_event_timeout_s=settings.first_event_timeout_s,
+                max_outbox_bytes=settings.max_outbox_bytes,
+                max_pending_commands=settings.max_pending_commands,
                 dialect=dialect,
+                pinned=admitted.principal.pinned,
             )
-            await conn.run()
+            with drain.track(conn):
+                await conn.run()
         finally:
             metrics.connections_active.dec()
+            admitted.lease.release()
 
     async def realtime(ws: WebSocket) -> None:
         # OpenAI's own protocol; the reference's duplex extensions with `?duplex=1`.
@@ -87,7 +112,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         # The native dialect: same sessions, the runner's own event names.
         await serve(ws, NATIVE)
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/", index),
             Route("/healthz", healthz),
@@ -95,15 +120,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
             Route("/metrics", metrics_endpoint),
             WebSocketRoute("/v1/realtime", realtime),
             WebSocketRoute("/v1/duplex", duplex),
+            *edge.routes(),
         ],
         lifespan=lifespan,
     )
-
-
-def _authorized(ws: WebSocket, key: str) -> bool:
-    header = ws.headers.get("authorization", "")
-    if header == f"Bearer {key}":
-        return True
-    # Browsers cannot set headers on a WebSocket; OpenAI's convention is a
-    # subprotocol carrying the key.
-    return f"openai-insecure-api-key.{key}" in (ws.scope.get("subprotocols") or [])
+    app.state.drain = drain
+    return app

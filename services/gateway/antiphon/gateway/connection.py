@@ -20,6 +20,13 @@ When the client's socket closes, the session is told how (`client_gone`):
 a goodbye ends it, a drop detaches it (see `client_close`). The connection
 waits a moment for the session to take the news, so that its slots are
 free before the next client of the same user arrives.
+
+The gateway may close a socket itself (`Leaving`): a client that sends no
+event in its first-event window, or reads slower than its session speaks
+(its bounded outbox overflows), gets a typed error and its session ends;
+a draining gateway detaches each session and closes with 1012, so the
+client resumes it elsewhere. Both queues are bounded: commands wait for
+room (TCP slows the client), frames past the outbox's limit close it.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ from antiphon.gateway.client_close import client_gone, is_last
 from antiphon.gateway.dialect import OPENAI, Dialect
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.metrics import GatewayMetrics
+from antiphon.gateway.outbox import Outbox
+from antiphon.gateway.pinned import PinnedConfig
 from antiphon.gateway.translator import Translator, metric_label
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import session_pb2_grpc
@@ -52,6 +61,9 @@ tracer = trace.get_tracer("antiphon.gateway")
 CLOSE_NORMAL = 1000
 CLOSE_POLICY = 1008
 CLOSE_INTERNAL = 1011
+# Service restart: this gateway is going away, the client should come back
+# (through another one). The session only detaches (`client_close`).
+CLOSE_SERVICE_RESTART = 1012
 # Events after which this socket's session stream is over for good.
 TERMINAL = {"session_closed", "session_expired", "session_replaced", "resync_required"}
 # Refusals of a resume that may pass if it is tried again shortly.
@@ -59,10 +71,30 @@ RETRYABLE_REFUSALS = frozenset({"server_error", "rate_limit_error"})
 # How long a connection whose client left waits for its session to take the
 # news (end, or detach) before dropping the stream, which detaches it anyway.
 CLIENT_GONE_WAIT_S = 5.0
+# How long the last frames of a closing connection (a slow reader's error,
+# its close frame) may wait for the client to read them; past it the socket
+# is dropped. Memory meanwhile is one frame and the transport's buffer.
+GOODBYE_FLUSH_S = 30.0
 # How one session stream ended: the session is over for this socket, the
 # session ended the stream without a terminal event (a draining replica, or
 # the client left), or the stream was lost.
 Relayed = Literal["over", "ended", "lost"]
+
+
+@dataclass(frozen=True)
+class Leaving:
+    """The gateway closes this socket on its own: why (a metric label and the
+    close reason), with which close code, the error told first (if any), and
+    whether the session ends (a client at fault) or only detaches (a drain:
+    the client resumes it elsewhere)."""
+
+    reason: str
+    close_code: int
+    error: ClientError | None
+    ends_session: bool
+
+
+DRAIN = Leaving("service_restart", CLOSE_SERVICE_RESTART, None, ends_session=False)
 
 
 @dataclass
@@ -83,20 +115,35 @@ class Connection:
         *,
         max_message_bytes: int,
         reconnect_timeout_s: float,
+        max_append_bytes: int = 15 * 1024 * 1024,
+        first_event_timeout_s: float = 0.0,
+        max_outbox_bytes: int = 8 * 1024 * 1024,
+        max_pending_commands: int = 256,
         dialect: Dialect = OPENAI,
+        pinned: PinnedConfig | None = None,
     ) -> None:
         self._ws = ws
         self._replicas = replicas
         self._metrics = metrics
         self._max_bytes = max_message_bytes
         self._reconnect_timeout_s = reconnect_timeout_s
-        self._translator = Translator(dialect.client_types)
+        self._translator = Translator(dialect.client_types, pinned)
         self._normalize = dialect.normalize
         self._project = dialect.projector()
         self._opens_on_connect = dialect.opens_on_connect
         self._close_code = CLOSE_NORMAL
-        self._commands: asyncio.Queue[spb.ClientCommand] = asyncio.Queue()
-        self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._close_reason = ""
+        self._max_append = max_append_bytes
+        self._first_event_timeout_s = first_event_timeout_s
+        # Bounded both ways: a client that sends faster than its session takes
+        # is slowed by TCP (the reader waits for room); one that reads slower
+        # than its session speaks is closed (`Outbox`).
+        self._commands: asyncio.Queue[spb.ClientCommand] = asyncio.Queue(max_pending_commands)
+        self._outbox = Outbox(metrics, limit_bytes=max_outbox_bytes)
+        # Any frame from the client: it is there (`first_event_timeout_s`).
+        self._heard = False
+        self._leave_as: Leaving | None = None
+        self._leave_now = asyncio.Event()
         self._identity: Identity | None = None
         self._delivered_seq = 0
         # Set once the client's socket closed: the last command of the connection.
@@ -107,16 +154,84 @@ class Connection:
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write())
+        timer = None
+        if self._first_event_timeout_s > 0:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(self._first_event_timeout_s, self._no_first_event)
         try:
-            first = await self._handshake()
+            first = await self._opening()
             if first is not None:
                 await self._serve(first)
         except WebSocketDisconnect:
             pass  # gone before it opened a session: nothing to tell
         finally:
-            self._outbox.put_nowait(None)
-            with contextlib.suppress(Exception):
-                await writer
+            if timer is not None:
+                timer.cancel()
+            self._outbox.close()
+            # A client that never reads again must not hold the connection
+            # open: its last frames get a bounded wait, then the socket goes.
+            done, _ = await asyncio.wait({writer}, timeout=GOODBYE_FLUSH_S)
+            if not done:
+                writer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await writer
+            self._outbox.discard()
+
+    # ------------------------------------------------------------ leaving
+    def drain(self) -> None:
+        """The gateway is draining: detach the session, close with 1012."""
+        self._leave(DRAIN)
+
+    def _leave(self, how: Leaving) -> None:
+        if self._leave_as is None:
+            self._leave_as = how
+            self._leave_now.set()
+
+    def _no_first_event(self) -> None:
+        if not self._heard:
+            error = ClientError(
+                "first_event_timeout",
+                f"no client event within {self._first_event_timeout_s:g} s of connecting",
+            )
+            self._leave(Leaving("first_event_timeout", CLOSE_POLICY, error, ends_session=True))
+
+    def _deliver(self, frame: dict[str, Any]) -> None:
+        """One frame for the client; a backlog past the outbox's limit means
+        the client reads too slowly for its own session: it is closed."""
+        if not self._outbox.put(frame) and not self._outbox.closed:
+            error = ClientError(
+                "slow_consumer",
+                "the client did not read its events fast enough; "
+                f"more than {self._outbox.limit_bytes} bytes were waiting",
+            )
+            self._leave(Leaving("slow_consumer", CLOSE_POLICY, error, ends_session=True))
+
+    def _say_goodbye(self, how: Leaving) -> None:
+        """Count the leaving; tell its error (ahead of a slow reader's backlog,
+        which its journal keeps), and close with its code."""
+        self._metrics.server_closes.labels(how.reason).inc()
+        self._close_code, self._close_reason = how.close_code, how.reason
+        if how.error is not None:
+            err = how.error
+            frames = self._error_frames(err.type, err.code, err.message, err.param)
+            self._outbox.close(frames, drop_backlog=how.reason == "slow_consumer")
+
+    async def _opening(self) -> spb.ClientCommand | None:
+        """The handshake, unless the gateway leaves first (no session yet)."""
+        handshake = asyncio.create_task(self._handshake())
+        leave = asyncio.create_task(self._leave_now.wait())
+        try:
+            await asyncio.wait({handshake, leave}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            leave.cancel()
+        if handshake.done():
+            return handshake.result()
+        handshake.cancel()
+        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
+            await handshake
+        assert self._leave_as is not None
+        self._say_goodbye(self._leave_as)
+        return None
 
     # -------------------------------------------------------------- read
     async def _receive(self) -> dict[str, Any]:
@@ -124,6 +239,7 @@ class Connection:
         message = await self._ws.receive()
         if message["type"] == "websocket.disconnect":
             raise WebSocketDisconnect(message.get("code", CLOSE_NORMAL))
+        self._heard = True
         text = message.get("text")
         if text is None:
             raise ClientError("invalid_event", "events must be JSON text frames")
@@ -168,7 +284,7 @@ class Connection:
             try:
                 event = await self._receive()
                 self._metrics.events_in.labels(metric_label(event)).inc()
-                self._commands.put_nowait(self._translator.translate(event))
+                command = self._checked(self._translator.translate(event))
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
                 rejected = spb.ErrorEvent(
@@ -178,7 +294,25 @@ class Connection:
                     param=err.param,
                     event_id=_event_id(event),
                 )
-                self._commands.put_nowait(spb.ClientCommand(rejected=rejected))
+                command = spb.ClientCommand(rejected=rejected)
+            # Waits while the session stream is behind: the socket is not read
+            # meanwhile, so TCP slows a client that sends faster than that.
+            await self._commands.put(command)
+
+    def _checked(self, cmd: spb.ClientCommand) -> spb.ClientCommand:
+        """A command within the limits no client can raise."""
+        if (
+            cmd.WhichOneof("kind") == "append_audio"
+            and len(cmd.append_audio.pcm16) > self._max_append
+        ):
+            # On the decoded audio, as OpenAI counts it (G.711 counts as the
+            # PCM16 it becomes: that is what crosses to the session).
+            raise ClientError(
+                "audio_too_large",
+                f"an append may carry at most {self._max_append} bytes of audio",
+                param="audio",
+            )
+        return cmd
 
     # ----------------------------------------------------------- session
     async def _serve(self, first: spb.ClientCommand) -> None:
@@ -186,14 +320,17 @@ class Connection:
         # The connection's span is the parent of the session's and stages' spans.
         with tracer.start_as_current_span("gateway.connection"):
             session = asyncio.create_task(self._follow_session(first))
+            leave = asyncio.create_task(self._leave_now.wait())
             try:
                 done, _ = await asyncio.wait(
-                    {socket_reader, session}, return_when=asyncio.FIRST_COMPLETED
+                    {socket_reader, session, leave}, return_when=asyncio.FIRST_COMPLETED
                 )
-                if session not in done:
+                if socket_reader in done:
                     await self._client_left(socket_reader, session)
+                elif session not in done:
+                    await self._server_leaves(socket_reader, session)
             finally:
-                for task in (socket_reader, session):
+                for task in (socket_reader, session, leave):
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
                         await task
@@ -209,7 +346,31 @@ class Connection:
         self._goodbye = client_gone(exc.code)
         clean = self._goodbye.client_gone.clean
         self._metrics.client_closes.labels("clean" if clean else "dropped").inc()
-        self._commands.put_nowait(self._goodbye)
+        await self._tell_session(self._goodbye, session)
+
+    async def _server_leaves(
+        self, socket_reader: asyncio.Task[None], session: asyncio.Task[None]
+    ) -> None:
+        """The gateway closes the socket: nothing more is read from the
+        client; its session ends (a client at fault) or detaches (a drain),
+        then the socket closes with the leaving's code."""
+        socket_reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
+            await socket_reader
+        how = self._leave_as
+        assert how is not None
+        self._say_goodbye(how)
+        if how.ends_session:
+            self._goodbye = spb.ClientCommand(client_type="session.close", close=spb.CloseSession())
+        else:
+            self._goodbye = client_gone(how.close_code)
+        await self._tell_session(self._goodbye, session)
+
+    async def _tell_session(self, goodbye: spb.ClientCommand, session: asyncio.Task[None]) -> None:
+        """Send the connection's last command, and give the session a moment
+        to take it (both waits bounded: the stream may be lost meanwhile)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._commands.put(goodbye), CLIENT_GONE_WAIT_S)
         await asyncio.wait({session}, timeout=CLIENT_GONE_WAIT_S)
 
     async def _follow_session(self, first: spb.ClientCommand) -> None:
@@ -246,7 +407,7 @@ class Connection:
                 self._local_error(
                     "server_error", "session_unavailable", "the session service is unavailable"
                 )
-                self._outbox.put_nowait(None)
+                self._outbox.close()
                 return
             self._metrics.reconnects.inc()
             replica += 1
@@ -299,9 +460,9 @@ class Connection:
                         return "lost"
                 self._remember(ev, kind)
                 for frame in self._project(ev):
-                    self._outbox.put_nowait(frame)
+                    self._deliver(frame)
                 if kind in TERMINAL or (kind == "error" and ev.seq == 0):
-                    self._outbox.put_nowait(None)
+                    self._outbox.close()
                     return "over"
         except grpc.aio.AioRpcError as exc:
             log.warning("session stream lost", extra={"code": str(exc.code())})
@@ -332,24 +493,36 @@ class Connection:
         self, type_: str, code: str, message: str, param: str = "", event_id: str = ""
     ) -> None:
         """Send an error no session journaled: seq 0, in this socket's dialect."""
+        for frame in self._error_frames(type_, code, message, param, event_id):
+            self._deliver(frame)
+
+    def _error_frames(
+        self, type_: str, code: str, message: str, param: str = "", event_id: str = ""
+    ) -> list[dict[str, Any]]:
         error = spb.ErrorEvent(
             type=type_, code=code, message=message, param=param, event_id=event_id
         )
-        for frame in self._project(spb.ServerEvent(seq=0, event_id=new_id("event"), error=error)):
-            self._outbox.put_nowait(frame)
+        return list(self._project(spb.ServerEvent(seq=0, event_id=new_id("event"), error=error)))
 
     # ------------------------------------------------------------- write
     async def _write(self) -> None:
         try:
-            while (event := await self._outbox.get()) is not None:
-                self._metrics.events_out.labels(event["type"]).inc()
-                await self._ws.send_text(json.dumps(event, separators=(",", ":")))
+            while (frame := await self._outbox.get()) is not None:
+                kind, text = frame
+                self._metrics.events_out.labels(kind).inc()
+                await self._ws.send_text(text)
         except Exception:
             return
         with contextlib.suppress(Exception):
-            await self._ws.close(self._close_code)
+            await self._ws.close(self._close_code, self._close_reason or None)
 
 
 def _event_id(event: dict[str, Any] | None) -> str:
     eid = (event or {}).get("event_id")
-    return eid if isinstance(eid, str) else ""
+    if not isinstance(eid, str):
+        return ""
+    try:
+        eid.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON may escape one) fits no protobuf string
+        return ""
+    return eid

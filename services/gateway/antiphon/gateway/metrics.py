@@ -39,3 +39,43 @@ class GatewayMetrics:
             ["code"],
             registry=registry,
         )
+        self.refusals = Counter(
+            "antiphon_gateway_refusals_total",
+            "WebSocket upgrades and client_secrets requests refused before any session, by reason",
+            ["reason"],
+            registry=registry,
+        )
+        self.client_secrets_minted = Counter(
+            "antiphon_gateway_client_secrets_minted_total",
+            "Client secrets minted, by endpoint (client_secrets, demo)",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.server_closes = Counter(
+            "antiphon_gateway_server_closes_total",
+            "Client sockets the gateway closed on its own initiative, by reason",
+            ["reason"],
+            registry=registry,
+        )
+        self.outbox_bytes = Gauge(
+            "antiphon_gateway_outbox_bytes",
+            "Server events waiting for their clients to read them, all sockets",
+            registry=registry,
+        )
+        self.outbox_peak = Gauge(
+            "antiphon_gateway_outbox_peak_bytes",
+            "The largest backlog one socket's outbox has held since the start",
+            registry=registry,
+        )
+        self.draining = Gauge(
+            "antiphon_gateway_draining",
+            "1 once SIGTERM started the drain: not ready, no new sockets",
+            registry=registry,
+        )
+        self._peak = 0
+
+    def note_outbox(self, size: int) -> None:
+        """One socket's backlog is `size` bytes now."""
+        if size > self._peak:
+            self._peak = size
+            self.outbox_peak.set(size)

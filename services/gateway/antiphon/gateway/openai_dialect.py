@@ -83,7 +83,10 @@ ENDINGS: dict[str, _Ending] = {
     "session_expired": lambda e: (
         "invalid_request_error",
         "session_expired",
-        f"The session expired ({e.reason}).",
+        # OpenAI's own words for its 60-minute limit.
+        "Your session hit the maximum duration."
+        if e.reason == "max_duration_expired"
+        else f"The session expired ({e.reason}).",
     ),
     "session_replaced": lambda e: (
         "invalid_request_error",

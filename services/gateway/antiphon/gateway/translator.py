@@ -30,6 +30,7 @@ from antiphon.gateway.audio_formats import WAV, base64_audio, decode_field, even
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.fields import Event
 from antiphon.gateway.items import create_item
+from antiphon.gateway.pinned import PinnedConfig
 from antiphon.gateway.session_patch import session_patch, with_query
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -67,8 +68,10 @@ def metric_label(event: Event) -> str:
     """The event's type as a metric label; client-made names collapse to one,
     so a client cannot grow the metric's series without bound."""
     t = event.get("type")
+    if not isinstance(t, str):  # a list or object type is unhashable: never a lookup key
+        return "unknown"
     known = t in ALIASES or t in HANDLERS or t == "session.resume"
-    return t if isinstance(t, str) and known else "unknown"
+    return t if known else "unknown"
 
 
 class Translator:
@@ -78,16 +81,26 @@ class Translator:
     connection's dialect takes; None takes every type the translator knows.
     """
 
-    def __init__(self, client_types: frozenset[str] | None = None) -> None:
+    def __init__(
+        self, client_types: frozenset[str] | None = None, pinned: PinnedConfig | None = None
+    ) -> None:
         # The client's declaration, not the session's echo: an append sent
         # right after a session.update is already in the new encoding, before
         # the echo can come back.
         self._input_encoding = PCM16
         self._declared = False
         self._client_types = client_types
+        # A client secret's config: applied at the open, unchangeable after.
+        self._pinned = pinned
 
     def translate(self, event: Event) -> spb.ClientCommand:
         """The typed command for one client event; raises ClientError."""
+        try:
+            return self._translate(event)
+        except UnicodeEncodeError as exc:
+            raise _not_unicode() from exc
+
+    def _translate(self, event: Event) -> spb.ClientCommand:
         if self._client_types is not None:
             fields.only(event, self._client_types)
         etype = canonical_type(event)
@@ -101,6 +114,8 @@ class Translator:
         if handler is None:
             raise ClientError("invalid_event", f"unknown event type {etype!r}", param="type")
         cmd = handler(self, event)
+        if self._pinned is not None and cmd.HasField("create_response"):
+            self._pinned.check(cmd.create_response, "response")
         cmd.client_type = etype
         event_id = event.get("event_id")
         if isinstance(event_id, str):
@@ -113,6 +128,12 @@ class Translator:
     def open(self, event: Event, query: dict[str, str]) -> spb.ClientCommand:
         """The handshake: `session.update` opens (with URL query defaults),
         `session.resume` re-attaches; `?autostart=0` allows only the latter."""
+        try:
+            return self._open(event, query)
+        except UnicodeEncodeError as exc:
+            raise _not_unicode() from exc
+
+    def _open(self, event: Event, query: dict[str, str]) -> spb.ClientCommand:
         etype = canonical_type(event)
         if etype == "session.resume":
             return _resume(event)
@@ -123,17 +144,25 @@ class Translator:
                 f"the first event must be {expected} (the open handshake)",
                 param="type",
             )
-        patch = with_query(session_patch(event, self._input_encoding), query)
-        self._declare(patch)
+        patch = session_patch(event, self._input_encoding)
+        if self._pinned is not None:
+            self._pinned.check(patch, "session")
+            self._pinned.apply(patch)
+        patch = with_query(patch, query)
         cmd = spb.ClientCommand(client_type="session.update", open=spb.OpenSession(config=patch))
         if isinstance(event.get("event_id"), str):
             cmd.event_id = event["event_id"]
+        self._declare(patch)
         return cmd
 
     def connect(self, query: dict[str, str]) -> spb.ClientCommand:
         """The open of a dialect that opens on connect (OpenAI's): the server's
-        defaults and what the URL query sets, before any client event."""
-        patch = with_query(cpb.SessionConfigPatch(), query)
+        defaults, a client secret's config and what the URL query sets (which
+        cannot change the secret's), before any client event."""
+        patch = cpb.SessionConfigPatch()
+        if self._pinned is not None:
+            self._declare(self._pinned.apply(patch))
+        patch = with_query(patch, query)
         return spb.ClientCommand(
             client_type="websocket.connect",
             open=spb.OpenSession(config=patch, on_connect=True),
@@ -155,6 +184,8 @@ class Translator:
     # are plain functions of the event, below.
     def _update(self, event: Event) -> spb.ClientCommand:
         patch = session_patch(event, self._input_encoding)
+        if self._pinned is not None:
+            self._pinned.check(patch, "session")
         self._declare(patch)
         return spb.ClientCommand(update=spb.UpdateSession(config=patch))
 
@@ -178,6 +209,11 @@ class Translator:
 
     def _create_item(self, event: Event) -> spb.ClientCommand:
         return spb.ClientCommand(create_item=create_item(event, self._input_encoding))
+
+
+def _not_unicode() -> ClientError:
+    # JSON may escape a lone UTF-16 surrogate ("\\ud800"); no protobuf string holds one.
+    return ClientError("invalid_value", "strings must be valid Unicode (no lone UTF-16 surrogates)")
 
 
 # ----------------------------------------------------------- stateless builders

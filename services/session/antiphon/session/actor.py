@@ -73,15 +73,25 @@ class SessionActor:
         self._metrics = metrics
         # Created before the stage bindings, which post their results into it.
         self.mailbox = mailbox
+        # Client commands in the mailbox at most: past it the stream is not
+        # read, and gRPC's flow control slows the gateway (then its client).
+        # Stage results are not counted: the session asked for each of them.
+        self._command_room = asyncio.Semaphore(settings.max_pending_commands)
         # A response left open by a previous owner, to be ended on takeover.
         self._orphaned_response = snapshot.active_response
         self._last_activity = time.monotonic()
+        self._created_ms = snapshot.created_ms
         self._closed = asyncio.Event()
 
         def config() -> cpb.SessionConfig:
             return self._config
 
-        self._attachment = Attachment(sid, snapshot.attachment)
+        self._attachment = Attachment(
+            sid,
+            snapshot.attachment,
+            max_events=settings.max_outbound_events,
+            overflows=metrics.backlog_overflows.labels("outbound"),
+        )
         self._emitter = Emitter(
             journal=store,
             session_id=sid,
@@ -158,6 +168,11 @@ class SessionActor:
     def post(self, item: mail.Mail) -> None:
         self.mailbox.put_nowait(item)
 
+    async def post_command(self, item: mail.Command) -> None:
+        """Post a client command once the mailbox has room for one."""
+        await self._command_room.acquire()
+        self.post(item)
+
     async def open(self, on_connect: bool) -> tuple[Outbound, int]:
         """Attach the new session's first stream: its outbound queue and generation."""
         return await self._ask(lambda answer: mail.Open(on_connect, answer))
@@ -208,6 +223,7 @@ class SessionActor:
     async def _handle(self, item: mail.Mail) -> None:
         match item:
             case mail.Command(generation, cmd):
+                self._command_room.release()
                 if generation != self._attachment.generation:
                     # A write from a replaced attachment: refused, never applied.
                     self._metrics.stale_dropped.labels("attachment").inc()
@@ -483,8 +499,15 @@ class SessionActor:
         self._links.close_soon()
 
     async def _tick(self) -> None:
-        """The registry's periodic check: stages to rebind, the idle lease."""
+        """The registry's periodic check: stages to rebind, the session's age,
+        the idle lease."""
         await self._stage_events.retry_unbound()
+        limit_s = self._settings.max_session_duration_s
+        # The session's clock, not a socket's: a session outlives its sockets
+        # (resumes, fail-over), and the age is counted from its open, in Redis.
+        if limit_s and self._created_ms and time.time() * 1000 - self._created_ms > limit_s * 1000:
+            await self._expire("max_duration_expired")
+            return
         idle = time.monotonic() - self._last_activity
         if self._settings.idle_ttl_s and idle > self._settings.idle_ttl_s:
             await self._expire("idle_ttl_expired")

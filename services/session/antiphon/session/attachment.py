@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from prometheus_client import Counter
+
 from antiphon.common.ids import new_id
 from antiphon.v1 import session_pb2 as spb
 
@@ -19,9 +21,18 @@ Outbound = asyncio.Queue[spb.ServerEvent | None]
 
 
 class Attachment:
-    def __init__(self, session_id: str, generation: int) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        generation: int,
+        *,
+        max_events: int = 4096,
+        overflows: Counter | None = None,
+    ) -> None:
         self._session_id = session_id
         self.generation = generation
+        self._max_events = max_events
+        self._overflows = overflows
         self.outbound: Outbound | None = None
         # No stream attached: the client may resume within the grace period.
         self.detached = False
@@ -41,8 +52,17 @@ class Attachment:
         return self.outbound, self.generation, replaced
 
     def send(self, event: spb.ServerEvent) -> None:
-        if self.outbound is not None:
-            self.outbound.put_nowait(event)
+        if self.outbound is None:
+            return
+        if self.outbound.qsize() >= self._max_events:
+            # Its gateway takes nothing: end the stream after what it holds,
+            # so the session detaches; the journal keeps this event and the
+            # rest, and a resume replays them. Memory stays bounded.
+            if self._overflows is not None:
+                self._overflows.inc()
+            self.end()
+            return
+        self.outbound.put_nowait(event)
 
     def end(self) -> None:
         """End the attached stream (its gateway waits for that), if one is open."""

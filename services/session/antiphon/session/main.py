@@ -6,6 +6,9 @@ import asyncio
 import contextlib
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from antiphon.common import bootstrap, metrics
 from antiphon.common.grpcserver import GrpcApp
@@ -27,8 +30,17 @@ async def serve(settings: SessionSettings) -> None:
     metrics.serve(registry, settings.metrics_port)
     # Callers queue for a connection rather than fail: hundreds of actors may
     # journal at once, and redis-py's default pool raises past 100.
+    # A pool given to the client brings its own retry policy, and from_url's
+    # is none: after a Redis restart every pooled connection is stale, so its
+    # next command would fail the session using it. Retry on a dead connection
+    # or a Redis still loading its AOF (not on a timeout, which may have run
+    # the command), for as long as a restart takes: ~10 s of backoff in all.
     connections = aioredis.BlockingConnectionPool.from_url(
-        settings.redis_url, max_connections=settings.redis_max_connections, timeout=30
+        settings.redis_url,
+        max_connections=settings.redis_max_connections,
+        timeout=30,
+        retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=2.0), 8),
+        retry_on_error=[RedisConnectionError],
     )
     client = aioredis.Redis(connection_pool=connections)
     store = SessionStore(

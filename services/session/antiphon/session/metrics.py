@@ -69,6 +69,12 @@ class SessionMetrics:
             ["reason"],
             registry=registry,
         )
+        self.backlog_overflows = Counter(
+            "antiphon_session_backlog_overflows_total",
+            "Streams ended because their peer did not take what was queued for it, by queue",
+            ["queue"],
+            registry=registry,
+        )
         self.detached = Counter(
             "antiphon_session_detached_total",
             "Sessions left resumable with no stream (and no stage slot), by how",

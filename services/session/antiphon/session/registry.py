@@ -88,6 +88,7 @@ class SessionRegistry:
                 f"duplex session capacity reached (max_sessions={self._settings.max_sessions})",
             )
         token = new_id("own")
+        created_ms = int(time.time() * 1000)
         try:
             opened = await self._store.open(
                 session_id,
@@ -97,10 +98,14 @@ class SessionRegistry:
                     "state": "open",
                     # Which replica owns it: for operators (and the benchmarks).
                     "replica": self._settings.listen,
+                    "created_ms": str(created_ms),
                 },
             )
             snapshot = Snapshot(
-                session_id=session_id, incarnation=opened.incarnation, config=config
+                session_id=session_id,
+                incarnation=opened.incarnation,
+                config=config,
+                created_ms=created_ms,
             )
             actor = await self._start_actor(snapshot, token)
         except BaseException:

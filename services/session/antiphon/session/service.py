@@ -73,6 +73,6 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
     ) -> None:
         try:
             async for cmd in commands:
-                actor.post(mail.Command(generation, cmd))
+                await actor.post_command(mail.Command(generation, cmd))
         except (asyncio.CancelledError, grpc.aio.AioRpcError):
             pass

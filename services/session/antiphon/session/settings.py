@@ -32,6 +32,10 @@ class SessionSettings(ServiceSettings):
     # Server-owned limits (reference `DuplexSessionRuntimeConfig`).
     max_sessions: int = 4
     idle_ttl_s: float = 300.0
+    # A session ends with `session_expired` (`max_duration_expired`) this long
+    # after it opened, attached or not, whichever replica owns it then
+    # (OpenAI: 60 minutes). 0: no limit.
+    max_session_duration_s: float = 3600.0
     disconnect_grace_s: float = 30.0
     reaper_interval_s: float = 5.0
     resume_replay_ttl_s: float = 60.0
@@ -39,6 +43,14 @@ class SessionSettings(ServiceSettings):
     max_pending_input_bytes_per_session: int = 16 * 1024 * 1024
     max_pending_turns_per_session: int = 4
     completed_append_cache_size: int = 256
+    # Events one attached stream may have waiting for its gateway; past this
+    # the stream is ended (the session detaches: its journal has the events,
+    # and the gateway's resume replays them), so a stuck gateway costs
+    # bounded memory.
+    max_outbound_events: int = 4096
+    # Client commands one session may have waiting in its mailbox; the stream
+    # is not read meanwhile, so gRPC's flow control slows the gateway.
+    max_pending_commands: int = 256
     # A commit over an active auto-response shorter than this is a listener's
     # acknowledgement ("mm-hm"), not a new turn.
     short_overlap_ms: int = 600

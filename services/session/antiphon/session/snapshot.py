@@ -42,6 +42,9 @@ class Snapshot:
     token_hash: str = ""
     # The response in flight, if any: a successor must end it.
     active_response: spb.Response | None = None
+    # When the session opened (wall clock, ms: every replica reads the same
+    # clock), for its maximum duration; written once, at the open. 0: unknown.
+    created_ms: int = 0
 
     def fields(self) -> dict[str, bytes | str]:
         return {
@@ -74,4 +77,5 @@ class Snapshot:
             last_item_id=text("last_item_id"),
             token_hash=text("token_hash"),
             active_response=spb.Response.FromString(active) if active else None,
+            created_ms=int(text("created_ms", "0")),
         )

@@ -31,6 +31,10 @@ STAGE0_SERVICE = "antiphon.v1.Stage0Service"
 STAGE1_SERVICE = "antiphon.v1.Stage1Service"
 # How long a worker may take to answer a Describe or a Bind.
 BIND_TIMEOUT_S = 5.0
+# Requests one binding may have waiting for its worker to read them. A worker
+# that falls this far behind is treated as lost: the stream is cancelled and
+# the session fails over to another worker, instead of queueing without end.
+MAX_PENDING_REQUESTS = 4096
 
 
 class BindError(RuntimeError):
@@ -123,6 +127,10 @@ class Binding(Generic[Req]):
         return cls(address, call, queue, on_event)
 
     def send(self, request: Req) -> None:
+        if self._queue.qsize() >= MAX_PENDING_REQUESTS:
+            log.warning("stage worker too far behind", extra={"address": self.address})
+            self._call.cancel()  # the reader reports the stream ended: fail-over
+            return
         self._queue.put_nowait(request)
 
     async def close(self) -> None:

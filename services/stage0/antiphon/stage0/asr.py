@@ -38,15 +38,18 @@ NO_SPEECH_LOGPROB = -1.0
 class WhisperAsr:
     """One CTranslate2 Whisper model; English, greedy, no timestamps."""
 
-    def __init__(self, model_dir: Path, threads: int = 1, compute_type: str = "int8") -> None:
+    def __init__(
+        self, model_dir: Path, threads: int = 1, compute_type: str = "int8", workers: int = 1
+    ) -> None:
         whisper = WhisperModel(
             str(model_dir),
             device="cpu",
             compute_type=compute_type,
             # The worker shares a small CPU with VAD and the LLM.
             cpu_threads=threads,
-            # One utterance at a time per model: concurrency comes from more workers.
-            num_workers=1,
+            # Utterances transcribed at once, each from its own calling thread
+            # (the worker's ASR executor is as wide): 1 on a small shared box.
+            num_workers=max(1, workers),
             # A directory path never touches the hub; this makes sure of it.
             local_files_only=True,
         )

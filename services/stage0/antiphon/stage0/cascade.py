@@ -19,10 +19,10 @@ from typing import Any
 
 from antiphon.common import stage_audio
 from antiphon.stage0 import history, tools
-from antiphon.stage0.llm import GenerationMetrics, PromptTooLongError
+from antiphon.stage0.generation import GenerationMetrics, PromptTooLongError
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
-from antiphon.stage0.prompt import with_preamble
+from antiphon.stage0.prompt import preamble_for, with_preamble
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.transcript import PendingText, StreamingTranscript
 from antiphon.stage0.turn import (
@@ -341,10 +341,15 @@ class CascadeSession:
         """Stage0's preamble, the client's instructions, and as much history as fits
         (with the `offered` functions in the prompt, or none: tools.py)."""
         llm = self._models.llm
+        s = self._settings
         messages = tools.pairs(req.messages)
-        max_model_len = self._settings.llm_max_model_len
+        max_model_len = s.llm_max_model_len
         return history.fit_prompt(
-            with_preamble(messages, self._settings.llm_preamble, self._settings.llm_reminder),
+            with_preamble(
+                messages,
+                preamble_for(s.llm_preamble, s.llm_style, functions_offered=bool(offered)),
+                s.llm_reminder,
+            ),
             tools.renderer(llm, offered),
             llm.count_tokens,
             max_model_len=max_model_len,
@@ -374,6 +379,7 @@ class CascadeSession:
                     prompt,
                     temperature=req.temperature,
                     max_tokens=max_tokens,
+                    check_threshold=self._settings.tool_check_threshold,
                 ):
                     if isinstance(out, tools.ToolCallOut):
                         self._emit(

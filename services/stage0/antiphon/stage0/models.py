@@ -8,15 +8,19 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
-from antiphon.stage0.llm import Decoding, LlmEngine
+from antiphon.stage0.generation import Decoding
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.tools import ChatModel
 from antiphon.stage0.turn import SmartTurn
 from antiphon.stage0.vad import SileroVad
+
+if TYPE_CHECKING:
+    # vLLM and torch load with the engine only: a synthetic worker never needs them.
+    from antiphon.stage0.llm import LlmEngine
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +63,7 @@ class CascadeModels:
     turn: SmartTurn
     asr: WhisperAsr
     llm: LlmEngine
-    # Whisper runs off the event loop, one utterance at a time.
+    # Whisper runs off the event loop, `asr_workers` utterances at a time.
     asr_executor: ThreadPoolExecutor
 
     @classmethod
@@ -68,14 +72,23 @@ class CascadeModels:
         t0 = time.perf_counter()
         vad = SileroVad(assets.vad_onnx, threads=settings.vad_threads)
         turn = SmartTurn(assets.turn.onnx, assets.turn.features, threads=settings.turn_threads)
-        asr = WhisperAsr(assets.whisper_dir, threads=settings.asr_threads)
+        asr = WhisperAsr(
+            assets.whisper_dir, threads=settings.asr_threads, workers=settings.asr_workers
+        )
         t1 = time.perf_counter()
+        from antiphon.stage0.llm import LlmEngine
+
         llm = await LlmEngine.start(
             assets.llm_model,
             threads=settings.llm_threads,
             max_model_len=settings.llm_max_model_len,
             kv_cache_gib=settings.llm_kv_cache_gib,
+            max_num_seqs=settings.llm_max_num_seqs,
             dtype=settings.llm_dtype,
+            block_size=settings.llm_block_size,
+            gpu_memory_utilization=settings.llm_gpu_memory_utilization,
+            enforce_eager=settings.llm_enforce_eager,
+            load_format=settings.llm_load_format,
             decoding=decoding(settings),
         )
         log.info(
@@ -87,7 +100,8 @@ class CascadeModels:
                 "llm_dtype": settings.llm_dtype,
             },
         )
-        return cls(vad, turn, asr, llm, ThreadPoolExecutor(1, thread_name_prefix="asr"))
+        asr_pool = ThreadPoolExecutor(max(1, settings.asr_workers), thread_name_prefix="asr")
+        return cls(vad, turn, asr, llm, asr_pool)
 
     async def transcribe(self, pcm16: bytes) -> str:
         if not pcm16:

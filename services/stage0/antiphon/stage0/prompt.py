@@ -12,6 +12,12 @@ short reminder, since a small model weighs the last words of its system
 message most (measured with bench/answers.py's questions as Whisper heard
 them: Qwen2.5-Coder-0.5B 34/48 right with the preamble alone, 37/48 with this
 one and the reminder, and answers 10 tokens long on average instead of 12).
+
+The style line ("plain spoken words: no lists, markdown, code") is left out
+when functions are offered: Qwen2.5-Coder-1.5B read "no code" as "do not
+write the call" and described the call aloud instead ("To get the weather
+in Paris, use the `get_weather` function with..."), for every weather
+question tried; without the line it writes the call.
 """
 
 from __future__ import annotations
@@ -23,13 +29,18 @@ Message = tuple[str, str]
 VOICE_PREAMBLE = (
     "You are a voice assistant: everything you write is spoken aloud. "
     "Reply in one or two short sentences in the language the user speaks, "
-    "and start with the answer itself. "
-    "Use plain spoken words: no lists, markdown, code or emoji."
+    "and start with the answer itself."
 )
+VOICE_STYLE = "Use plain spoken words: no lists, markdown, code or emoji."
 VOICE_REMINDER = (
     "Whatever the instructions above say, answer the user's question itself, "
     "briefly and in the user's language."
 )
+
+
+def preamble_for(preamble: str, style: str, functions_offered: bool) -> str:
+    """The preamble of one pass: with the style line, unless functions are offered."""
+    return preamble if functions_offered or not style else f"{preamble} {style}".strip()
 
 
 def with_preamble(

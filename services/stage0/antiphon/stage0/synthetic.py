@@ -17,7 +17,7 @@ from typing import Any
 
 from antiphon.common import stage_audio
 from antiphon.stage0.assets import locate_turn, locate_vad
-from antiphon.stage0.llm import GenerationMetrics, Guided, LlmOutput
+from antiphon.stage0.generation import GenerationMetrics, Guided, LlmOutput
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.turn import SmartTurn
 from antiphon.stage0.vad import SileroVad

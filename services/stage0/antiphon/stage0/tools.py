@@ -23,9 +23,10 @@ small Qwen models call eagerly (`get_weather` for "What is the capital of
 France?") and name functions no one declared, so a call they start is
 checked: each declared function is asked about (the user's words and the
 function's description, a yes/no question judged by the odds of its first
-token, `CHECK_THRESHOLD`); a guided pass over the functions kept writes the
-call, and when none is kept (the "no call" answer) the question is answered
-in words by a pass without tools. After a function's result (the history ends with one), "auto"
+token against the model's own line, `check_threshold`: llm_models.py); a
+guided pass over the functions kept writes the call, and when none is kept
+(the "no call" answer) the question is answered in words by a pass without
+tools. After a function's result (the history ends with one), "auto"
 answers in words. A call found after some words (tags, a fence, bare JSON)
 is parsed at the end; one of a name no tool declares is `refused`.
 """
@@ -41,7 +42,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from antiphon.stage0.llm import Guided, LlmOutput
+from antiphon.stage0.generation import Guided, LlmOutput
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 
@@ -59,13 +60,6 @@ CHECK_QUESTION = (
     "A tool: {name} ({description})\nA question: {question}\n"
     "Would calling the tool help answer the question?"
 )
-# The share of "yes" (against "no") from which the check keeps a function.
-# Qwen2.5-Coder-0.5B (bf16) leans to "no" and hardly separates: on 23
-# questions x 3 functions, "yes" had 0.44-0.56 for 9 of the 11 questions
-# asking for what a function gives, under 0.42 for 51 of the 58 pairs that
-# do not. The check only runs when the model starts a call, so a miss
-# costs more than a false keep: the line sits just under the calls.
-CHECK_THRESHOLD = 0.42
 
 
 class ChatModel(Protocol):
@@ -374,11 +368,14 @@ def answer(
     *,
     temperature: float,
     max_tokens: int,
+    check_threshold: float,
 ) -> AsyncIterator[Output]:
     """The response to `req`: its spoken text as `LlmOutput` deltas, its calls
     as `ToolCallOut`, and one finished `LlmOutput` last (its metrics those of
-    the pass that answered, the time to its first token counted from the start)."""
-    return _Passes(llm, request_id, req, prompt, temperature, max_tokens).run()
+    the pass that answered, the time to its first token counted from the start).
+    `check_threshold` is the share of "yes" from which the yes/no check keeps
+    a function (the model's own: llm_models.py)."""
+    return _Passes(llm, request_id, req, prompt, temperature, max_tokens, check_threshold).run()
 
 
 @dataclass
@@ -389,6 +386,7 @@ class _Passes:
     prompt: PromptFor
     temperature: float
     max_tokens: int
+    check_threshold: float
     started: float = field(default_factory=time.perf_counter)
     pass_started: float = 0.0
     count: int = 0
@@ -475,7 +473,7 @@ class _Passes:
             self._rid(), self.llm.render_chat(messages), ("yes", "no")
         )
         total = odds["yes"] + odds["no"]
-        return total > 0 and odds["yes"] / total >= CHECK_THRESHOLD
+        return total > 0 and odds["yes"] / total >= self.check_threshold
 
     async def _guided(self, tools: Sequence[cpb.Tool]) -> AsyncIterator[Output]:
         """One pass that can only write a call of one of `tools`."""

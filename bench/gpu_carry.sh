@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Everything bench/gpu.py needs on the GPU machine (no registry there), as slices of one
+# device call each: vLLM 0.26.0 and its missing dependencies (../shared/gpu/vllm-gpu-wheels.txt),
+# stage0's own (bench/gpu-wheels.txt), and the model files: Whisper base (CTranslate2),
+# Silero VAD, Smart Turn and its features module, and the Qwen2.5-Coder-1.5B config and
+# tokenizer that the dummy models are made from (no weights: they are random there).
+#
+# Usage, here in the repo root, once `make models` has prepared ~/.cache/antiphon/models:
+#   bench/gpu_carry.sh [DEST]        (default .gpu-carry, ignored through .git/info/exclude)
+# Then one device call per slice, back to back (bench/GPU.md has the sequence), and
+#   bash bench/gpu_install.sh        (joins the slices from /tmp/carry into /tmp/site, /tmp/models)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+dest=${1:-.gpu-carry}
+shared=${SHARED_GPU:-$repo/../shared/gpu}
+cache=${ANTIPHON_MODEL_CACHE:-$HOME/.cache/antiphon/models}
+py=${PYTHON:-.venv/bin/python}
+grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >> .git/info/exclude
+
+dl=$dest/download
+stage=$dest/stage
+mkdir -p "$dl"
+cat "$shared/vllm-gpu-wheels.txt" bench/gpu-wheels.txt | sed 's/#.*//' | grep . | while read -r spec; do
+  name=$(echo "${spec%%==*}" | tr 'A-Z-' 'a-z_')
+  ver=${spec##*==}
+  ls "$dl" | tr 'A-Z-' 'a-z_' | grep -q "^${name}_${ver}_" && continue
+  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+    --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64 \
+    -q -d "$dl" "$spec" 2>&1 | grep -v WARNING || true
+done
+want=$(cat "$shared/vllm-gpu-wheels.txt" bench/gpu-wheels.txt | sed 's/#.*//' | grep -c .)
+have=$(ls "$dl"/*.whl | wc -l)
+[ "$have" -ge "$want" ] || { echo "only $have of $want wheels downloaded" >&2; exit 1; }
+
+rm -rf "$stage" && mkdir -p "$stage/wheels" "$stage/models" "$stage/site"
+cp "$dl"/*.whl "$stage/wheels/"
+# Whisper base, as stage0's assets.prepare joined it.
+cp -r "$cache/whisper-base-ct2" "$stage/models/"
+# The 1.5B's config and tokenizer: the embedded default as a dummy, and the 8B dummy's tokenizer.
+q=$stage/models/qwen2.5-coder-1.5b-instruct
+mkdir -p "$q"
+for f in config.json tokenizer.json tokenizer_config.json chat_template.jinja generation_config.json; do
+  cp "$cache/qwen2.5-coder-1.5b-instruct/$f" "$q/"
+done
+# Silero VAD and Smart Turn where assets.locate finds them: inside packages of those names.
+"$py" - "$stage/site" <<'PY'
+import importlib.util, shutil, sys
+from pathlib import Path
+site = Path(sys.argv[1])
+def pkg(name):
+    return Path(importlib.util.find_spec(name).submodule_search_locations[0])
+vad = site / "silero_vad" / "data"
+vad.mkdir(parents=True)
+(site / "silero_vad" / "__init__.py").write_text("")
+shutil.copyfile(pkg("silero_vad") / "data" / "silero_vad.onnx", vad / "silero_vad.onnx")
+turn = site / "pipecat" / "audio" / "turn" / "smart_turn"
+(turn / "data").mkdir(parents=True)
+(site / "pipecat" / "__init__.py").write_text("")
+src = pkg("pipecat") / "audio" / "turn" / "smart_turn"
+shutil.copyfile(src / "_whisper_features.py", turn / "_whisper_features.py")
+shutil.copyfile(src / "data" / "smart-turn-v3.2-cpu.onnx", turn / "data" / "smart-turn-v3.2-cpu.onnx")
+av = site / "av"
+av.mkdir()
+(av / "__init__.py").write_text(
+    '"""Stand-in for PyAV: faster_whisper.audio imports it at the top, and stage0 never\n'
+    'decodes a file with it (its audio arrives as PCM). Carried for bench/gpu.py only."""\n'
+)
+PY
+
+# One compressed stream cut into slices: each slice plus the working tree stays under 64 MiB.
+rm -rf "$dest"/p[0-9]*
+tar -C "$stage" -czf - wheels models site | split -b 58m -d -a 2 - "$dest/payload.part"
+(cd "$dest" && cat payload.part* | sha256sum | cut -d' ' -f1) > "$dest/payload.sha256"
+n=0
+for part in "$dest"/payload.part*; do mkdir -p "$dest/p$n"; mv "$part" "$dest/p$n/"; n=$((n+1)); done
+cp "$dest/payload.sha256" "$dest/p0/"
+echo "$n" > "$dest/p0/slices"
+rm -rf "$stage"
+du -sh "$dest"/p*
+echo "$n slices; device calls: see bench/GPU.md"

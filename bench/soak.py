@@ -1,0 +1,230 @@
+"""Soak: sessions taking turns for N minutes; RSS per service over time, its slope, errors.
+
+    python bench/soak.py --minutes 30 --sessions 200              # synthetic stages
+    python bench/soak.py --minutes 30 --backend cascade           # real models, at capacity
+
+Starts its own stack (`bench/load.py`'s `Bench`: Redis and the four
+services as real processes) and keeps `--sessions` sessions busy with
+manual-lane turns of the load client (paced 200 ms appends, commit,
+`response.create`, to `response.done`) until the time is up; a session
+whose socket dies is replaced by a new one, so the load holds. Every
+`--sample-s` the resident memory of each service's process tree is
+sampled (`bench/procstats.py`); after `--warmup-min` (first allocations,
+caches filling) the least-squares slope of each is reported in MiB per 10
+minutes: flat memory is a slope near 0. Errors are the `error` events by
+code, turns that did not complete by status, and sockets lost.
+
+`--backend cascade` without `--sessions` runs at the capacity the last
+cascade load run measured (`capacity.sessions` of
+`bench/results/load-cascade.json`), else 2. Results go to
+`bench/results/soak-<backend>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
+
+import numpy as np  # noqa: E402
+import websockets  # noqa: E402
+
+from bench.load import (  # noqa: E402
+    QUESTIONS,
+    Bench,
+    git_commit,
+    manual_question,
+    raise_fd_limit,
+    run_async,
+    speech,
+    stack_env,
+)
+from bench.loadclient import MANUAL, LoadSession, Question, SessionError  # noqa: E402
+
+SERVICES = ("gateway", "session", "stage0", "stage1", "redis")
+
+
+def slope_per_10min(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, MiB) points, in MiB per 10 minutes."""
+    if len(points) < 3:
+        return None
+    t, y = np.array(points).T
+    if np.ptp(t) <= 0:
+        return None
+    return round(float(np.polyfit(t, y, 1)[0]) * 600, 2)
+
+
+class Soak:
+    def __init__(self, bench: Bench, questions: list[Question], args: argparse.Namespace) -> None:
+        self.bench = bench
+        self.questions = questions
+        self.args = args
+        self.turns: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.lost: Counter[str] = Counter()
+        self.opened = 0
+
+    async def session(self, index: int, until: float) -> None:
+        """One slot of the load: a session taking turns; a new one if it is lost."""
+        a = self.args
+        turn = 0
+        while time.monotonic() < until:
+            try:
+                s = await LoadSession.connect(index, self.bench.url, False, a.timeout)
+                await s.open(MANUAL, a.timeout)
+            except SessionError as exc:
+                self.lost[f"open_{exc.code}"] += 1
+                await asyncio.sleep(1.0)
+                continue
+            self.opened += 1
+            try:
+                while time.monotonic() < until:
+                    q = self.questions[(index + turn) % len(self.questions)]
+                    r = await s.turn(turn, q, time.monotonic(), a.timeout, grace_s=0)
+                    self.turns[r.status] += 1
+                    turn += 1
+                    await asyncio.sleep(a.pause_s)
+            except (SessionError, websockets.ConnectionClosed, OSError) as exc:
+                self.lost[s.closed_code or type(exc).__name__] += 1
+            finally:
+                self.errors.update(s.errors)
+                await s.close()
+
+    async def run(self) -> list[dict[str, Any]]:
+        a = self.args
+        t0 = time.monotonic()
+        until = t0 + a.minutes * 60
+        window = self.bench.sampler.mark()
+        samples: list[dict[str, Any]] = []
+
+        async def sample() -> None:
+            while True:
+                usage = self.bench.sampler.usage(window)
+                samples.append(
+                    {
+                        "t_s": round(time.monotonic() - t0, 1),
+                        "rss_mib": {n: usage[n]["rss_mib"] for n in SERVICES if n in usage},
+                        "turns": sum(self.turns.values()),
+                    }
+                )
+                await asyncio.sleep(a.sample_s)
+
+        sampler = asyncio.create_task(sample())
+        # Opens spread over a few seconds, as users arrive.
+        spread = min(10.0, a.sessions * 0.05)
+
+        async def slot(i: int) -> None:
+            await asyncio.sleep(spread * i / max(1, a.sessions))
+            await self.session(i, until)
+
+        try:
+            await asyncio.gather(*(slot(i) for i in range(a.sessions)))
+        finally:
+            sampler.cancel()
+        return samples
+
+
+def report(samples: list[dict[str, Any]], soak: Soak, warmup_s: float) -> dict[str, Any]:
+    after = [s for s in samples if s["t_s"] >= warmup_s] or samples
+    rss: dict[str, Any] = {}
+    for name in SERVICES:
+        points = [(s["t_s"], s["rss_mib"][name]) for s in after if name in s["rss_mib"]]
+        if not points:
+            continue
+        values = [p[1] for p in points]
+        rss[name] = {
+            "slope_mib_per_10min": slope_per_10min(points),
+            "first_mib": values[0],
+            "last_mib": values[-1],
+            "peak_mib": max(values),
+        }
+    not_completed = {k: v for k, v in soak.turns.items() if k != "completed"}
+    return {
+        "rss": rss,
+        "turns": dict(soak.turns),
+        "sessions_opened": soak.opened,
+        "errors": {
+            "count": sum(soak.errors.values()) + sum(not_completed.values()),
+            "by_code": dict(soak.errors),
+            "turns_not_completed": not_completed,
+            "sockets_lost": dict(soak.lost),
+        },
+        "samples": samples,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["synthetic", "cascade"], default="synthetic")
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--sessions", type=int, default=0, help="200 synthetic; capacity cascade")
+    parser.add_argument("--pause-s", type=float, default=1.0, help="between a session's turns")
+    parser.add_argument("--sample-s", type=float, default=10.0, help="RSS sampling period")
+    parser.add_argument("--warmup-min", type=float, default=-1, help="left out of the slope")
+    parser.add_argument("--timeout", type=float, default=0.0, help="per response, seconds")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    if not args.sessions:
+        args.sessions = 200 if args.backend == "synthetic" else cascade_capacity()
+    args.timeout = args.timeout or (30.0 if args.backend == "synthetic" else 300.0)
+    # A tenth of the run, at most 5 minutes, is warm-up unless told otherwise.
+    warmup_min = args.warmup_min if args.warmup_min >= 0 else min(5.0, args.minutes / 10)
+    out: Path = args.out or REPO / "bench" / "results" / f"soak-{args.backend}.json"
+    raise_fd_limit(args.sessions * 2 + 256)
+    if args.backend == "synthetic":
+        # Any sound will do: the synthetic ASR hears its length, not its words.
+        pcm = np.random.default_rng(0).normal(0, 3000, 24000).clip(-32768, 32767)
+        questions = [manual_question("noise", pcm.astype("<i2").tobytes())]
+    else:
+        questions = [manual_question(q, speech(q)) for q in QUESTIONS]
+    env = stack_env(args.backend, args.sessions + 16)
+    bench = Bench(args.backend, env)
+    try:
+        soak = Soak(bench, questions, args)
+        samples = run_async(soak.run())
+    finally:
+        bench.stop()
+    result = {
+        "backend": args.backend,
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "commit": git_commit(),
+        "minutes": args.minutes,
+        "sessions": args.sessions,
+        "warmup_min": warmup_min,
+        "env": env,
+        **report(samples, soak, warmup_min * 60),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"soak {args.backend}: {args.sessions} sessions for {args.minutes:g} min")
+    print(f"{'service':<10} {'MiB/10min':>10} {'first':>8} {'last':>8} {'peak':>8}")
+    for name, r in result["rss"].items():
+        slope = r["slope_mib_per_10min"]
+        print(
+            f"{name:<10} {slope if slope is not None else '-':>10} {r['first_mib']:>8} "
+            f"{r['last_mib']:>8} {r['peak_mib']:>8}"
+        )
+    e = result["errors"]
+    print(f"turns {result['turns']}; errors {e['count']} {e['by_code']}; lost {e['sockets_lost']}")
+    print(f"written to {out}")
+
+
+def cascade_capacity() -> int:
+    """The capacity the last cascade load run measured, else 2."""
+    path = REPO / "bench" / "results" / "load-cascade.json"
+    try:
+        return int(json.loads(path.read_text())["capacity"]["sessions"]) or 2
+    except (OSError, KeyError, ValueError, TypeError):
+        return 2
+
+
+if __name__ == "__main__":
+    main()
