@@ -115,10 +115,11 @@ class Connection:
         *,
         max_message_bytes: int,
         reconnect_timeout_s: float,
-        max_append_bytes: int = 15 * 1024 * 1024,
-        first_event_timeout_s: float = 0.0,
-        max_outbox_bytes: int = 8 * 1024 * 1024,
-        max_pending_commands: int = 256,
+        # The gateway's limits (GatewaySettings owns their defaults).
+        max_append_bytes: int,
+        first_event_timeout_s: float,
+        max_outbox_bytes: int,
+        max_pending_commands: int,
         dialect: Dialect = OPENAI,
         pinned: PinnedConfig | None = None,
     ) -> None:
