@@ -68,8 +68,8 @@ proto: install
 lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy services tests deploy/local deploy/docker bench
-	$(VENV)/bin/mypy --strict services
+	$(VENV)/bin/mypy services client tests deploy/local deploy/docker bench
+	$(VENV)/bin/mypy --strict services client
 
 test: install models clients lint
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server"; exit 1; }

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
 
+from antiphon.session import policy, session_config
+from antiphon.session.attachment import Attachment
 from antiphon.session.conversation import Conversation, ItemNotFound
+from antiphon.session.journal import Emitter
+from antiphon.session.metrics import SessionMetrics
+from antiphon.session.playback import Ledgers
+from antiphon.session.response_control import ResponseControl
+from antiphon.session.stage_links import StageLinks
+from antiphon.session.stages import Binding
 from antiphon.session.store import NotOwnerError, SessionStore
+from antiphon.session.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
+from antiphon.v1 import stage_pb2
+from tests.support.bindings import Recording
 
 DB = 11  # this module's own database on the shared test Redis
 
@@ -84,3 +98,72 @@ async def test_a_replaced_owner_cannot_edit_history(
     with pytest.raises(NotOwnerError):
         await conv.insert(text_item("b"), "a")
     assert await ids(Conversation(store, "sess_conv", "own_b")) == ["a"]
+
+
+class HistoryAtDone:
+    """A journal that, as each `response.done` is written, reads the history
+    a client (or a replica taking over) would find at that moment."""
+
+    def __init__(self, conversation: Conversation) -> None:
+        self._conversation = conversation
+        self.types: list[str] = []
+        self.history_at_done: list[list[str]] = []
+
+    async def append_event(self, session_id: str, token: str, seq: int, payload: bytes) -> None:
+        event = spb.ServerEvent.FromString(payload)
+        self.types.append(event.WhichOneof("kind") or "")
+        if event.HasField("response_done"):
+            self.history_at_done.append([i.id for i in await self._conversation.items()])
+
+
+async def test_an_answer_is_in_history_before_its_response_done_is_journaled(
+    conversation: tuple[SessionStore, Conversation],
+) -> None:
+    """A client that reads the conversation on `response.done` finds the answer."""
+    _, conv = conversation
+    await conv.append(text_item("item_user"))
+    journal, attachment = HistoryAtDone(conv), Attachment("sess_conv", 0)
+    attachment.attach(seq=0)
+    metrics = SessionMetrics(CollectorRegistry())
+    config = session_config.defaults()
+    config.output_modalities[:] = ["text"]
+    links = StageLinks(
+        stage0=cast(Binding[Any], Recording("w0:1")),
+        stage1=cast(Binding[Any], Recording("w1:1")),
+        info=(stage_pb2.StageInfo(), stage_pb2.StageInfo()),
+        epoch=1,
+        rebind=None,
+        stage0_open=lambda: stage_pb2.Stage0Open(session_id="sess_conv"),
+        stage1_open=lambda: stage_pb2.Stage1Open(session_id="sess_conv"),
+    )
+    responses = ResponseControl(
+        session_id="sess_conv",
+        config=lambda: config,
+        max_output_tokens=64,
+        emitter=Emitter(
+            journal=journal,
+            session_id="sess_conv",
+            owner_token="own_a",
+            seq=0,
+            attachment=attachment,
+            metrics=metrics,
+            on_not_owner=lambda: None,
+        ),
+        links=links,
+        turns=Turns("sess_conv", last_item_id="item_user"),
+        conversation=conv,
+        ledgers=Ledgers(),
+        metrics=metrics,
+        persist=_nothing,
+    )
+    await responses.start(policy.default_options(config, 64), eager=True)
+    assert responses.active is not None
+    rid, answer = responses.active.id, responses.active.item_id
+    await responses.on_delta(stage_pb2.GenerationDelta(response_id=rid, text="Paris."))
+    await responses.on_generation_done(stage_pb2.GenerationDone(response_id=rid))
+    assert "response_done" in journal.types
+    assert journal.history_at_done == [["item_user", answer]]
+
+
+async def _nothing() -> None:
+    return None

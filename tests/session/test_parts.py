@@ -27,6 +27,7 @@ from antiphon.session.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
+from tests.support.bindings import Recording
 
 
 def tone(ms: int, rate: int) -> bytes:
@@ -184,21 +185,6 @@ async def test_the_grace_timer_fires_only_for_a_session_nobody_came_back_to() ->
 
 
 # ------------------------------------------------------------ stage links
-class Recording:
-    """A stage binding that keeps what it was sent."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self.sent: list[Any] = []
-        self.closed = False
-
-    def send(self, request: Any) -> None:
-        self.sent.append(request)
-
-    async def close(self) -> None:
-        self.closed = True
-
-
 def _links(rebind: Any = None) -> tuple[StageLinks, Recording, Recording]:
     s0, s1 = Recording("w0:1"), Recording("w1:1")
     links = StageLinks(

@@ -154,11 +154,12 @@ class ResponseControl:
     # ----------------------------------------------------------- finish
     async def finish(self, r: ResponseState, status: str, reason: str = "") -> None:
         config = self._config()
+        r.settle(status)
         if not r.created:
             await self._emitter.emit_all(r.created_events())
-        await self._emitter.emit_all(
-            r.terminal_events(status, reason, with_metrics=config.return_stage_metrics)
-        )
+        # History first, then the events: a client that reads the conversation
+        # on `response.done` (or a replica that takes over after it was
+        # journaled) finds the answer there.
         spoke = bool(r.transcript if r.audio else r.text)
         if (
             r.opened
@@ -168,6 +169,9 @@ class ResponseControl:
             # Everything sent counts as said; a later truncation cuts it to what was heard.
             await self._conversation.store_assistant(r.item(item_status(status)), r.ledger)
         await self._store_calls(r)
+        await self._emitter.emit_all(
+            r.terminal_events(status, reason, with_metrics=config.return_stage_metrics)
+        )
         self._ledgers.add(r.ledger)
         self._metrics.responses.labels(status).inc()
         self.active = None

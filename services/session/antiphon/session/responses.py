@@ -204,14 +204,17 @@ class ResponseState:
         self.text += text
         return [("text_delta", spb.TextDelta(ref=self.ref, delta=text))]
 
+    def settle(self, status: str) -> None:
+        """The response ends with `status`. Only a completed response calls
+        anything: a call the user talked over was never made."""
+        if status != "completed":
+            self.calls.clear()
+
     def terminal_events(
         self, status: str, reason: str = "", *, with_metrics: bool = False
     ) -> list[Event]:
         """The message's `.done` cascade (if it was opened), the calls' events,
-        `response.done` and `rate_limits.updated`. Only a completed response
-        calls anything: a call the user talked over was never made."""
-        if status != "completed":
-            self.calls.clear()
+        `response.done` and `rate_limits.updated`. Call `settle` first."""
         events = self._message_done(status) if self.opened else []
         previous = self.item_id if self.opened else self.previous_item_id
         for index, call in enumerate(self.calls, start=int(self.opened)):
