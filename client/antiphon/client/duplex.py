@@ -22,7 +22,7 @@ import itertools
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -356,7 +356,7 @@ class DuplexClient:
         """`listener(event)` is called for every event, in the reader, as it arrives."""
         self._listeners.append(listener)
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncGenerator[Event, None]:
         """Every server event from now on, until the session is over."""
         queue = self.subscribe()
         try:
@@ -378,7 +378,7 @@ class DuplexClient:
                     raise ProtocolError(event.raw)
         raise SessionClosed(self._ended)
 
-    async def responses(self) -> AsyncIterator[ResponseHandle]:
+    async def responses(self) -> AsyncGenerator[ResponseHandle, None]:
         """Each response from now on, as it is created."""
         queue: asyncio.Queue[ResponseHandle | None] = asyncio.Queue()
         if self._ended:

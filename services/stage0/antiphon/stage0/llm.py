@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from vllm import SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.inputs import tokens_input
@@ -29,6 +28,7 @@ from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import StatLoggerBase
 
+from antiphon.stage0.chat_tokenizer import ChatTokenizer
 from antiphon.stage0.engine_config import DEFAULT_ENGINE, EngineConfig
 from antiphon.stage0.generation import (
     PLAIN_DECODING,
@@ -184,17 +184,17 @@ def _configure_process_env(threads: int, platform: Platform = "cpu") -> None:
 
 
 class LlmEngine:
-    """A thin owner of one `AsyncLLM` and its tokenizer."""
+    """A thin owner of one `AsyncLLM` and its chat tokenizer (chat_tokenizer.py)."""
 
     def __init__(
         self,
         engine: AsyncLLM,
-        tokenizer: PreTrainedTokenizerBase,
+        chat: ChatTokenizer,
         max_model_len: int,
         decoding: Decoding = PLAIN_DECODING,
     ) -> None:
         self._engine = engine
-        self._tokenizer = tokenizer
+        self._chat = chat
         self._max_model_len = max_model_len
         self._decoding = decoding
 
@@ -218,11 +218,7 @@ class LlmEngine:
         platform = detected_platform()
         _configure_process_env(threads, platform)
         args = AsyncEngineArgs(**supported_kwargs(engine_kwargs(str(model), config, platform)))
-        tokenizer = await asyncio.to_thread(
-            AutoTokenizer.from_pretrained, str(model), local_files_only=True
-        )
-        if not getattr(tokenizer, "chat_template", None):
-            raise RuntimeError(f"{model}: tokenizer has no chat template")
+        chat = await asyncio.to_thread(ChatTokenizer.load, model)
         # Building the engine blocks until its processes have loaded the weights
         # (tens of seconds): do it off the event loop so health checks keep answering.
         # AsyncLLM supports this: with no running loop it starts its output tasks
@@ -230,40 +226,24 @@ class LlmEngine:
         engine = await asyncio.to_thread(
             AsyncLLM.from_engine_args, args, stat_loggers=[_QuietStats]
         )
-        return cls(engine, tokenizer, config.max_model_len, decoding)
+        return cls(engine, chat, config.max_model_len, decoding)
 
     def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str:
         """(role, content) pairs, system first, as the model's chat template renders them."""
-        rendered = self._tokenizer.apply_chat_template(
-            [{"role": role, "content": content} for role, content in messages],
-            tokenize=False,
-            add_generation_prompt=True,
-        )
-        if not isinstance(rendered, str):
-            raise TypeError("chat template did not render to text")
-        return rendered
+        return self._chat.build_prompt(messages)
 
     def render_chat(
         self,
         messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> str:
-        """Chat messages (with tool calls and results) and the functions the model
-        may call, as its chat template renders them (tools.py builds both)."""
-        rendered = self._tokenizer.apply_chat_template(
-            [dict(m) for m in messages],
-            tools=[dict(t) for t in tools] if tools else None,
-            tokenize=False,
-            add_generation_prompt=True,
-        )
-        if not isinstance(rendered, str):
-            raise TypeError("chat template did not render to text")
-        return rendered
+        """Chat messages and the functions the model may call, as its template renders them."""
+        return self._chat.render_chat(messages, tools)
 
     @property
     def takes_tools(self) -> bool:
         """Whether the chat template renders `tools=` itself (Qwen2.5's does, SmolLM2's not)."""
-        return "tools" in str(getattr(self._tokenizer, "chat_template", "") or "")
+        return self._chat.takes_tools
 
     async def first_token_odds(
         self, request_id: str, prompt: str, options: Sequence[str]
@@ -273,7 +253,7 @@ class LlmEngine:
         params = SamplingParams(
             temperature=0.0, max_tokens=1, logprobs=20, output_kind=RequestOutputKind.FINAL_ONLY
         )
-        token_ids = self._tokenizer.encode(prompt, add_special_tokens=False)
+        token_ids = self._chat.encode(prompt)
         odds = dict.fromkeys(options, 0.0)
         async for out in self._engine.generate(
             tokens_input(token_ids, prompt=prompt), params, request_id
@@ -286,7 +266,8 @@ class LlmEngine:
         return odds
 
     def count_tokens(self, prompt: str) -> int:
-        return len(self._tokenizer.encode(prompt, add_special_tokens=False))
+        """The prompt's length in tokens: what its ids will be (the same cache) cost."""
+        return self._chat.count_tokens(prompt)
 
     @property
     def max_model_len(self) -> int:
@@ -329,8 +310,9 @@ class LlmEngine:
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=_structured(guided) if guided is not None else None,
         )
-        # The chat template already wrote every special token the model needs.
-        token_ids = self._tokenizer.encode(prompt, add_special_tokens=False)
+        # Encoded once: the fit (history.py) counted this very text, so its
+        # pieces are looked up, and vLLM gets the ids, not text to encode again.
+        token_ids = self._chat.encode(prompt)
         if len(token_ids) >= self._max_model_len:
             # Checked here so callers get one documented error to trim history on,
             # not vLLM's validation error from deep inside the engine.
