@@ -38,7 +38,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[gateway,session,stage0,stage1,dev]'
+	$(PY) -m pip install -q -e '.[gateway,session,stage0,stage1,client,dev]'
 	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0
 	$(INSTALL_LLM)
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true

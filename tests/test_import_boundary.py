@@ -1,4 +1,5 @@
-"""The gateway and session tiers never load model code, however they are imported."""
+"""The gateway and session tiers never load model code, and the client no
+server code at all, however they are imported."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {
     "antiphon.gateway": REPO / "services" / "gateway" / "antiphon" / "gateway",
     "antiphon.session": REPO / "services" / "session" / "antiphon" / "session",
+    "antiphon.client": REPO / "client" / "antiphon" / "client",
 }
 FORBIDDEN = (
     "torch",
@@ -29,7 +31,7 @@ import importlib, json, sys
 for name in sys.argv[2:]:
     importlib.import_module(name)
 forbidden = json.loads(sys.argv[1])
-loaded = sorted(m for m in sys.modules if m.split(".")[0] in forbidden)
+loaded = sorted(m for m in sys.modules if any(m == f or m.startswith(f + ".") for f in forbidden))
 print(json.dumps(loaded))
 """
 
@@ -73,3 +75,22 @@ def test_a_synthetic_stage0_worker_loads_neither_vllm_nor_torch() -> None:
     engine and its libraries load only with the cascade's models."""
     worker = ["antiphon.stage0.main", "antiphon.stage0.service", "antiphon.stage0.synthetic"]
     assert _loaded(("torch", "vllm", "transformers"), worker) == []
+
+
+def test_the_client_loads_no_server_code_no_grpc_and_no_sound_library() -> None:
+    """`pip install antiphon[client]` is enough to run it: it needs nothing a
+    server tier needs, and a sound library only for a real microphone."""
+    server = (
+        "antiphon.v1",
+        "antiphon.common",
+        "antiphon.gateway",
+        "antiphon.session",
+        "antiphon.stage0",
+        "antiphon.stage1",
+        "grpc",
+        "google.protobuf",
+        "redis",
+        "starlette",
+        "sounddevice",
+    )
+    assert _loaded(FORBIDDEN + server, _modules("antiphon.client")) == []

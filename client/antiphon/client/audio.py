@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 
 WIRE_RATE = 24000  # OpenAI's PCM rate, in and out
+# The PCM16 input rates the server takes without conversion (16 kHz is an extension).
+INPUT_RATES = (16000, 24000)
 
 
 def read_wav(path: str | Path, rate: int = WIRE_RATE) -> bytes:
@@ -25,6 +27,11 @@ def read_wav(path: str | Path, rate: int = WIRE_RATE) -> bytes:
         channels, source_rate = wav.getnchannels(), wav.getframerate()
     samples = np.frombuffer(frames, dtype="<i2").reshape(-1, channels).mean(axis=1)
     return resample(samples.astype("<i2").tobytes(), source_rate, rate)
+
+
+def wav_rate(path: str | Path) -> int:
+    with wave.open(str(path), "rb") as wav:
+        return wav.getframerate()
 
 
 def wav_bytes(pcm16: bytes, rate: int = WIRE_RATE) -> bytes:

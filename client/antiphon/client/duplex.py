@@ -22,9 +22,9 @@ import itertools
 import json
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import websockets
@@ -53,6 +53,7 @@ DEFAULT_URL = "ws://127.0.0.1:8000/v1/realtime?duplex=1"
 # Frames the client logs in both directions (`on_frame`): "<" in, ">" out.
 FrameLog = Callable[[str, dict[str, Any]], None]
 Listener = Callable[[Event], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -349,51 +350,43 @@ class DuplexClient:
         return queue
 
     def unsubscribe(self, queue: asyncio.Queue[Event | None]) -> None:
-        with contextlib.suppress(ValueError):
-            self._streams.remove(queue)
+        _discard(self._streams, queue)
 
     def add_listener(self, listener: Listener) -> None:
         """`listener(event)` is called for every event, in the reader, as it arrives."""
         self._listeners.append(listener)
 
-    async def events(self) -> AsyncGenerator[Event, None]:
-        """Every server event from now on, until the session is over."""
+    def events(self) -> Feed[Event]:
+        """Every server event from now on (from this call, not from the first
+        `anext`), until the session is over."""
         queue = self.subscribe()
-        try:
-            while (event := await queue.get()) is not None:
-                yield event
-        finally:
-            self.unsubscribe(queue)
+        return Feed(queue, lambda: self.unsubscribe(queue))
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self.events()
 
     async def wait_for(self, *types: str, timeout: float = 60) -> Event:
         """The next event of one of `types`; an `error` on the way raises `ProtocolError`."""
-        async with asyncio.timeout(timeout):
-            async for event in self.events():
+        async with asyncio.timeout(timeout), self.events() as events:
+            async for event in events:
                 if event.type in types:
                     return event
                 if isinstance(event, ErrorEvent):
                     raise ProtocolError(event.raw)
         raise SessionClosed(self._ended)
 
-    async def responses(self) -> AsyncGenerator[ResponseHandle, None]:
-        """Each response from now on, as it is created."""
+    def responses(self) -> Feed[ResponseHandle]:
+        """Each response created from now on (from this call), as it is created."""
         queue: asyncio.Queue[ResponseHandle | None] = asyncio.Queue()
         if self._ended:
             queue.put_nowait(None)
         self._new_responses.append(queue)
-        try:
-            while (handle := await queue.get()) is not None:
-                yield handle
-        finally:
-            self._new_responses.remove(queue)
+        return Feed(queue, lambda: _discard(self._new_responses, queue))
 
     async def next_response(self, timeout: float = 120) -> ResponseHandle:
         """The next response created, read to its end."""
-        async with asyncio.timeout(timeout):
-            async for handle in self.responses():
+        async with asyncio.timeout(timeout), self.responses() as responses:
+            async for handle in responses:
                 await handle.wait()
                 return handle
         raise SessionClosed(self._ended)
@@ -564,6 +557,41 @@ class DuplexClient:
     def ended(self) -> str:
         """Why the session is over; "" while it is not."""
         return self._ended
+
+
+class Feed(Generic[T]):
+    """An async iterator over what a client hands out, subscribed when made
+    (so nothing between the call and the first `anext` is missed); `aclose`
+    or leaving `async with` unsubscribes."""
+
+    def __init__(self, queue: asyncio.Queue[T | None], unsubscribe: Callable[[], None]) -> None:
+        self._queue = queue
+        self._unsubscribe = unsubscribe
+
+    def __aiter__(self) -> Feed[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        item = await self._queue.get()
+        if item is None:
+            self._queue.put_nowait(None)  # over for every later call too
+            await self.aclose()
+            raise StopAsyncIteration
+        return item
+
+    async def aclose(self) -> None:
+        self._unsubscribe()
+
+    async def __aenter__(self) -> Feed[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _discard(items: list[Any], item: Any) -> None:
+    with contextlib.suppress(ValueError):
+        items.remove(item)
 
 
 def _rate(session: dict[str, Any], direction: str) -> int:
