@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from stack import LocalStack
 
+from antiphon.client import Microphone
 from tests.support.realtime import (
     Event,
-    Microphone,
     RealtimeClient,
     audio_bytes,
     duplex_url,

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from stack import LocalStack
 
+from antiphon.client import Microphone
 from tests.support.history import stored_items
 from tests.support.polling import eventually
 from tests.support.realtime import (
     MANUAL,
     Event,
-    Microphone,
     RealtimeClient,
     audio_bytes,
     duplex_url,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -61,6 +60,8 @@ class RealtimeClient:
         self.duplex = duplex
         self.events: list[Event] = []
         self._probes = 0  # `barrier` probes sent
+        # OpenAI's PCM rate; a `Microphone` on a session opened at another names its rate.
+        self.input_rate = 24000
 
     @classmethod
     async def connect(cls, url: str) -> RealtimeClient:
@@ -85,6 +86,10 @@ class RealtimeClient:
             await self.send("session.update", session=session)
         answer = await self.until(lambda e: e["type"] in ("session.updated", "error"))
         return created if answer["type"] == "session.updated" else answer
+
+    async def append_audio(self, pcm16: bytes) -> None:
+        """One append (what a `Microphone` sends every 200 ms)."""
+        await self.send("input_audio_buffer.append", audio=base64.b64encode(pcm16).decode())
 
     async def append(self, pcm16: bytes, chunk_bytes: int = 9600, **extra: Any) -> None:
         """Stream audio as `input_audio_buffer.append` events (9600 B = 200 ms at 24 kHz)."""
@@ -160,59 +165,6 @@ class RealtimeClient:
             except Exception:
                 pass  # already closed or never opened
         await self.ws.close()
-
-
-class Microphone:
-    """A live microphone on a session: one append every `chunk_ms`, on the wall clock.
-
-    Speech goes out at the pace it was spoken and silence fills every gap, as
-    a browser or a phone sends it; nothing is burst. `say` returns once the
-    last chunk with speech in it is sent, with the monotonic time of that
-    send: the end of the user's speech on the client clock.
-    """
-
-    def __init__(self, client: RealtimeClient, rate: int = 24000, chunk_ms: int = 200) -> None:
-        self._client = client
-        self._chunk_bytes = rate * chunk_ms // 1000 * 2
-        self._period_s = chunk_ms / 1000
-        self._queue: asyncio.Queue[tuple[bytes, asyncio.Future[float]]] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> Microphone:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, websockets.ConnectionClosed):
-                await self._task
-
-    async def say(self, pcm16: bytes) -> float:
-        """Speak `pcm16` into the microphone; the time its last chunk was sent."""
-        done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        await self._queue.put((pcm16, done))
-        return await done
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        silence = b"\x00" * self._chunk_bytes
-        speech, done = b"", None
-        tick = loop.time()
-        while True:
-            if not speech and not self._queue.empty():
-                speech, done = self._queue.get_nowait()
-            chunk, speech = speech[: self._chunk_bytes], speech[self._chunk_bytes :]
-            # The last chunk of an utterance is padded with the silence after it.
-            chunk += silence[len(chunk) :]
-            await self._client.send(
-                "input_audio_buffer.append", audio=base64.b64encode(chunk).decode()
-            )
-            if done is not None and not speech:
-                done.set_result(loop.time())
-                done = None
-            tick += self._period_s
-            await asyncio.sleep(max(0.0, tick - loop.time()))
 
 
 def of_type(events: list[Event], *types: str) -> list[Event]:

@@ -10,15 +10,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Protocol
+
+import websockets
 
 from antiphon.client import audio
-from antiphon.client.duplex import DuplexClient
 from antiphon.client.errors import SessionClosed
 
 
+class AudioSink(Protocol):
+    """Where a microphone's chunks go: a `DuplexClient`, or any raw client
+    with the same two members."""
+
+    @property
+    def input_rate(self) -> int: ...
+
+    async def append_audio(self, pcm16: bytes) -> None: ...
+
+
 class Microphone:
-    def __init__(self, client: DuplexClient, chunk_ms: int = 200) -> None:
+    """`rate` is the session's input rate (by default, what the client says it is)."""
+
+    def __init__(self, client: AudioSink, rate: int | None = None, chunk_ms: int = 200) -> None:
         self._client = client
+        self._rate = rate or client.input_rate
         self._chunk_ms = chunk_ms
         self._queue: asyncio.Queue[tuple[bytes, asyncio.Future[float]]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -30,18 +45,21 @@ class Microphone:
     async def __aexit__(self, *exc: object) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, SessionClosed):
+            # Gone with the connection: nothing more to say.
+            with contextlib.suppress(
+                asyncio.CancelledError, SessionClosed, websockets.ConnectionClosed
+            ):
                 await self._task
 
     async def say(self, pcm16: bytes) -> float:
-        """Speak `pcm16` (at the session's input rate); returns the monotonic
+        """Speak `pcm16` (at the microphone's rate); returns the monotonic
         time its last chunk went out: the end of the user's speech."""
         done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         await self._queue.put((pcm16, done))
         return await done
 
     async def _run(self) -> None:
-        size = audio.chunk_bytes(self._chunk_ms, self._client.input_rate)
+        size = audio.chunk_bytes(self._chunk_ms, self._rate)
         quiet = b"\x00" * size
         speech, done = b"", None
         tick = time.monotonic()
