@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
@@ -16,14 +15,12 @@ from antiphon.session.journal import Emitter
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.playback import Ledgers
 from antiphon.session.response_control import ResponseControl
-from antiphon.session.stage_links import StageLinks
-from antiphon.session.stages import Binding
 from antiphon.session.store import NotOwnerError, SessionStore
 from antiphon.session.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
-from tests.support.bindings import Recording
+from tests.support.bindings import recording_links
 
 DB = 11  # this module's own database on the shared test Redis
 
@@ -127,15 +124,7 @@ async def test_an_answer_is_in_history_before_its_response_done_is_journaled(
     metrics = SessionMetrics(CollectorRegistry())
     config = session_config.defaults()
     config.output_modalities[:] = ["text"]
-    links = StageLinks(
-        stage0=cast(Binding[Any], Recording("w0:1")),
-        stage1=cast(Binding[Any], Recording("w1:1")),
-        info=(stage_pb2.StageInfo(), stage_pb2.StageInfo()),
-        epoch=1,
-        rebind=None,
-        stage0_open=lambda: stage_pb2.Stage0Open(session_id="sess_conv"),
-        stage1_open=lambda: stage_pb2.Stage1Open(session_id="sess_conv"),
-    )
+    links, _, _ = recording_links("sess_conv")
     responses = ResponseControl(
         session_id="sess_conv",
         config=lambda: config,

@@ -21,13 +21,12 @@ from antiphon.session.input_buffer import InputBuffer, to_stage0
 from antiphon.session.journal import Emitter
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.stage_links import StageLinks, capabilities
-from antiphon.session.stages import Binding
 from antiphon.session.store import NotOwnerError
 from antiphon.session.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
-from tests.support.bindings import Recording
+from tests.support.bindings import Recording, recording_links
 
 
 def tone(ms: int, rate: int) -> bytes:
@@ -186,17 +185,7 @@ async def test_the_grace_timer_fires_only_for_a_session_nobody_came_back_to() ->
 
 # ------------------------------------------------------------ stage links
 def _links(rebind: Any = None) -> tuple[StageLinks, Recording, Recording]:
-    s0, s1 = Recording("w0:1"), Recording("w1:1")
-    links = StageLinks(
-        stage0=cast(Binding[Any], s0),
-        stage1=cast(Binding[Any], s1),
-        info=(stage_pb2.StageInfo(), stage_pb2.StageInfo()),
-        epoch=4,
-        rebind=rebind,
-        stage0_open=lambda: stage_pb2.Stage0Open(session_id="s"),
-        stage1_open=lambda: stage_pb2.Stage1Open(session_id="s"),
-    )
-    return links, s0, s1
+    return recording_links("s", epoch=4, rebind=rebind)
 
 
 def test_every_request_carries_the_current_epoch_and_a_cancel_fences_both() -> None:

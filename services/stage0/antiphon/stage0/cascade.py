@@ -339,7 +339,12 @@ class CascadeSession:
 
     def _prompt(self, req: pb.Generate, max_tokens: int, offered: Sequence[cpb.Tool] = ()) -> str:
         """Stage0's preamble, the client's instructions, and as much history as fits
-        (with the `offered` functions in the prompt, or none: tools.py)."""
+        (with the `offered` functions in the prompt, or none: tools.py).
+
+        Built on the event loop, not in a thread: with the history's pieces
+        already encoded (chat_tokenizer.py) it costs ~0.4 ms for 20 turns, and
+        the GIL lets a thread only slow it (bench/prompt_path.py: 128 sessions
+        at once, the last prompt ready after 52 ms inline, 78 ms in threads)."""
         llm = self._models.llm
         s = self._settings
         messages = tools.pairs(req.messages)

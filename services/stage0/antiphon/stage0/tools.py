@@ -62,13 +62,17 @@ CHECK_QUESTION = (
 )
 
 
-class ChatModel(Protocol):
-    """What the passes need of the LLM (llm.LlmEngine, synthetic.ScriptedLlm)."""
+class ChatRenderer(Protocol):
+    """What rendering a prompt needs: the chat template (chat_tokenizer.ChatTokenizer)."""
 
     @property
     def takes_tools(self) -> bool: ...
 
     def render_chat(self, messages: Sequence[Json], tools: Sequence[Json] | None = None) -> str: ...
+
+
+class ChatModel(ChatRenderer, Protocol):
+    """What the passes need of the LLM (llm.LlmEngine, synthetic.ScriptedLlm)."""
 
     async def first_token_odds(
         self, request_id: str, prompt: str, options: Sequence[str]
@@ -122,7 +126,7 @@ def last_user_text(messages: Sequence[cpb.ChatMessage]) -> str:
     return next((m.content for m in reversed(messages) if m.role == "user"), "")
 
 
-def renderer(llm: ChatModel, tools: Sequence[cpb.Tool]) -> Callable[[Sequence[Message]], str]:
+def renderer(llm: ChatRenderer, tools: Sequence[cpb.Tool]) -> Callable[[Sequence[Message]], str]:
     """history.fit_prompt's `render` for one pass: with `tools` in the prompt, or none."""
 
     def render(messages: Sequence[Message]) -> str:
