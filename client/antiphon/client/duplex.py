@@ -53,6 +53,8 @@ DEFAULT_URL = "ws://127.0.0.1:8000/v1/realtime?duplex=1"
 # Frames the client logs in both directions (`on_frame`): "<" in, ">" out.
 FrameLog = Callable[[str, dict[str, Any]], None]
 Listener = Callable[[Event], None]
+# Attachment-scoped events: their `server_event_seq` is a cursor, not a journal position.
+_CURSOR_EVENTS = frozenset({"session.resumed", "session.replaced", "session.resync_required"})
 T = TypeVar("T")
 
 
@@ -210,20 +212,24 @@ class DuplexClient:
         """Send any client event (stamped with an `event_id` if it has none);
         returns its `event_id`. Waits out a reconnect in progress."""
         event = {"event_id": f"evt_c{next(self._ids)}", **event}
-        if self._ended:
-            raise SessionClosed(self._ended)
-        if not self._connected.is_set():
-            await self._until_connected()
-        assert self._ws is not None
+        frame = json.dumps(event)
         if self._on_frame is not None:
             self._on_frame(">", event)
-        try:
-            await self._ws.send(json.dumps(event))
-        except websockets.ConnectionClosed:
-            # The reader sees the drop too and resumes; what was in flight is the
-            # caller's to repeat (an append lost with a drop was never heard).
-            await self._until_connected()
-        return str(event["event_id"])
+        while True:
+            if self._ended:
+                raise SessionClosed(self._ended)
+            if not self._connected.is_set():
+                await self._until_connected()
+            ws = self._ws
+            assert ws is not None
+            try:
+                await ws.send(frame)
+                return str(event["event_id"])
+            except websockets.ConnectionClosed:
+                # The frame never left: the reader resumes the session, and it
+                # goes out on the new connection.
+                if self._ws is ws:
+                    self._connected.clear()
 
     async def _until_connected(self) -> None:
         connected = asyncio.ensure_future(self._connected.wait())
@@ -409,6 +415,11 @@ class DuplexClient:
                 max_size=None,
                 open_timeout=self._open_timeout_s,
                 ping_interval=None,
+                # No permessage-deflate (websockets offers it by default, uvicorn
+                # accepts): the traffic is base64 PCM, which barely compresses, and
+                # both ends would pay zlib on every frame. At 200 sessions in one
+                # process it doubled the client's CPU and its commit -> first audio.
+                compression=None,
             )
         except websockets.InvalidStatus as exc:
             status = exc.response.status_code
@@ -441,7 +452,11 @@ class DuplexClient:
         if self._on_frame is not None:
             self._on_frame("<", raw)
         seq = event.seq
-        if seq is not None:
+        # Only journaled events can come twice. An error no session journaled
+        # carries seq 0, and the attachment-scoped events carry the cursor they
+        # resumed from (a gateway's own fail-over forwards its `session.resumed`,
+        # with the rotated token): neither is a replay, both must get through.
+        if seq and event.type not in _CURSOR_EVENTS:
             if seq <= self.last_seq:
                 return  # replayed twice: the consumer has it already
             self.last_seq = seq
