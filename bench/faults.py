@@ -7,8 +7,10 @@ and two stage1 workers, two session replicas (A, B) and two gateways. Gateway 1
 talks to the replicas directly; gateway 2 through a `TcpProxy` per replica,
 so its link to the session tier can be cut with both ends up. Half the
 sessions open on each gateway; each runs manual-lane turns of the load
-client (`bench/loadclient.py`: paced 200 ms appends, a commit,
-`response.create`, to `response.done`) until the run ends.
+client (`antiphon.client.load`: paced 200 ms appends, a commit,
+`response.create`, to `response.done`) until the run ends. A socket that
+dies is resumed inside the client (`DuplexClient`: `session.resume` with the
+last seq it holds) on the other gateway.
 
 The faults, one after another, each once the previous one has healed:
 `none` (the control: what "recovered" costs without a fault), kill -9 of
@@ -52,19 +54,22 @@ sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
 
 import numpy as np  # noqa: E402
 import redis.asyncio as aioredis  # noqa: E402
-import websockets  # noqa: E402
 from stack import LocalStack, Ports, free_port  # noqa: E402
 
-from bench.load import git_commit, raise_fd_limit, run_async  # noqa: E402
-from bench.loadclient import (  # noqa: E402
+from antiphon.client import Event, Reconnect  # noqa: E402
+from antiphon.client.events import Resumed  # noqa: E402
+from antiphon.client.load import (  # noqa: E402
     INPUT_RATE,
     MANUAL,
-    Event,
+    LoadClient,
     LoadSession,
     Question,
     SessionError,
-    append_messages,
+    manual_question,
+    raise_fd_limit,
+    run_async,
 )
+from bench.load import git_commit  # noqa: E402
 from bench.tcpproxy import TcpProxy  # noqa: E402
 from tests.support.cluster import Cluster  # noqa: E402
 
@@ -76,11 +81,10 @@ STAGE_SERVICES = {"stage0": "antiphon.v1.Stage0Service", "stage1": "antiphon.v1.
 # ------------------------------------------------------------------ ledger
 @dataclass
 class Ledger:
-    """What one session's client received, over all of its sockets."""
+    """What one session's client received, over all of its sockets: every
+    frame as read, before the client drops what a replay repeats."""
 
     session_id: str = ""
-    incarnation: int = 0
-    resume_token: str = ""
     seqs: dict[int, str] = field(default_factory=dict)  # seq -> event_id
     repeated: int = 0
     conflicting: int = 0
@@ -102,7 +106,12 @@ class Ledger:
     def stuck(self, before: float = float("inf")) -> int:
         return sum(1 for rid, t in self.created.items() if t < before and rid not in self.done)
 
-    def record(self, t: float, ev: Event) -> None:
+    def frame(self, direction: str, ev: dict[str, Any]) -> None:
+        """The client's `on_frame`: every frame in ("<") goes in the ledger."""
+        if direction == "<":
+            self.record(time.monotonic(), ev)
+
+    def record(self, t: float, ev: dict[str, Any]) -> None:
         kind = ev.get("type", "")
         seq = ev.get("server_event_seq") or 0
         if kind not in UNJOURNALED and seq > 0:
@@ -114,11 +123,6 @@ class Ledger:
                 self.seqs[seq] = eid
         if kind == "session.created":
             self.session_id = ev["session"]["id"]
-            self.incarnation = ev.get("incarnation", 0)
-            self.resume_token = ev.get("resume_token", "")
-        elif kind == "session.resumed":
-            # The gateway's own fail-over resumes too: its token is the newest.
-            self.resume_token = ev.get("resume_token") or self.resume_token
         elif kind == "session.resync_required":
             self.resyncs += 1
         elif kind == "response.created":
@@ -131,18 +135,6 @@ class Ledger:
             self.outcomes.append((t, r.get("status", ""), error or reason))
         elif kind == "error":
             self.errors[(ev.get("error") or {}).get("code") or "error"] += 1
-
-
-class TrackedSession(LoadSession):
-    """The load client's session, with every event also entered in a `Ledger`."""
-
-    def __init__(self, index: int, ws: websockets.ClientConnection) -> None:
-        self.ledger = Ledger()
-        super().__init__(index, ws)
-
-    def _on_event(self, t: float, ev: Event) -> None:
-        self.ledger.record(t, ev)
-        super()._on_event(t, ev)
 
 
 # ------------------------------------------------------------------ cluster
@@ -248,9 +240,17 @@ class FaultCluster:
 
 
 # ------------------------------------------------------------------ client
+# A lost connection is resumed inside the client, for up to about a minute.
+RECONNECT = Reconnect(attempts=80, first_delay_s=0.1, max_delay_s=1.0)
+
+
 class FaultClient:
-    """One session of the run: turns on its current socket, a resume on the
-    other gateway when that socket dies."""
+    """One session of the run: turns of the load client (`antiphon.client.load`),
+    resumed inside the client on the other gateway when its socket dies.
+
+    The client resumes at its `url`; that is always the other gateway's, so a
+    client of a dead gateway resumes through the live one, as a client behind
+    a load balancer would."""
 
     def __init__(self, index: int, cluster: FaultCluster, question: Question) -> None:
         self.index = index
@@ -258,90 +258,51 @@ class FaultClient:
         self.cluster = cluster
         self.question = question
         self.ledger = Ledger()
-        self.socket: TrackedSession | None = None
+        self.client = LoadClient(
+            cluster.url(self.gateway),
+            session=MANUAL,
+            reconnect=RECONNECT,
+            heartbeat_s=0,
+            open_timeout_s=10,
+            on_frame=self.ledger.frame,
+        )
+        self.session = LoadSession(index, self.client)
+        self.client.add_listener(self._on_event)
         self.turns: Counter[str] = Counter()
         self.failed = ""  # why the session could not go on, if it could not
 
-    async def _connect(self, query: str = "") -> TrackedSession:
-        url = self.cluster.url(self.gateway, query)
-        s = await TrackedSession.connect(self.index, url, False, 10)
-        s.ledger = self.ledger
-        return s
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, Resumed):
+            self.ledger.resumes += 1
+            self.gateway = 3 - self.gateway
+            self.client.url = self.cluster.url(3 - self.gateway)
 
     async def open(self) -> None:
-        self.socket = await self._connect()
-        await self.socket.open(MANUAL, 30)
-
-    async def resume(self, deadline_s: float = 60.0) -> None:
-        """On the other gateway (the first one left may be dead), until one takes it."""
-        deadline = time.monotonic() + deadline_s
-        why = ""
-        while time.monotonic() < deadline:
-            self.gateway = 3 - self.gateway
-            try:
-                s = await self._connect("?autostart=0")
-            except SessionError as exc:
-                why = exc.code
-                await asyncio.sleep(0.5)
-                continue
-            answer = s.expect("session.resumed", "session.resync_required", "error")
-            led = self.ledger
-            await s.ws.send(
-                json.dumps(
-                    {
-                        "type": "session.resume",
-                        "session_id": led.session_id,
-                        "incarnation": led.incarnation,
-                        "resume_token": led.resume_token,
-                        "last_received_server_event_seq": led.last_seq,
-                    }
-                )
-            )
-            try:
-                ev = await s.wait(answer, 10)
-            except SessionError as exc:
-                ev = {"type": "error", "error": {"code": exc.code}}
-            if ev["type"] == "session.resumed":
-                self.ledger.resumes += 1
-                self.socket = s
-                return
-            why = ev.get("reason") or (ev.get("error") or {}).get("code") or ev["type"]
-            await s.close(1.0)
-            if ev["type"] == "session.resync_required":
-                break  # the journal cannot fill it: counted as lost
-            await asyncio.sleep(0.5)
-        raise SessionError(f"resume_failed_{why}")
+        await self.session.start()
+        self.client.url = self.cluster.url(3 - self.gateway)
 
     async def run(self, stop: asyncio.Event, pause_s: float) -> None:
         turn = 0
         while not stop.is_set():
-            assert self.socket is not None
             try:
-                r = await self.socket.turn(turn, self.question, time.monotonic(), 30, grace_s=0)
+                r = await self.session.turn(turn, self.question, time.monotonic(), 30, grace_s=0)
                 self.turns[r.status] += 1
-            except (SessionError, websockets.ConnectionClosed, OSError) as exc:
-                self.turns["interrupted"] += 1
-                why = self.socket.closed_code or f"turn_{type(exc).__name__}"
-                self.ledger.errors[f"socket_{why}"] += 1
-                try:
-                    await self.resume()
-                except SessionError as failed:
-                    self.failed = failed.code
-                    return
+            except SessionError as exc:
+                # The client could not resume it (refused, or out of attempts).
+                self.failed = exc.code
+                return
             turn += 1
             await asyncio.sleep(pause_s)
 
     async def finish(self) -> None:
         """Everything the session sent is in (a heartbeat is answered in order), then close."""
-        if self.socket is None or self.failed:
-            return
-        try:
-            ack = self.socket.expect("session.heartbeat_ack")
-            await self.socket.ws.send(json.dumps({"type": "session.heartbeat"}))
-            await self.socket.wait(ack, 30)
-        except (SessionError, websockets.ConnectionClosed):
-            self.ledger.errors["final_heartbeat_lost"] += 1
-        await self.socket.close()
+        if not self.failed:
+            try:
+                if await self.session.heartbeat(30) is None:
+                    self.ledger.errors["final_heartbeat_lost"] += 1
+            except SessionError:
+                self.ledger.errors["final_heartbeat_lost"] += 1
+        await self.session.close()
 
 
 # ------------------------------------------------------------------ faults
@@ -459,8 +420,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     # Any sound will do: the synthetic ASR hears its length, not its words.
     pcm = rng.normal(0, 3000, INPUT_RATE * args.audio_ms // 1000).clip(-32768, 32767)
-    frames = append_messages(pcm.astype("<i2").tobytes())
-    question = Question("noise", frames, len(frames) - 1)
+    question = manual_question("noise", pcm.astype("<i2").tobytes())
     clients = [FaultClient(i, fc, question) for i in range(args.sessions)]
     report: dict[str, Any] = {"startup_s": round(startup_s, 1), "faults": []}
     stop = asyncio.Event()

@@ -6,7 +6,9 @@
 
 Starts its own stack (`LocalStack`: Redis and the four services as real
 processes) and, for each level, opens that many sessions over real
-WebSockets, in one `--lane`:
+WebSockets (the client package's load generator, `antiphon.client.load`:
+what `antiphon bench` runs against a server it did not start), in one
+`--lane`:
 
 - `manual` (default): `turn_detection: null`. Each session streams spoken
   PCM16 24 kHz in 200 ms appends in real time, commits, sends
@@ -63,21 +65,16 @@ latency distributions beside it.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import io
 import json
 import os
-import platform
-import resource
 import shutil
 import subprocess
 import sys
 import time
 import urllib.request
 import wave
-from collections import Counter
-from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -86,23 +83,24 @@ sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
 
 import numpy as np  # noqa: E402
 from stack import LocalStack, Ports  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
-from bench.loadclient import (  # noqa: E402
-    CHUNK_BYTES,
-    CHUNK_MS,
+from antiphon.client.load import (  # noqa: E402
     INPUT_RATE,
     LANES,
-    SERVER_VAD,
-    LoadSession,
-    Mic,
+    LoadOptions,
     Question,
-    SessionError,
-    TurnResult,
-    append_messages,
-    barge_in_trial,
+    capacity,
+    new_report,
+    plot,
+    print_summary,
+    print_table,
+    raise_fd_limit,
+    run_async,
+    run_barge_in,
+    run_level,
+    shape,
+    trim_leading_silence,
 )
-from bench.loadreport import plot, print_table, stats, summarize_level  # noqa: E402
 from bench.procstats import ProcSampler  # noqa: E402
 
 QUESTIONS = [
@@ -148,40 +146,6 @@ def speech(text: str, voice: str = "piper") -> bytes:
         rng = np.random.default_rng(len(text))
         n = INPUT_RATE * (600 + 40 * len(text)) // 1000
         return (rng.normal(0, 3000, n).clip(-32768, 32767).astype("<i2")).tobytes()
-
-
-def _loud(pcm16: bytes) -> np.ndarray[Any, np.dtype[np.intp]]:
-    """Indexes of the samples that are speech: above 1% of the peak (and 200)."""
-    samples = np.abs(np.frombuffer(pcm16, dtype="<i2").astype(np.int32))
-    if not samples.size:
-        return np.zeros(0, dtype=np.intp)
-    return np.flatnonzero(samples > max(200, int(samples.max()) // 100))
-
-
-def trim_leading_silence(pcm16: bytes, threshold: int = 500) -> bytes:
-    samples = np.frombuffer(pcm16, dtype="<i2")
-    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > threshold)
-    return pcm16[int(loud[0]) * 2 :] if loud.size else pcm16
-
-
-def manual_question(text: str, pcm16: bytes) -> Question:
-    """The voice's audio as it is (its own leading and trailing silence kept),
-    then a commit: the manual lane as it has always been measured."""
-    loud = _loud(pcm16)
-    last = int(loud[-1]) * 2 if loud.size else len(pcm16) - 1
-    return Question(text, append_messages(pcm16), max(0, last) // CHUNK_BYTES)
-
-
-def live_question(text: str, pcm16: bytes) -> Question:
-    """Speech from its first to its last loud sample, padded with silence to
-    whole 200 ms frames: the last frame holds the end of speech, and what the
-    live microphone sends after it is silence."""
-    loud = _loud(pcm16)
-    if loud.size:
-        pcm16 = pcm16[int(loud[0]) * 2 : (int(loud[-1]) + 1) * 2]
-    pcm16 += b"\x00" * (-len(pcm16) % CHUNK_BYTES)
-    frames = append_messages(pcm16)
-    return Question(text, frames, len(frames) - 1)
 
 
 # ------------------------------------------------------------------ stack
@@ -259,211 +223,6 @@ class Bench:
         self.stack.stop()
 
 
-# ------------------------------------------------------------------ runs
-async def loop_lag(samples: list[float], period_s: float = 0.1) -> None:
-    """How late this event loop wakes up: the client's own share of any latency."""
-    while True:
-        t = time.monotonic()
-        await asyncio.sleep(period_s)
-        samples.append((time.monotonic() - t - period_s) * 1000)
-
-
-SILENCE = append_messages(b"\x00\x00" * (INPUT_RATE * CHUNK_MS // 1000))[0]
-# Live lanes: the microphone is open (silence) this long before the first question.
-LEAD_IN_FRAMES = 2
-
-
-async def run_level(
-    bench: Bench,
-    n: int,
-    turns: int,
-    questions: Callable[[int, int], Question],
-    args: argparse.Namespace,
-) -> dict[str, Any]:
-    window = bench.sampler.mark()
-    lag: list[float] = []
-    lag_task = asyncio.create_task(loop_lag(lag))
-    bar = tqdm(
-        total=n * turns, desc=f"{args.backend} {args.lane} x{n}", unit="turn", file=sys.stderr
-    )
-    refused: Counter[str] = Counter()
-    aborted: Counter[str] = Counter()
-    open_ms: list[float] = []
-    results: list[TurnResult] = []
-    gate = asyncio.Semaphore(args.open_concurrency)
-
-    async def open_one(i: int) -> LoadSession | None:
-        async with gate:
-            t0 = time.monotonic()
-            try:
-                s = await LoadSession.connect(i, bench.url, args.deflate, args.timeout)
-            except SessionError as exc:
-                refused[exc.code] += 1
-                return None
-            try:
-                await s.open(LANES[args.lane], args.timeout)
-            except SessionError as exc:
-                refused[exc.code] += 1
-                await s.close(1.0)
-                return None
-            open_ms.append((time.monotonic() - t0) * 1000)
-            bar.set_postfix_str(f"opened {len(open_ms)}/{n}", refresh=False)
-            return s
-
-    opened = [s for s in await asyncio.gather(*(open_one(i) for i in range(n))) if s is not None]
-    bar.set_postfix_str(f"{len(opened)} open, {sum(refused.values())} refused")
-    lengths = [len(questions(s.index, 0).frames) for s in opened]
-    spread_s = (max(lengths, default=1) * CHUNK_MS) / 1000
-    t_start = time.monotonic() + 0.5
-    live = args.lane != "manual"
-
-    async def drive(k: int, s: LoadSession) -> None:
-        # Start times spread over one utterance, so commits do not all land together.
-        start_at = t_start + spread_s * k / max(1, len(opened))
-        mic: Mic | None = None
-        if live:
-            mic = Mic(s, SILENCE)
-            mic.start(at=start_at)
-            await asyncio.sleep(
-                max(0.0, start_at - time.monotonic()) + LEAD_IN_FRAMES * CHUNK_MS / 1000
-            )
-        try:
-            for t in range(turns):
-                try:
-                    if mic is not None:
-                        r = await s.live_turn(
-                            t,
-                            args.lane,
-                            mic,
-                            questions(s.index, t),
-                            args.timeout,
-                            args.no_response_s,
-                        )
-                    else:
-                        r = await s.turn(t, questions(s.index, t), start_at, args.timeout)
-                except SessionError as exc:
-                    aborted[exc.code] += 1
-                    bar.update(turns - t)
-                    return
-                except Exception as exc:  # the socket went away mid-send
-                    aborted[s.closed_code or type(exc).__name__] += 1
-                    bar.update(turns - t)
-                    return
-                results.append(r)
-                bar.update(1)
-                if r.status == "timeout":  # counted as `response_timeout`; the session gives up
-                    bar.update(turns - t - 1)
-                    return
-                start_at = time.monotonic()
-        finally:
-            if mic is not None:
-                await mic.stop()
-
-    t_turns = time.monotonic()
-    await asyncio.gather(*(drive(k, s) for k, s in enumerate(opened)))
-    turns_wall = time.monotonic() - t_turns
-    await asyncio.gather(*(s.close() for s in opened))
-    bar.close()
-    lag_task.cancel()
-    errors: Counter[str] = Counter()
-    for s in opened:
-        errors.update(s.errors)
-    return summarize_level(
-        n=n,
-        turns=turns,
-        opened=len(opened),
-        refused=refused,
-        aborted=aborted,
-        errors=errors,
-        open_ms=open_ms,
-        results=results,
-        turns_wall_s=turns_wall,
-        lag_ms=lag,
-        usage=bench.sampler.usage(window),
-        synthetic=args.backend == "synthetic",
-        lane=args.lane,
-        session=opened[0].session if opened else None,
-    )
-
-
-async def run_barge_in(bench: Bench, trials: int, args: argparse.Namespace) -> dict[str, Any]:
-    silence = SILENCE
-    question = append_messages(speech(LONG_ANSWER, args.voice))
-    barge = append_messages(trim_leading_silence(speech(BARGE, args.voice)))
-    out: list[dict[str, Any]] = []
-    for _ in tqdm(range(trials), desc=f"{args.backend} barge-in", unit="trial", file=sys.stderr):
-        try:
-            s = await LoadSession.connect(0, bench.url, args.deflate, args.timeout)
-        except SessionError as exc:
-            out.append({"status": "error", "note": exc.code})
-            continue
-        try:
-            await s.open(SERVER_VAD, args.timeout)
-            out.append(await barge_in_trial(s, question, barge, silence, args.timeout))
-        except SessionError as exc:
-            out.append({"status": "error", "note": exc.code})
-        finally:
-            await s.close()
-        await asyncio.sleep(0.5)
-    cancelled = [t for t in out if t.get("status") == "cancelled"]
-    statuses = Counter(str(t.get("status")) for t in out)
-    result: dict[str, Any] = {"trials": out, "statuses": dict(statuses)}
-    if cancelled:
-        done = [t["onset_to_done_ms"] for t in cancelled]
-        last = [t["onset_to_last_audio_ms"] for t in cancelled]
-        # From sending the first 200 ms frame that holds speech: the server has
-        # the whole frame at once. A live microphone heard that onset one frame
-        # earlier, hence `barge_in_from_capture_ms`.
-        result["barge_in_ms"] = stats(done, 50, 95)
-        result["barge_in_from_capture_ms"] = stats([d + CHUNK_MS for d in done], 50, 95)
-        # The last audio delta of the cancelled response, after the onset (0: none after).
-        result["audio_stop_ms"] = stats(last, 50, 95)
-    else:
-        result["barge_in_ms"] = None
-        result["barge_in_from_capture_ms"] = None
-        result["audio_stop_ms"] = None
-        result["note"] = (
-            f"the server never cancelled a response on barge-in speech ({dict(statuses)}): "
-            "barge-in on the server_vad lane is not implemented, or the answer ended first"
-        )
-    if len(cancelled) not in (0, len(out)):
-        result["note"] = f"only {len(cancelled)}/{len(out)} responses were cancelled"
-    return result
-
-
-def raise_fd_limit(needed: int) -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
-    if soft < want:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft < needed:
-        print(f"warning: open-file limit {soft} < {needed} needed", file=sys.stderr)
-    return soft
-
-
-def capacity(levels: list[dict[str, Any]], slo_ms: float) -> dict[str, Any]:
-    """The largest level served in real time: every turn answered, no errors,
-    first audio p95 within the SLO (from the commit in the manual lane, from
-    the end of speech in the others). This is the number a worker's
-    `capacity` setting should hold (the measurement behind it, not a guess)."""
-
-    def first_audio(lv: dict[str, Any]) -> dict[str, Any]:
-        manual = lv.get("lane", "manual") == "manual"
-        key = "commit_to_first_audio_ms" if manual else "end_of_speech_to_first_audio_ms"
-        return lv[key] or {}
-
-    served = [
-        lv["sessions"]
-        for lv in levels
-        if lv["turns_completed"] == lv["turns_expected"]
-        and not lv["errors"]["count"]
-        and first_audio(lv).get("p95", float("inf")) <= slo_ms
-    ]
-    return {"slo_ms": slo_ms, "sessions": max(served, default=0)}
-
-
 def git_commit() -> str:
     try:
         return subprocess.run(
@@ -475,15 +234,6 @@ def git_commit() -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
-
-
-def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
-    """On uvloop when installed (as the gateway runs): less client overhead per event."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 def main() -> None:
@@ -512,7 +262,6 @@ def main() -> None:
     parser.add_argument("--fresh-stack", action="store_true", help="a new stack per level")
     parser.add_argument("--open-concurrency", type=int, default=32)
     parser.add_argument("--timeout", type=float, default=0.0, help="per response, seconds")
-    parser.add_argument("--deflate", action="store_true", help="permessage-deflate on")
     parser.add_argument(
         "--slo-ms",
         type=float,
@@ -530,35 +279,33 @@ def main() -> None:
     fd_limit = raise_fd_limit(max(levels) * 2 + 256)
 
     print(f"preparing speech ({args.voice}) ...", file=sys.stderr)
-    shape = manual_question if args.lane == "manual" else live_question
-    per_question = [shape(q, speech(q, args.voice)) for q in QUESTIONS]
+    per_question = [shape(args.lane, q, speech(q, args.voice)) for q in QUESTIONS]
 
     def questions(session: int, turn: int) -> Question:
         return per_question[(session + turn) % len(per_question)]
 
+    options = LoadOptions(
+        lane=args.lane,
+        turns=args.turns,
+        timeout_s=args.timeout,
+        no_response_s=args.no_response_s,
+        open_concurrency=args.open_concurrency,
+        overhead=args.backend == "synthetic",
+    )
     # Room for every session of every level at once: sessions a level leaves
     # behind (a socket that died) hold their slot until they are reaped.
     limit = max(4, sum(levels) + 16)
-    report: dict[str, Any] = {
-        "backend": args.backend,
-        "lane": args.lane,
-        "voice": args.voice,
-        "session": LANES[args.lane],
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "commit": git_commit(),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "loadavg_before": [round(x, 2) for x in os.getloadavg()],
-            "open_files_limit": fd_limit,
-        },
-        "turns_per_session": args.turns,
-        "audio_ms_per_turn": [q.audio_ms for q in per_question],
-        # Where the end of speech is: the end of the last append holding speech.
-        "speech_end_ms_per_turn": [(q.speech_end + 1) * CHUNK_MS for q in per_question],
-        "env": stack_env(args.backend, limit),
-        "levels": [],
-    }
+    report = new_report(
+        args.lane,
+        LANES[args.lane],
+        per_question,
+        args.turns,
+        backend=args.backend,
+        voice=args.voice,
+        commit=git_commit(),
+    )
+    report["machine"]["open_files_limit"] = fd_limit
+    report["env"] = stack_env(args.backend, limit)
     bench: Bench | None = None
     try:
         for n in levels:
@@ -567,7 +314,8 @@ def main() -> None:
                     bench.stop()
                 bench = Bench(args.backend, stack_env(args.backend, limit))
                 report.setdefault("startup_s", bench.startup_s)
-            level = run_async(run_level(bench, n, args.turns, questions, args))
+            options = replace(options, label=f"{args.backend} {args.lane} x{n}")
+            level = run_async(run_level(bench.url, n, questions, options, bench.sampler))
             # Closed sessions finish their cleanup before the next level starts.
             level["after"] = bench.drain()
             report["levels"].append(level)
@@ -578,7 +326,11 @@ def main() -> None:
                 if bench is not None:
                     bench.stop()
                 bench = Bench(args.backend, env)
-            report["barge_in"] = run_async(run_barge_in(bench, args.barge_in_trials, args))
+            question = speech(LONG_ANSWER, args.voice)
+            barge = trim_leading_silence(speech(BARGE, args.voice))
+            report["barge_in"] = run_async(
+                run_barge_in(bench.url, question, barge, args.barge_in_trials, args.timeout)
+            )
             report["barge_in"]["env"] = env
     finally:
         if bench is not None:
@@ -590,23 +342,7 @@ def main() -> None:
         out.write_text(json.dumps(report, indent=2))
         if report["levels"]:
             plot(report, out.with_suffix(".png"))
-    print_table(args.backend, report["levels"], header=True)
-    if "barge_in" in report:
-        b = report["barge_in"]
-        print(f"barge-in: {b['barge_in_ms']} audio stop: {b['audio_stop_ms']} {b.get('note', '')}")
-    for lv in report["levels"]:
-        heard = lv["transcripts"]
-        if heard["empty"] or heard["missing"]:
-            print(
-                f"ERROR: {args.lane} x{lv['sessions']}: {heard['empty']} empty and "
-                f"{heard['missing']} missing user transcripts in {lv['turns_expected']} turns: "
-                "the lane did not hear the user",
-                file=sys.stderr,
-            )
-    if "capacity" in report:
-        c = report["capacity"]
-        print(f"capacity: {c['sessions']} sessions within first-audio p95 <= {c['slo_ms']} ms")
-    print(f"written to {out} and {out.with_suffix('.png')}")
+    print_summary(report, out)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@
 
 Starts its own stack (`bench/load.py`'s `Bench`: Redis and the four
 services as real processes) and keeps `--sessions` sessions busy with
-manual-lane turns of the load client (paced 200 ms appends, commit,
-`response.create`, to `response.done`) until the time is up; a session
-whose socket dies is replaced by a new one, so the load holds. Every
+manual-lane turns of the load client (`antiphon.client.load`: paced 200
+ms appends, commit, `response.create`, to `response.done`) until the time
+is up; a session whose socket dies is replaced by a new one, so the load
+holds. Every
 `--sample-s` the resident memory of each service's process tree is
 sampled (`bench/procstats.py`); after `--warmup-min` (first allocations,
 caches filling) the least-squares slope of each is reported in MiB per 10
@@ -35,19 +36,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
 
 import numpy as np  # noqa: E402
-import websockets  # noqa: E402
 
-from bench.load import (  # noqa: E402
-    QUESTIONS,
-    Bench,
-    git_commit,
+from antiphon.client import ClientError  # noqa: E402
+from antiphon.client.load import (  # noqa: E402
+    MANUAL,
+    LoadSession,
+    Question,
+    SessionError,
     manual_question,
     raise_fd_limit,
     run_async,
-    speech,
-    stack_env,
 )
-from bench.loadclient import MANUAL, LoadSession, Question, SessionError  # noqa: E402
+from bench.load import QUESTIONS, Bench, git_commit, speech, stack_env  # noqa: E402
 
 SERVICES = ("gateway", "session", "stage0", "stage1", "redis")
 
@@ -78,8 +78,7 @@ class Soak:
         turn = 0
         while time.monotonic() < until:
             try:
-                s = await LoadSession.connect(index, self.bench.url, False, a.timeout)
-                await s.open(MANUAL, a.timeout)
+                s = await LoadSession.open(index, self.bench.url, MANUAL, a.timeout)
             except SessionError as exc:
                 self.lost[f"open_{exc.code}"] += 1
                 await asyncio.sleep(1.0)
@@ -92,7 +91,7 @@ class Soak:
                     self.turns[r.status] += 1
                     turn += 1
                     await asyncio.sleep(a.pause_s)
-            except (SessionError, websockets.ConnectionClosed, OSError) as exc:
+            except (SessionError, ClientError, OSError) as exc:
                 self.lost[s.closed_code or type(exc).__name__] += 1
             finally:
                 self.errors.update(s.errors)

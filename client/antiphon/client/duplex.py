@@ -509,9 +509,10 @@ class DuplexClient:
             if answer is None:
                 await ws.close()
                 continue  # refused for now (no worker room): the token still works
-            if isinstance(answer, ErrorEvent):
+            if isinstance(answer, ErrorEvent | SessionEnded):
                 await ws.close()
-                self._end(f"resume refused: {answer.code}")
+                why = answer.code if isinstance(answer, ErrorEvent) else answer.reason
+                self._end(f"resume refused: {why}")
                 return False
             self._ws = ws
             self.resumes += 1
@@ -538,7 +539,7 @@ class DuplexClient:
             async with asyncio.timeout(self._open_timeout_s):
                 while True:
                     event = parse(json.loads(await ws.recv()), time.monotonic())
-                    if event.type == "session.resumed":
+                    if event.type == "session.resumed" or isinstance(event, SessionEnded):
                         return event
                     if isinstance(event, ErrorEvent):
                         # No worker room is for now; anything else is final.

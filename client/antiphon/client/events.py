@@ -10,6 +10,7 @@ the moment its frame was read in `received_at`.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -146,8 +147,9 @@ class ResponseCreated(Event):
 class AudioDelta(Event):
     types = ("response.output_audio.delta", "response.audio.delta")
 
-    @property
+    @functools.cached_property
     def audio(self) -> bytes:
+        """Decoded once: a handle, a collector and the caller all read it."""
         return base64.b64decode(self.raw.get("delta") or "")
 
     @property

@@ -1,7 +1,15 @@
-"""Summaries, the printed table and the plot of `bench/load.py`."""
+"""A load run's summary per level, the table it prints and the PNG it draws.
+
+The result shape is the one `bench/load.py` has always written (other tools
+read it): one dict per level with the latency percentiles on the client
+clock, the errors by code, the transcripts heard, the processes' CPU and
+memory, and the raw samples the plot draws from.
+"""
 
 from __future__ import annotations
 
+import os
+import platform
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -11,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.loadclient import TurnResult
+from antiphon.client.load.questions import Question
+from antiphon.client.load.session import TurnResult
 
 SERVICES = ("gateway", "session", "stage0", "stage1", "redis", "loadgen")
 
@@ -40,7 +49,7 @@ def summarize_level(
     turns_wall_s: float,
     lag_ms: list[float],
     usage: dict[str, dict[str, Any]],
-    synthetic: bool,
+    overhead: bool = False,
     lane: str = "manual",
     session: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -111,8 +120,9 @@ def summarize_level(
         if session is not None:
             audio_in = (session.get("audio") or {}).get("input") or {}
             level["turn_detection"] = audio_in.get("turn_detection", session.get("turn_detection"))
-    if synthetic:
-        # Stage clocks are zero: every millisecond here is gateway + session + gRPC + Redis.
+    if overhead:
+        # Stage clocks at zero (the synthetic backend): every millisecond here is
+        # the serving path's own, gateway + session + gRPC + Redis.
         level["overhead"] = {
             "commit_to_first_audio_ms": _p50_p99(first),
             "heartbeat_rtt_ms": _p50_p99(heartbeat),
@@ -126,6 +136,28 @@ def summarize_level(
     }
     level["turns"] = [{k: v for k, v in asdict(r).items() if k != "event_gaps_ms"} for r in results]
     return level
+
+
+def new_report(
+    lane: str, session: dict[str, Any], questions: Sequence[Question], turns: int, **fields: Any
+) -> dict[str, Any]:
+    """The head of a load report, `levels` empty: what was run, where, on what audio."""
+    return {
+        **fields,
+        "lane": lane,
+        "session": session,
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "loadavg_before": [round(x, 2) for x in os.getloadavg()],
+        },
+        "turns_per_session": turns,
+        "audio_ms_per_turn": [q.audio_ms for q in questions],
+        # Where the end of speech is: the end of the last append holding speech.
+        "speech_end_ms_per_turn": [q.speech_end_ms for q in questions],
+        "levels": [],
+    }
 
 
 def _p50_p99(values: Sequence[float]) -> dict[str, float] | None:
@@ -144,22 +176,28 @@ def _fmt(s: dict[str, Any] | None, *keys: str) -> str:
 
 
 def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> None:
-    """One line per level on stdout: latency, errors, CPU % and peak RSS per process."""
+    """One line per level on stdout: latency, errors, CPU % and peak RSS per
+    process (the services' when the run started them, else its own alone)."""
+    names = [p for p in SERVICES if any(p in lv["processes"] for lv in levels)]
     if header:
         print(
             f"{'backend':<10}{'lane':<11}{'sess':>5}{'open':>5}{'refused':>8}{'turns':>7}"
             f"  {'eos->audio p50/p95':<19}{'commit->audio p50/p95/p99':<26}"
             f"{'hb rtt p50/p99':<15}{'gap max':>8}{'empty':>6}"
             f"{'errors':>7}{'mach%':>7}{'other%':>7}  CPU % mean/peak-1s, peak RSS MiB: "
-            + " ".join(SERVICES)
+            + " ".join(names)
         )
     for lv in levels:
         procs = lv["processes"]
         cpu = " ".join(
             f"{procs[p]['cpu_pct']:.0f}/{procs[p]['cpu_pct_peak']:.0f}%,{procs[p]['peak_rss_mib']:.0f}"
-            for p in SERVICES
+            if p in procs
+            else "-"
+            for p in names
         )
         gap = lv["audio_chunk_gap_max_ms"]
+        machine = (procs.get("machine") or {}).get("cpu_pct")
+        others = (procs.get("others") or {}).get("cpu_pct")
         print(
             f"{backend:<10}{lv.get('lane', 'manual'):<11}{lv['sessions']:>5}{lv['opened']:>5}"
             f"{sum(lv['refused'].values()):>8}{lv['turns_completed']:>7}"
@@ -168,9 +206,58 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
             f"{_fmt(lv['heartbeat_rtt_ms'], 'p50', 'p99'):<15}"
             f"{(gap or {}).get('max', 0):>8.0f}{lv['transcripts']['empty']:>6}"
             f"{lv['errors']['count']:>7}"
-            f"{procs['machine']['cpu_pct']:>7.0f}{procs['others']['cpu_pct']:>7.0f}  {cpu}",
+            f"{_pct(machine):>7}{_pct(others):>7}  {cpu}",
             flush=True,
         )
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def capacity(levels: list[dict[str, Any]], slo_ms: float) -> dict[str, Any]:
+    """The largest level served in real time: every turn answered, no errors,
+    first audio p95 within the SLO (from the commit in the manual lane, from
+    the end of speech in the others). This is the number a worker's
+    `capacity` setting should hold (the measurement behind it, not a guess)."""
+
+    def first_audio(lv: dict[str, Any]) -> dict[str, Any]:
+        manual = lv.get("lane", "manual") == "manual"
+        key = "commit_to_first_audio_ms" if manual else "end_of_speech_to_first_audio_ms"
+        return lv[key] or {}
+
+    served = [
+        lv["sessions"]
+        for lv in levels
+        if lv["turns_completed"] == lv["turns_expected"]
+        and not lv["errors"]["count"]
+        and first_audio(lv).get("p95", float("inf")) <= slo_ms
+    ]
+    return {"slo_ms": slo_ms, "sessions": max(served, default=0)}
+
+
+def print_summary(report: dict[str, Any], out: Path | None = None) -> None:
+    """The whole table, then barge-in, the lanes that did not hear the user, capacity."""
+    backend = str(report.get("backend", "remote"))
+    lane = str(report.get("lane", "manual"))
+    print_table(backend, report["levels"], header=True)
+    if "barge_in" in report:
+        b = report["barge_in"]
+        print(f"barge-in: {b['barge_in_ms']} audio stop: {b['audio_stop_ms']} {b.get('note', '')}")
+    for lv in report["levels"]:
+        heard = lv["transcripts"]
+        if heard["empty"] or heard["missing"]:
+            print(
+                f"ERROR: {lane} x{lv['sessions']}: {heard['empty']} empty and "
+                f"{heard['missing']} missing user transcripts in {lv['turns_expected']} turns: "
+                "the lane did not hear the user",
+                file=sys.stderr,
+            )
+    if "capacity" in report:
+        c = report["capacity"]
+        print(f"capacity: {c['sessions']} sessions within first-audio p95 <= {c['slo_ms']} ms")
+    if out is not None:
+        print(f"written to {out} and {out.with_suffix('.png')}")
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -207,11 +294,12 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.set_ylabel("fraction of samples")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(title="sessions", fontsize=8)
-    machine = report["machine"]
+    machine = report.get("machine") or {}
     fig.suptitle(
-        f"Antiphon load, backend={report['backend']}, lane={report.get('lane', 'manual')}, "
-        f"voice={report.get('voice', 'piper')}, {report['turns_per_session']} turns/session, "
-        f"{machine['cpus']} CPUs, commit {report['commit']}"
+        f"Antiphon load, backend={report.get('backend', 'remote')}, "
+        f"lane={report.get('lane', 'manual')}, voice={report.get('voice', 'piper')}, "
+        f"{report['turns_per_session']} turns/session, {machine.get('cpus', '?')} CPUs"
+        + (f", commit {report['commit']}" if report.get("commit") else "")
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
