@@ -1,12 +1,14 @@
 """The load generator (`antiphon.client.load`) against the serving path (synthetic
 stages, the real gateway, session service and Redis): the runner measures
-every turn of every session, `bench_main` writes the JSON and the PNG, the
+every turn of every session, `antiphon bench` writes the JSON and the PNG, the
 live lanes time the server's own endpointing, and a barge-in trial times
 the cut."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,6 @@ from antiphon.client.load import (
     LoadOptions,
     LoadSession,
     barge_in_trial,
-    bench_main,
     live_question,
     manual_question,
     run_level,
@@ -64,7 +65,7 @@ async def test_the_runner_times_every_turn_of_every_session(synthetic_stack: Loc
     assert set(level["processes"]) == {"loadgen"}
 
 
-def test_bench_main_writes_the_json_and_the_png(
+def test_antiphon_bench_writes_the_json_and_the_png(
     synthetic_stack: LocalStack, tmp_path: Path
 ) -> None:
     wav = tmp_path / "q.wav"
@@ -72,7 +73,15 @@ def test_bench_main_writes_the_json_and_the_png(
     argv = ["--url", f"ws://127.0.0.1:{synthetic_stack.ports.gateway}/v1/realtime"]
     argv += ["--sessions", "1,2", "--turns", "2", "--in", str(wav)]
     argv += ["--out-dir", str(tmp_path), "--no-progress", "--slo-ms", "10000"]
-    assert bench_main(argv) == 0
+    # The installed command, as a user runs it.
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("antiphon")), "bench", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "sessions" in run.stdout  # the summary table
     report = json.loads((tmp_path / "load-manual.json").read_text())
     assert (tmp_path / "load-manual.png").stat().st_size > 0
     # `?duplex=1` was added: the sessions heartbeat and close in the duplex dialect.
