@@ -457,6 +457,8 @@ class Turn:
     stage_ttft_ms: float | None = None
     tpot_ms: float | None = None
     tokens: int = 0
+    # Delta messages the answer came in (fewer than tokens once coalesced).
+    deltas: int = 0
     finish: str = ""
     error: str = ""
     generate_ms: float | None = None
@@ -568,6 +570,7 @@ class BenchSession:
         if p.first_delta is not None:
             turn.ttft_ms = (p.first_delta - sent) * 1000
         turn.answer = "".join(p.text)
+        turn.deltas = len(p.text)
         turn.finish = done.finish_reason
         turn.tokens = done.metrics.num_generation_tokens
         turn.stage_ttft_ms = done.metrics.ttft_ms

@@ -4,7 +4,7 @@
     antiphon talk --in question.wav --out reply.wav
     antiphon talk                      # microphone and speaker (antiphon[client-audio])
     antiphon events --text "Hello"     # the wire log of one turn, both ways
-    antiphon bench --sessions 1,4      # the load generator
+    antiphon bench --in q.wav --sessions 1,4   # the load generator
 
 Every command takes `--url` (default `$ANTIPHON_URL`, else the local stack's
 duplex endpoint) and `--api-key` (default `$ANTIPHON_API_KEY`). Exit codes:

@@ -2,8 +2,9 @@
 
 A bound session takes requests one by one (`handle`) and reports results
 through the `emit` callback it was built with; this module pumps requests
-in, streams results out in order, and always closes the session, whether
-the session service ended the stream or died. A worker at capacity, or
+in, streams results out in order (outbox.py: those waiting may be merged,
+by a hook the stage gives), and always closes the session, whether the
+session service ended the stream or died. A worker at capacity, or
 draining, refuses a new binding with RESOURCE_EXHAUSTED before anything is
 built for it; an admitted one is answered with initial metadata at once.
 """
@@ -20,6 +21,7 @@ from opentelemetry import trace
 from prometheus_client import Gauge
 
 from antiphon.common import tracing
+from antiphon.common.outbox import Merge, Outbox
 
 Req = TypeVar("Req", contravariant=True)
 Ev = TypeVar("Ev")
@@ -27,7 +29,7 @@ Ev = TypeVar("Ev")
 # Initial metadata of an admitted binding.
 BOUND_METADATA = "antiphon-bound"
 # Results one binding may have waiting for the session service to read
-# them. A reader this far behind ends the stream (the session rebinds and
+# them (merged ones count once). A reader this far behind ends the stream (the session rebinds and
 # starts over from its history) rather than the worker queueing without end.
 MAX_PENDING_RESULTS = 4096
 
@@ -90,7 +92,10 @@ async def serve_binding(
     context: grpc.aio.ServicerContext,
     active: ActiveSessions,
     span_name: str,
+    merge: Merge[Ev] | None = None,
 ) -> AsyncIterator[Ev]:
+    """The results of the session `make_session` builds, as they come; with `merge`,
+    those still unsent when another comes may be folded together (outbox.py)."""
     parent = tracing.extract_metadata(context.invocation_metadata())
     # Checked and counted with no await in between: two binds racing for the
     # last slot cannot both get it.
@@ -100,27 +105,15 @@ async def serve_binding(
         # Tells the binder at once that it was admitted (a refusal is the
         # other answer): the session may have nothing to receive for a while.
         await context.send_initial_metadata(((BOUND_METADATA, "1"),))
-        out: asyncio.Queue[Ev | None] = asyncio.Queue()
-        overflowed = False
-
-        def emit(event: Ev) -> None:
-            nonlocal overflowed
-            if overflowed:
-                return
-            if out.qsize() >= MAX_PENDING_RESULTS:
-                overflowed = True
-                out.put_nowait(None)
-                return
-            out.put_nowait(event)
-
-        session = make_session(emit)
+        out: Outbox[Ev] = Outbox(MAX_PENDING_RESULTS, merge)
+        session = make_session(out.put)
 
         async def consume() -> None:
             try:
                 async for req in requests:
                     session.handle(req)
             finally:
-                out.put_nowait(None)
+                out.close()
 
         reader = asyncio.create_task(consume())
         try:

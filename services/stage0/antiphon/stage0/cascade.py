@@ -52,6 +52,21 @@ UNFENCED = 1 << 62
 MAX_SEGMENTED = 4
 
 
+def merge_deltas(last: pb.Stage0Event, new: pb.Stage0Event) -> pb.Stage0Event | None:
+    """`new` folded into `last` (both still unsent) when both are text deltas of
+    one response (same id and epoch): a delta's text only ever extends what came
+    before it (the session speaks or shows it as it comes), so one delta of
+    both texts says the same. None for anything else. A field added to
+    `GenerationDelta` must be merged here too."""
+    if last.WhichOneof("kind") != "delta" or new.WhichOneof("kind") != "delta":
+        return None
+    into, more = last.delta, new.delta
+    if into.response_id != more.response_id or into.epoch != more.epoch:
+        return None
+    into.text += more.text
+    return last
+
+
 class CascadeSession:
     def __init__(
         self,

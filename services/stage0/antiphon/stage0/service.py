@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from antiphon.common.binding import ActiveSessions, serve_binding
-from antiphon.stage0.cascade import CascadeSession
+from antiphon.stage0.cascade import CascadeSession, merge_deltas
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
 from antiphon.stage0.settings import Stage0Settings
@@ -80,5 +80,6 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
             context=context,
             active=self._active,
             span_name="stage0.bind",
+            merge=merge_deltas if self._settings.coalesce_deltas else None,
         ):
             yield event

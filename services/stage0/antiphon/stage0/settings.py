@@ -83,6 +83,15 @@ class Stage0Settings(WorkerSettings):
     synthetic_ttft_ms: float = 50.0
     synthetic_token_ms: float = 20.0
     synthetic_asr_ms: float = 30.0
+    # Its words on one step clock for all sessions, as a batching engine's
+    # (synthetic.py); off: each answer's next word `synthetic_token_ms` after
+    # its last was taken, so a busy worker also slows its answers.
+    synthetic_step_clock: bool = False
+    # Text deltas of one response that wait unsent on a session's stream are
+    # sent as one (cascade.merge_deltas): a stream that keeps up carries each
+    # token as it comes, one that lags fewer, longer messages. Off only to
+    # measure what it saves (bench/delta_path.py).
+    coalesce_deltas: bool = True
     # Declared in `capabilities.supports_barge_in`. Off only to test that a
     # backend without barge-in gets the capability-gated surfaces refused.
     supports_barge_in: bool = True
