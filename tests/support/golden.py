@@ -8,7 +8,10 @@ and a golden frame of OpenAI's dialect is still a frame the `openai` SDK can
 judge (`tests/e2e/test_golden_transcripts.py` replays each one). A run of
 audio deltas (each with its transcript delta) collapses to its first audio
 delta and its first transcript delta, because how many chunks fit before
-an interruption depends on scheduling, not on the contract.
+an interruption depends on scheduling, not on the contract. A run of text
+deltas becomes one holding the run's text: stage0 joins a response's deltas
+that wait unsent (services/common/antiphon/common/outbox.py), so how the
+words are cut into deltas depends on scheduling too.
 
 Transcripts live under `golden/<dialect>/<scenario>.json`, one folder per
 dialect (`openai`: `/v1/realtime`; `duplex`: `?duplex=1`).
@@ -57,6 +60,7 @@ _VOLATILE = {
     "history_len",
 }
 _DELTAS = ("response.output_audio.delta", "response.output_audio_transcript.delta")
+_TEXT_DELTAS = ("response.output_text.delta", "response.text.delta")
 
 
 # Any other server-made id (e.g. the item id inside a native event).
@@ -99,6 +103,9 @@ def normalize(events: list[Event]) -> list[Any]:
     run: set[str] = set()  # the delta types of the current run already kept
     for event in events:
         etype = event["type"]
+        if etype in _TEXT_DELTAS and out and out[-1]["type"] == etype:
+            out[-1] = {**out[-1], "delta": out[-1]["delta"] + _scrub(event)["delta"]}
+            continue
         if etype not in _DELTAS:
             run = set()
             out.append(_scrub(event))
