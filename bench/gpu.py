@@ -86,8 +86,11 @@ SLO_MS = 150.0
 STAGE0_SERVICE = "antiphon.v1.Stage0Service"
 # How long one phase of a turn may take before it counts as not completed.
 PHASE_TIMEOUT_S = 180.0
-# Sessions one client process drives (more go to more processes, up to --client-procs).
-PER_PROC = 128
+# Sessions one client process drives (more go to more processes, up to
+# --client-procs). Each session streams paced audio and reads every delta:
+# one process's loop driving 124 sessions stamps first tokens 16-27 ms late at
+# p95 on its own (bench/delta_path.py), which is worker time it never spent.
+PER_PROC = 16
 
 # Hidden sizes of the dummy models (`--dummy`). The 8B class: Qwen2.5-7B and
 # Llama-3.1-8B as published; "tiny" only checks the path on a CPU.
