@@ -57,7 +57,6 @@ import argparse
 import asyncio
 import math
 import multiprocessing as mp
-import os
 import random
 import sys
 import time
@@ -77,7 +76,6 @@ from antiphon.common.grpcserver import CHANNEL_OPTIONS  # noqa: E402
 from antiphon.v1 import common_pb2 as cpb  # noqa: E402
 from antiphon.v1 import stage_pb2_grpc  # noqa: E402
 from bench.gpu import (  # noqa: E402
-    SERVICE_PATHS,
     BenchSession,
     Turn,
     Worker,
@@ -85,6 +83,7 @@ from bench.gpu import (  # noqa: E402
     free_port,
     now,
     pct,
+    standalone_env,
     write_json,
 )
 
@@ -100,21 +99,12 @@ def question(words: int) -> str:
 def worker_env(
     args: argparse.Namespace, port: int, metrics_port: int, coalesce: str
 ) -> dict[str, str]:
-    env = dict(os.environ)
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join([*paths, *SERVICE_PATHS])
-    env.pop("ANTIPHON_PROFILE", None)
+    env = standalone_env(port, metrics_port)
     env.update(
-        PYTHONUNBUFFERED="1",
-        ANTIPHON_LISTEN=f"127.0.0.1:{port}",
-        ANTIPHON_ADVERTISE_ADDRESS=f"127.0.0.1:{port}",
-        ANTIPHON_METRICS_PORT=str(metrics_port),
-        ANTIPHON_REDIS_URL="",
         ANTIPHON_BACKEND="synthetic",
         ANTIPHON_SYNTHETIC_TTFT_MS=str(args.ttft_ms),
         ANTIPHON_SYNTHETIC_TOKEN_MS=str(args.token_ms),
         ANTIPHON_SYNTHETIC_STEP_CLOCK=str(args.step_clock).lower(),
-        ANTIPHON_LOG_LEVEL="WARNING",
         ANTIPHON_SHUTDOWN_GRACE_S="2",
         ANTIPHON_CAPACITY=str(max(args.levels) + 1),
         ANTIPHON_LLM_MAX_OUTPUT_TOKENS=str(args.max_tokens),

@@ -323,24 +323,32 @@ def params_b(config: dict[str, Any]) -> float:
 
 
 # ------------------------------------------------------------------ worker
-def worker_env(
-    args: argparse.Namespace, llm_model: str, port: int, metrics_port: int
-) -> dict[str, str]:
-    """The stage0 settings of the run, as the worker (and --raw-vllm) read them."""
+def standalone_env(port: int, metrics_port: int) -> dict[str, str]:
+    """A stage0 worker on its own: the services on its path, no profile, no registry."""
     env = dict(os.environ)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join([*paths, *SERVICE_PATHS])
     env.pop("ANTIPHON_PROFILE", None)
     env.update(
         PYTHONUNBUFFERED="1",
-        HF_HUB_OFFLINE="1",
         ANTIPHON_LISTEN=f"127.0.0.1:{port}",
         ANTIPHON_ADVERTISE_ADDRESS=f"127.0.0.1:{port}",
         ANTIPHON_METRICS_PORT=str(metrics_port),
         # No registry: the worker is dialled at its address (static list).
         ANTIPHON_REDIS_URL="",
-        ANTIPHON_BACKEND="cascade",
         ANTIPHON_LOG_LEVEL="WARNING",
+    )
+    return env
+
+
+def worker_env(
+    args: argparse.Namespace, llm_model: str, port: int, metrics_port: int
+) -> dict[str, str]:
+    """The stage0 settings of the run, as the worker (and --raw-vllm) read them."""
+    env = standalone_env(port, metrics_port)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        ANTIPHON_BACKEND="cascade",
         ANTIPHON_SHUTDOWN_GRACE_S="3",
         ANTIPHON_MODEL_CACHE=str(args.model_cache),
         ANTIPHON_LLM_MODEL=llm_model,
