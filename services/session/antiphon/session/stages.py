@@ -31,6 +31,10 @@ STAGE0_SERVICE = "antiphon.v1.Stage0Service"
 STAGE1_SERVICE = "antiphon.v1.Stage1Service"
 # How long a worker may take to answer a Describe or a Bind.
 BIND_TIMEOUT_S = 5.0
+# A worker restarted at the same address is ready before this replica's
+# channel to it has left its reconnect backoff (at most 1 s, grpcserver.py):
+# an UNAVAILABLE Describe waits this long once for the channel to connect.
+RECONNECT_WAIT_S = 2.0
 # Requests one binding may have waiting for its worker to read them. A worker
 # that falls this far behind is treated as lost: the stream is cancelled and
 # the session fails over to another worker, instead of queueing without end.
@@ -246,7 +250,7 @@ class StagePool:
         for addr in await self._candidates(stage, avoid, full):
             stub = stub_for(addr)
             try:
-                info = await stub.Describe(stage_pb2.DescribeRequest(), timeout=BIND_TIMEOUT_S)
+                info = await _describe(stub)
                 return await Binding.open(addr, stub.Bind, on_event), info
             except BindRefused as exc:
                 if exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -302,3 +306,19 @@ def _rotated(items: list[T], turn: int) -> list[T]:
         return items
     k = turn % len(items)
     return items[k:] + items[:k]
+
+
+async def _describe(stub: Any) -> stage_pb2.StageInfo:
+    """The worker's `Describe`; an UNAVAILABLE one is asked again once, waiting
+    for the channel to connect (a worker that came back at the same address)."""
+    try:
+        info: stage_pb2.StageInfo = await stub.Describe(
+            stage_pb2.DescribeRequest(), timeout=BIND_TIMEOUT_S
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        info = await stub.Describe(
+            stage_pb2.DescribeRequest(), timeout=RECONNECT_WAIT_S, wait_for_ready=True
+        )
+    return info
