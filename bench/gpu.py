@@ -369,6 +369,9 @@ def worker_env(
         # Random weights: a sampled n-gram may repeat by chance; the loop stop
         # would then cut answers short of --max-tokens.
         env["ANTIPHON_LLM_LOOP_NGRAM"] = "0"
+    if args.max_num_batched_tokens is not None:
+        env["ANTIPHON_LLM_MAX_NUM_BATCHED_TOKENS"] = str(args.max_num_batched_tokens)
+    env["ANTIPHON_LLM_STREAM_INTERVAL"] = str(args.stream_interval)
     if args.enforce_eager is not None:
         env["ANTIPHON_LLM_ENFORCE_EAGER"] = str(args.enforce_eager).lower()
     return env
@@ -1042,7 +1045,7 @@ def check(args: argparse.Namespace, llm_model: str) -> dict[str, Any]:
     report["cuda_devices"] = torch.cuda.device_count()
     settings = Stage0Settings()
     target = llm.detected_platform()
-    kwargs = llm.engine_kwargs(llm_model, llm.EngineConfig(), target)
+    kwargs = llm.engine_kwargs(llm_model, llm.EngineConfig.of(settings), target)
     report["platform"] = target
     report["engine_args_unsupported"] = sorted(set(kwargs) - set(llm.supported_kwargs(kwargs)))
     found = assets.locate(settings.model_cache, settings.llm_model)
@@ -1078,6 +1081,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--dtype", default="bfloat16", help="llm_dtype (auto on a GPU)")
     ap.add_argument("--max-num-seqs", type=int, default=16)
+    ap.add_argument(
+        "--max-num-batched-tokens", type=int, default=None, help="unset: vLLM's default (2048)"
+    )
+    ap.add_argument("--stream-interval", type=int, default=1)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--kv-cache-gib", type=float, default=1.0)
     ap.add_argument("--max-model-len", type=int, default=2048)
@@ -1173,6 +1180,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "settings": {
             "llm_dtype": args.dtype,
             "llm_max_num_seqs": args.max_num_seqs,
+            "llm_max_num_batched_tokens": args.max_num_batched_tokens,
+            "llm_stream_interval": args.stream_interval,
             "llm_gpu_memory_utilization": args.gpu_memory_utilization,
             "llm_max_model_len": args.max_model_len,
             "llm_enforce_eager": args.enforce_eager,

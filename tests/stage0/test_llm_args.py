@@ -51,11 +51,38 @@ def test_both_platforms_share_the_rest(platform: str) -> None:
 
 
 @pytest.mark.parametrize("platform", ["cpu", "cuda"])
-def test_every_argument_is_one_the_installed_vllm_takes(platform: str) -> None:
+def test_the_prefill_budget_is_vllms_own_unless_set(platform: str) -> None:
+    assert "max_num_batched_tokens" not in engine_kwargs(MODEL, EngineConfig(), platform)  # type: ignore[arg-type]
+    config = EngineConfig(max_num_batched_tokens=16384, stream_interval=4)
+    kwargs = engine_kwargs(MODEL, config, platform)  # type: ignore[arg-type]
+    assert kwargs["max_num_batched_tokens"] == 16384
+    assert kwargs["stream_interval"] == 4
+
+
+@pytest.mark.parametrize("platform", ["cpu", "cuda"])
+@pytest.mark.parametrize(
+    "config", [EngineConfig(), EngineConfig(max_num_batched_tokens=8192, stream_interval=2)]
+)
+def test_every_argument_is_one_the_installed_vllm_takes(
+    platform: str, config: EngineConfig
+) -> None:
     names = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
-    kwargs = engine_kwargs(MODEL, EngineConfig(), platform)  # type: ignore[arg-type]
+    kwargs = engine_kwargs(MODEL, config, platform)  # type: ignore[arg-type]
     assert set(kwargs) <= names
     assert supported_kwargs(kwargs) == kwargs
+
+
+def test_the_engine_follows_the_worker_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTIPHON_LLM_MAX_NUM_BATCHED_TOKENS", "8192")
+    monkeypatch.setenv("ANTIPHON_LLM_STREAM_INTERVAL", "3")
+    config = EngineConfig.of(Stage0Settings())
+    assert (config.max_num_batched_tokens, config.stream_interval) == (8192, 3)
+
+
+def test_a_stream_interval_below_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTIPHON_LLM_STREAM_INTERVAL", "0")
+    with pytest.raises(ValueError, match="llm_stream_interval"):
+        Stage0Settings()
 
 
 def test_an_argument_this_vllm_lacks_is_left_out_and_logged(
@@ -72,4 +99,6 @@ def test_the_worker_settings_default_to_a_cpu_worker() -> None:
     assert settings.llm_max_num_seqs == 16
     assert settings.llm_enforce_eager is None
     assert settings.llm_load_format == "auto"
+    assert settings.llm_max_num_batched_tokens is None
+    assert settings.llm_stream_interval == 1
     assert 0.0 < settings.llm_gpu_memory_utilization <= 1.0

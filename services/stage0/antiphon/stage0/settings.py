@@ -47,6 +47,15 @@ class Stage0Settings(WorkerSettings):
     llm_gpu_memory_utilization: float = 0.85
     # Requests vLLM batches at once: a CPU worker serves few; a GPU hundreds.
     llm_max_num_seqs: int = 16
+    # Prompt tokens one engine step may prefill. Unset: this vLLM's own default
+    # (2048 for an in-process engine). When hundreds of sessions ask at once,
+    # their new prompt tokens outrun 2048 and the last get their first token
+    # steps later: a GPU worker sets it (values-gpu.yaml, bench/gpu.py).
+    llm_max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    # Tokens the engine gathers before it hands a request's text on (the first
+    # comes at once). 1: every token; more saves the worker's loop a wake-up
+    # per token when hundreds of answers stream at once.
+    llm_stream_interval: int = Field(default=1, ge=1)
     # Unset: eager on CPU (no compile at start), CUDA graphs on a GPU.
     llm_enforce_eager: bool | None = None
     # "dummy": random weights from the folder's config.json, for capacity
