@@ -459,6 +459,36 @@ def histogram_delta(before: dict[str, float], after: dict[str, float], name: str
     }
 
 
+def bucket_quantile(delta: dict[str, Any], q: float) -> float | None:
+    """The upper bound of the bucket holding a `histogram_delta`'s q-quantile (None: empty)."""
+    calls = delta["calls"]
+    if not calls:
+        return None
+    for le, count in sorted(
+        delta["cumulative_buckets"].items(), key=lambda kv: float(kv[0].replace("+Inf", "inf"))
+    ):
+        if count >= q * calls:
+            return float(le.replace("+Inf", "inf"))
+    return None
+
+
+def seconds_histogram_ms(
+    before: dict[str, float], after: dict[str, float], name: str
+) -> dict[str, Any]:
+    """A seconds histogram over a level, in ms: its mean and the bucket bounds of its
+    p95 and p99 (the loop's lag is sampled through the whole level, its ask phases
+    a few per cent of it)."""
+    delta = histogram_delta(before, after, name)
+    total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
+    out: dict[str, Any] = {"count": delta["calls"], "mean": None}
+    if delta["calls"]:
+        out["mean"] = round(total / delta["calls"] * 1000, 2)
+    for q in (95, 99):
+        bound = bucket_quantile(delta, q / 100)
+        out[f"p{q}_at_most"] = bound * 1000 if bound is not None else None
+    return out
+
+
 # ------------------------------------------------------------------ client
 @dataclass
 class Turn:
@@ -812,6 +842,14 @@ def run_worker_levels(args: argparse.Namespace, llm_model: str, result: dict[str
             after = worker.scrape()
             level["wall_s"] = round(now() - started, 1)
             level["vad_batch"] = histogram_delta(before, after, "antiphon_stage0_vad_batch_size")
+            # Where the worker's share of TTFT goes: waiting on its one event loop
+            # before the engine gets the prompt, and how late that loop runs at all.
+            level["generate_wait_ms"] = seconds_histogram_ms(
+                before, after, "antiphon_stage0_generate_wait_seconds"
+            )
+            level["loop_lag_ms"] = seconds_histogram_ms(
+                before, after, "antiphon_stage0_event_loop_lag_seconds"
+            )
             level["gpu_memory_mib"] = gpu.peak_mib
             result["levels"].append(level)
             result["capacity_at_slo"] = capacity_at_slo(result["levels"])
@@ -829,6 +867,7 @@ def print_level(lv: dict[str, Any]) -> None:
         f" tpot {lv['tpot_ms']['p50']} ms asr p50 {lv['asr_ms']['p50']} ms"
         f" completed {lv['completed']}/{lv['expected']} errors {lv.get('errors')}"
         f" vad_batch {lv.get('vad_batch', {}).get('mean')} gpu {lv.get('gpu_memory_mib')} MiB"
+        f" generate wait {lv.get('generate_wait_ms')} loop lag {lv.get('loop_lag_ms')}"
         f" wall {lv.get('wall_s')} s",
         flush=True,
     )

@@ -10,7 +10,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from antiphon.common import bootstrap, metrics
+from antiphon.common import bootstrap, loop_lag, metrics
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.common.workers import WorkerRegistry
 from antiphon.session.metrics import SessionMetrics
@@ -76,7 +76,8 @@ async def serve(settings: SessionSettings) -> None:
         await sessions.drain()
 
     try:
-        await app.run(grace_s=settings.shutdown_grace_s, on_drain=drain)
+        async with loop_lag.watching(session_metrics.loop_lag):
+            await app.run(grace_s=settings.shutdown_grace_s, on_drain=drain)
     finally:
         for task in (watcher, maintenance):
             task.cancel()

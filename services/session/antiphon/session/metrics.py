@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from antiphon.common.loop_lag import lag_histogram
 from antiphon.common.metrics import LATENCY_BUCKETS
 
 
 class SessionMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.loop_lag = lag_histogram("session", registry)
         self.sessions_active = Gauge(
             "antiphon_session_sessions_active", "Sessions owned by this replica", registry=registry
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -130,7 +131,7 @@ class CascadeSession:
             self._transcript.reset()
             self._vad.clear()
         elif kind == "generate":
-            self._spawn(self._generate(msg))
+            self._spawn(self._generate(msg, time.perf_counter()))
         elif kind == "cancel":
             self._cancel_before(msg.epoch)
 
@@ -378,7 +379,7 @@ class CascadeSession:
             retention_ratio=req.retention_ratio,
         )
 
-    async def _generate(self, req: pb.Generate) -> None:
+    async def _generate(self, req: pb.Generate, received: float) -> None:
         llm = self._models.llm
         max_tokens = req.max_output_tokens or self._settings.llm_max_output_tokens
         request_id = f"{self.session_id}:{req.response_id}"
@@ -387,7 +388,11 @@ class CascadeSession:
 
         def prompt(offered: Sequence[cpb.Tool]) -> str:
             # Of the answer's last pass (tools.py), as the debug surface shows it.
+            handed = bool(metrics.prompt)
             metrics.prompt = self._prompt(req, max_tokens, offered)
+            if not handed:
+                # The first pass's prompt goes to the engine now.
+                self._metrics.generate_wait.observe(time.perf_counter() - received)
             return metrics.prompt
 
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from antiphon.common import bootstrap, metrics, workers
+from antiphon.common import bootstrap, loop_lag, metrics, workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage0.metrics import Stage0Metrics
@@ -40,7 +40,10 @@ async def serve(settings: Stage0Settings) -> None:
     try:
         # Listed in the worker registry only once ready; on SIGTERM it stops
         # taking binds (and says so there) before the server's stop grace.
-        async with workers.registered(settings, "stage0", active):
+        async with (
+            workers.registered(settings, "stage0", active),
+            loop_lag.watching(stage_metrics.loop_lag),
+        ):
             await app.run(grace_s=settings.shutdown_grace_s, on_drain=active.drain)
     finally:
         await models.close()

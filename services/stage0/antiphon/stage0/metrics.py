@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from antiphon.common.loop_lag import lag_histogram
 from antiphon.common.metrics import LATENCY_BUCKETS
 
 
@@ -71,6 +72,14 @@ class Stage0Metrics:
             ["queue"],
             registry=registry,
         )
+        self.generate_wait = Histogram(
+            "antiphon_stage0_generate_wait_seconds",
+            "From a Generate's arrival to its prompt handed to the engine"
+            " (waiting on the event loop, and building the prompt)",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.loop_lag = lag_histogram("stage0", registry)
         self.llm_batch_size = Gauge(
             "antiphon_stage0_llm_batch_size",
             "Generations the engine runs together now (vLLM continuous batching)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from antiphon.common import bootstrap, metrics, workers
+from antiphon.common import bootstrap, loop_lag, metrics, workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage1.assets import locate
@@ -56,7 +56,10 @@ async def serve(settings: Stage1Settings) -> None:
     try:
         # Listed in the worker registry only once ready; on SIGTERM it stops
         # taking binds (and says so there) before the server's stop grace.
-        async with workers.registered(settings, "stage1", active):
+        async with (
+            workers.registered(settings, "stage1", active),
+            loop_lag.watching(stage_metrics.loop_lag),
+        ):
             await app.run(grace_s=settings.shutdown_grace_s, on_drain=active.drain)
     finally:
         executor.shutdown(wait=False, cancel_futures=True)

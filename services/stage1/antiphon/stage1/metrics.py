@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
+from antiphon.common.loop_lag import lag_histogram
 from antiphon.common.metrics import LATENCY_BUCKETS
 
 
 class Stage1Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.loop_lag = lag_histogram("stage1", registry)
         self.sessions_active = Gauge(
             "antiphon_stage1_sessions_active", "Sessions bound to this worker", registry=registry
         )
