@@ -201,7 +201,7 @@ async def test_batcher_runs_sessions_together_with_the_events_each_gets_alone(
                 stream.push(audio[i : i + chunk])
                 batcher.submit(stream, got[n].extend)
         await asyncio.sleep(0)
-    await asyncio.sleep(0)
+    await batcher.idle()
     assert got == alone
     assert max(sizes) == 2  # the two sessions' frames shared model calls
 
@@ -214,5 +214,31 @@ async def test_batcher_drops_a_discarded_stream(vad: SileroVad, sentence: bytes)
     stream.push(sentence + silence(1000))
     batcher.submit(stream, got.extend)
     batcher.discard(stream)
-    await asyncio.sleep(0)
+    await batcher.idle()
     assert got == [] and stream.pending_frames > 0
+
+
+@pytest.mark.models
+async def test_batcher_leaves_the_event_loop_free_while_the_model_runs(
+    vad: SileroVad, sentence: bytes
+) -> None:
+    """Other sessions' work runs between (and during) the VAD's model calls."""
+    batcher = VadBatcher(vad)
+    streams = [vad.stream() for _ in range(64)]
+    delivered: list[int] = []
+    for n, stream in enumerate(streams):
+        stream.push(sentence)
+        batcher.submit(stream, lambda _events, n=n: delivered.append(n))
+    calls = streams[0].pending_frames
+    ticks = 0
+
+    async def other_sessions() -> None:
+        nonlocal ticks
+        while len(delivered) < len(streams):
+            ticks += 1
+            await asyncio.sleep(0)
+
+    await asyncio.gather(other_sessions(), batcher.idle())
+    assert sorted(delivered) == list(range(64))
+    # Inline on the loop, the whole backlog ran in one callback: a tick or two.
+    assert ticks >= calls, (ticks, calls)

@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -279,6 +280,11 @@ class SileroVad:
         """
         if not streams:
             return []
+        batch = self.take(streams)
+        return self.advance(batch, *self.infer(batch.windows, batch.state))
+
+    def take(self, streams: Sequence[VadStream]) -> VadBatch:
+        """The next frame of each stream, as one model call's inputs (taken off the streams)."""
         if len({id(s) for s in streams}) != len(streams):
             raise ValueError("a stream may appear only once per batch")
         if any(s.pending_frames == 0 for s in streams):
@@ -288,14 +294,29 @@ class SileroVad:
             [np.concatenate((s.context, f)) for s, f in zip(streams, frames, strict=True)]
         )
         state = np.stack([s.state for s in streams], axis=1)
-        probs, new_state = self.infer(windows, state)
+        return VadBatch(list(streams), frames, windows, state)
+
+    def advance(
+        self, batch: VadBatch, probs: Float32Array, new_state: Float32Array
+    ) -> list[list[VadEvent]]:
+        """The call's results into each stream's state and endpointer; events per stream."""
         out: list[list[VadEvent]] = []
-        for i, (s, f) in enumerate(zip(streams, frames, strict=True)):
+        for i, (s, f) in enumerate(zip(batch.streams, batch.frames, strict=True)):
             s.state = np.ascontiguousarray(new_state[:, i, :])
             s.context = f[-CONTEXT_SAMPLES:].copy()
             event = s.endpointer.update(float(probs[i]))
             out.append([event] if event is not None else [])
         return out
+
+
+@dataclass(eq=False)
+class VadBatch:
+    """One model call's inputs: a frame of each stream, with its context and state."""
+
+    streams: list[VadStream]
+    frames: list[Float32Array]
+    windows: Float32Array
+    state: Float32Array
 
 
 class VadBatcher:
@@ -304,45 +325,87 @@ class VadBatcher:
     Sessions `submit` their stream after pushing audio; the batcher runs once
     the event loop has taken in what else arrived in the same turn, so audio
     from many sessions lands in one batch. Each stream's events go to its
-    callback, in order, once its queued frames are all run.
+    callback, on the event loop, in order, once its queued frames are all run.
+
+    A call of `offload_at` streams or more runs on `executor`, off the event
+    loop: sessions that speak in step (a burst of 128) make calls that hold a
+    core for milliseconds, six per 200 ms chunk, and every other request on
+    the loop waited behind them. Smaller calls run inline: live callers'
+    chunks arrive apart, mostly one stream a call, and a thread hand-off per
+    call of ~0.1 ms doubled the VAD's CPU (bench/vad_loop.py). Frames pushed
+    while a call runs go in the next one.
     """
 
     def __init__(
         self,
         vad: SileroVad,
         *,
+        executor: Executor | None = None,
         max_batch: int = 256,
+        offload_at: int = 16,
         observe_batch: Callable[[int], None] = lambda _size: None,
     ) -> None:
         self._vad = vad
+        # One thread: a stream's frames run one call after another anyway.
+        self._executor = executor or ThreadPoolExecutor(1, thread_name_prefix="vad")
         self._max_batch = max_batch
+        self._offload_at = offload_at
         self._observe_batch = observe_batch
         self._waiting: dict[VadStream, tuple[Callable[[list[VadEvent]], None], list[VadEvent]]] = {}
-        self._scheduled = False
+        self._task: asyncio.Task[None] | None = None
 
     def submit(self, stream: VadStream, on_events: Callable[[list[VadEvent]], None]) -> None:
         if stream not in self._waiting:
             self._waiting[stream] = (on_events, [])
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._run)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
 
     def discard(self, stream: VadStream) -> None:
-        """A closed session: its queued frames are never run."""
+        """A closed session: its queued frames are never run, nor its events delivered."""
         self._waiting.pop(stream, None)
 
-    def _run(self) -> None:
-        self._scheduled = False
-        while self._waiting:
-            ready = [s for s in self._waiting if s.pending_frames][: self._max_batch]
-            if ready:
-                self._observe_batch(len(ready))
-                for stream, events in zip(ready, self._vad.step(ready), strict=True):
-                    self._waiting[stream][1].extend(events)
-            for stream in [s for s in self._waiting if not s.pending_frames]:
-                on_events, events = self._waiting.pop(stream)
-                try:
-                    on_events(events)
-                except Exception:
-                    # One session's bug must not stall every other session's VAD.
-                    log.exception("VAD event handler failed")
+    async def idle(self) -> None:
+        """Until every submitted frame has run and its events were delivered."""
+        while self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            # What else arrives in this turn of the loop joins the first call.
+            await asyncio.sleep(0)
+            while self._waiting:
+                ready = [s for s in self._waiting if s.pending_frames][: self._max_batch]
+                if ready:
+                    self._observe_batch(len(ready))
+                    batch = self._vad.take(ready)
+                    try:
+                        if len(ready) >= self._offload_at:
+                            probs, state = await loop.run_in_executor(
+                                self._executor, self._vad.infer, batch.windows, batch.state
+                            )
+                        else:
+                            probs, state = self._vad.infer(batch.windows, batch.state)
+                    except Exception:
+                        # The frames are lost, not the streams: the next call
+                        # goes on from each stream's last state.
+                        log.exception("VAD model call failed")
+                        continue
+                    for stream, events in zip(
+                        ready, self._vad.advance(batch, probs, state), strict=True
+                    ):
+                        if stream in self._waiting:
+                            self._waiting[stream][1].extend(events)
+                self._deliver()
+        finally:
+            self._task = None
+
+    def _deliver(self) -> None:
+        """Events to each stream whose queued frames have all run."""
+        for stream in [s for s in self._waiting if not s.pending_frames]:
+            on_events, events = self._waiting.pop(stream)
+            try:
+                on_events(events)
+            except Exception:
+                # One session's bug must not stall every other session's VAD.
+                log.exception("VAD event handler failed")
