@@ -30,7 +30,7 @@ sys.path[:0] = [str(REPO / "services" / "common"), str(REPO / "services" / "stag
 import numpy as np  # noqa: E402
 
 from antiphon.stage0.assets import locate_vad  # noqa: E402
-from antiphon.stage0.vad import SileroVad, VadBatcher  # noqa: E402
+from antiphon.stage0.vad import SileroVad, VadBatcher, VadEvent  # noqa: E402
 
 SPEECH = REPO / "bench" / "gpu_speech.npz"
 CHUNK_S = 0.2
@@ -53,7 +53,7 @@ async def run(sessions: int, seconds: float, aligned: bool) -> dict[str, object]
     batcher = VadBatcher(vad, observe_batch=sizes.append)
     events = 0
 
-    def heard(got: list[object]) -> None:
+    def heard(got: list[VadEvent]) -> None:
         nonlocal events
         events += len(got)
 

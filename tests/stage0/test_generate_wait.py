@@ -29,11 +29,16 @@ async def _answered(block_s: float) -> CollectorRegistry:
     settings = Stage0Settings(synthetic_ttft_ms=1, synthetic_token_ms=1)
     engines = SyntheticEngines(settings)
     registry = CollectorRegistry()
-    events: list[pb.Stage0Event] = []
+    done = asyncio.Event()
+
+    def emit(event: pb.Stage0Event) -> None:
+        if event.WhichOneof("kind") == "done":
+            done.set()
+
     session = CascadeSession(
         engines,
         settings,
-        events.append,
+        emit,
         Stage0Metrics(registry),
         VadBatcher(engines.vad),
         TurnBatcher(engines.turn),
@@ -47,10 +52,8 @@ async def _answered(block_s: float) -> CollectorRegistry:
         )
     )
     # Other sessions' work on the same loop, before this one's task runs.
-    time.sleep(block_s)
-    async with asyncio.timeout(10):
-        while not any(e.WhichOneof("kind") == "done" for e in events):
-            await asyncio.sleep(0.01)
+    time.sleep(block_s)  # noqa: ASYNC251  (the point: the loop is blocked)
+    await asyncio.wait_for(done.wait(), 10)
     await session.close()
     return registry
 

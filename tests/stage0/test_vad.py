@@ -226,9 +226,13 @@ async def test_batcher_leaves_the_event_loop_free_while_the_model_runs(
     batcher = VadBatcher(vad)
     streams = [vad.stream() for _ in range(64)]
     delivered: list[int] = []
+
+    def heard(n: int) -> Callable[[list[VadEvent]], None]:
+        return lambda _events: delivered.append(n)
+
     for n, stream in enumerate(streams):
         stream.push(sentence)
-        batcher.submit(stream, lambda _events, n=n: delivered.append(n))
+        batcher.submit(stream, heard(n))
     calls = streams[0].pending_frames
     ticks = 0
 
