@@ -13,6 +13,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from antiphon.common import loop_lag
 from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
 from antiphon.gateway.connection import Connection
@@ -42,7 +43,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
         ]
         app.state.channels = channels
         try:
-            yield
+            async with loop_lag.watching(metrics.loop_lag):
+                yield
         finally:
             for ch in channels:
                 await ch.close()

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from antiphon.common.loop_lag import lag_histogram
+
 
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.loop_lag = lag_histogram("gateway", registry)
         self.connections_active = Gauge(
             "antiphon_gateway_connections_active", "Open WebSocket connections", registry=registry
         )
