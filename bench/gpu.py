@@ -454,6 +454,7 @@ def histogram_delta(before: dict[str, float], after: dict[str, float], name: str
             buckets[le] = int(value - before.get(key, 0.0))
     return {
         "calls": int(count),
+        "sum": total,
         "mean": round(total / count, 2) if count else None,
         "cumulative_buckets": buckets,
     }
@@ -479,10 +480,9 @@ def seconds_histogram_ms(
     p95 and p99 (the loop's lag is sampled through the whole level, its ask phases
     a few per cent of it)."""
     delta = histogram_delta(before, after, name)
-    total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
     out: dict[str, Any] = {"count": delta["calls"], "mean": None}
     if delta["calls"]:
-        out["mean"] = round(total / delta["calls"] * 1000, 2)
+        out["mean"] = round(delta["sum"] / delta["calls"] * 1000, 2)
     for q in (95, 99):
         bound = bucket_quantile(delta, q / 100)
         out[f"p{q}_at_most"] = bound * 1000 if bound is not None else None

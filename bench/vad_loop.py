@@ -25,29 +25,21 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "services" / "common"), str(REPO / "services" / "stage0")]
+sys.path[:0] = [str(REPO)]
 
-import numpy as np  # noqa: E402
+# First: it puts the services on the path.
+from bench.gpu import load_speech, pct  # noqa: E402, I001
 
 from antiphon.stage0.assets import locate_vad  # noqa: E402
 from antiphon.stage0.vad import SileroVad, VadBatcher, VadEvent  # noqa: E402
 
-SPEECH = REPO / "bench" / "gpu_speech.npz"
 CHUNK_S = 0.2
 CHUNK_BYTES = int(16000 * CHUNK_S) * 2
 TICK_S = 0.01
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))], 2)
-
-
 async def run(sessions: int, seconds: float, aligned: bool) -> dict[str, object]:
-    with np.load(SPEECH) as data:
-        speech = b"".join(
-            data[k].astype("<i2").tobytes() for k in sorted(data.files) if k[1:].isdigit()
-        )
+    speech = b"".join(load_speech())
     vad = SileroVad(locate_vad(), threads=1)
     sizes: list[int] = []
     batcher = VadBatcher(vad, observe_batch=sizes.append)
