@@ -52,7 +52,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -377,17 +377,29 @@ def worker_env(
     return env
 
 
+# The worker's entry point, first letting any process of its user trace it: under
+# Yama's ptrace_scope 1 (and no CAP_SYS_PTRACE, as in a container) py-spy, a
+# sibling and not its parent, may not attach otherwise. PR_SET_PTRACER_ANY.
+TRACEABLE_MAIN = (
+    "import ctypes, runpy; ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(-1), 0, 0, 0);"
+    " runpy.run_module('antiphon.stage0.main', run_name='__main__', alter_sys=True)"
+)
+
+
 class Worker:
     """`python -m antiphon.stage0.main` in its own process group, logging to a file."""
 
-    def __init__(self, env: dict[str, str], port: int, metrics_port: int, log: Path) -> None:
+    def __init__(
+        self, env: dict[str, str], port: int, metrics_port: int, log: Path, traceable: bool = False
+    ) -> None:
         self.address = f"127.0.0.1:{port}"
         self.metrics_port = metrics_port
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log = log.open("wb")
+        entry = ["-c", TRACEABLE_MAIN] if traceable else ["-m", "antiphon.stage0.main"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "antiphon.stage0.main"],
+            [sys.executable, *entry],
             env=env,
             cwd=REPO,
             stdout=self._log,
@@ -441,6 +453,73 @@ class Worker:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self._log.close()
+
+
+@contextlib.contextmanager
+def profiled(py_spy: str | None, pid: int, out: Path) -> Any:
+    """py-spy sampling process `pid` meanwhile, each thread's stacks collapsed into
+    `out` (flamegraph's format; `--profile-summary` reads it). Nothing when
+    `py_spy` is unset or not found; a py-spy that cannot attach says so in
+    `out`.log and the level runs all the same."""
+    exe = shutil.which(py_spy) if py_spy else None
+    if exe is None:
+        if py_spy:
+            print(f"no {py_spy}: the level runs unprofiled", flush=True)
+        yield
+        return
+    log = out.with_suffix(".log").open("wb")
+    # --nonblocking: the worker is not paused at each sample (its timing stays its own).
+    cmd = [exe, "record", "--pid", str(pid), "--rate", "250", "--threads", "--nonblocking"]
+    spy = subprocess.Popen(
+        [*cmd, "--format", "raw", "--output", str(out)], stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        yield
+    finally:
+        # SIGINT: py-spy writes what it sampled, then exits.
+        spy.send_signal(signal.SIGINT)
+        try:
+            spy.wait(60)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+        log.close()
+
+
+def profile_summary(path: Path, top: int = 25) -> str:
+    """The busiest thread of a `profiled` file: its functions by samples on the
+    stack (inclusive) and at its top (self), as a share of its samples."""
+    by_thread: dict[str, Counter[str]] = {}
+    own: dict[str, Counter[str]] = {}
+    totals: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        thread, *frames = stack.split(";")
+        n = int(count)
+        totals[thread] += n
+        names = [_frame_name(f) for f in frames]
+        inclusive = by_thread.setdefault(thread, Counter())
+        for name in set(names):
+            inclusive[name] += n
+        if names:
+            own.setdefault(thread, Counter())[names[-1]] += n
+    if not totals:
+        return f"{path}: no samples"
+    thread, samples = totals.most_common(1)[0]
+    lines = [f"{path.name}: {thread}, {samples} samples (of {sum(totals.values())} in all threads)"]
+    # Inclusive, less the frames under nearly every sample (the loop's own, the entry point).
+    inclusive = Counter({k: n for k, n in by_thread[thread].items() if n < 0.95 * samples})
+    for title, counts in (("inclusive", inclusive), ("self", own.get(thread, Counter()))):
+        lines.append(f"-- {title}")
+        lines += [f"{100 * n / samples:5.1f}%  {name}" for name, n in counts.most_common(top)]
+    return "\n".join(lines)
+
+
+def _frame_name(frame: str) -> str:
+    """py-spy's `function (path/to/file.py:123)` as `function (file.py)`."""
+    function, _, where = frame.partition(" (")
+    return f"{function} ({where.rsplit('/', 1)[-1].split(':')[0].rstrip(')')})" if where else frame
 
 
 def histogram_delta(before: dict[str, float], after: dict[str, float], name: str) -> dict[str, Any]:
@@ -822,7 +901,7 @@ def run_worker_levels(args: argparse.Namespace, llm_model: str, result: dict[str
     env = worker_env(args, llm_model, port, metrics_port)
     log = args.out.with_name(args.out.stem + "-worker.log")
     t0 = now()
-    worker = Worker(env, port, metrics_port, log)
+    worker = Worker(env, port, metrics_port, log, traceable=args.profile_at is not None)
     try:
         startup = asyncio.run(worker.ready(args.startup_timeout))
         result["worker_startup_s"] = round(startup, 1)
@@ -836,10 +915,14 @@ def run_worker_levels(args: argparse.Namespace, llm_model: str, result: dict[str
             turns = turns_at_level(args, sessions)
             before = worker.scrape()
             started = now()
-            with GpuMemory() as gpu:
+            spy = args.py_spy if sessions == args.profile_at else None
+            profile = args.out.with_name(f"{args.out.stem}-profile-{sessions}.txt")
+            with GpuMemory() as gpu, profiled(spy, worker.proc.pid, profile):
                 records = run_clients(worker.address, sessions, turns, args, f"n{sessions}")
             level = summarize(sessions, turns, records)
             after = worker.scrape()
+            if spy and profile.is_file():
+                print(profile_summary(profile), flush=True)
             level["wall_s"] = round(now() - started, 1)
             level["vad_batch"] = histogram_delta(before, after, "antiphon_stage0_vad_batch_size")
             # Where the worker's share of TTFT goes: waiting on its one event loop
@@ -902,7 +985,8 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
         output_kind=RequestOutputKind.DELTA,
     )
 
-    async def one(rid: str, messages: list[tuple[str, str]]) -> dict[str, Any]:
+    def prompt_of(messages: list[tuple[str, str]]) -> tuple[str, list[int]]:
+        """The prompt and its ids, rendered and encoded before the burst starts."""
         full = with_preamble(
             messages, s.llm_preamble or VOICE_PREAMBLE, s.llm_reminder or VOICE_REMINDER
         )
@@ -913,11 +997,16 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
                 add_generation_prompt=True,
             )
         )
-        ids = tokenizer.encode(prompt, add_special_tokens=False)
-        sent = time.perf_counter()
+        return prompt, tokenizer.encode(prompt, add_special_tokens=False)
+
+    async def one(rid: str, prompt: tuple[str, list[int]], arrived: float) -> dict[str, Any]:
+        """One turn whose ids are ready at `arrived`, the start of its burst: the
+        worker's clients stamp theirs at that instant too, so both TTFTs hold
+        the wait behind the turns handed to vLLM first."""
+        handed = time.perf_counter()
         first = last = None
         tokens, text = 0, []
-        async for out in engine.generate(tokens_input(ids, prompt=prompt), params, rid):
+        async for out in engine.generate(tokens_input(prompt[1], prompt=prompt[0]), params, rid):
             c = out.outputs[0]
             if c.token_ids:
                 last = time.perf_counter()
@@ -925,7 +1014,10 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
                 tokens += len(c.token_ids)
                 text.append(c.text)
         return {
-            "ttft_ms": (first - sent) * 1000 if first else None,
+            "ttft_ms": (first - arrived) * 1000 if first else None,
+            # From its own hand-off: the one figure raw runs had before, which
+            # left out of every turn but the first the wait behind the others.
+            "handoff_ttft_ms": (first - handed) * 1000 if first else None,
             "tpot_ms": (last - first) * 1000 / (tokens - 1)
             if first and last and tokens > 1
             else None,
@@ -936,7 +1028,8 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
         }
 
     try:
-        await one("warmup", [("system", instructions(0)), ("user", QUESTIONS[0])])
+        warmup = prompt_of([("system", instructions(0)), ("user", QUESTIONS[0])])
+        await one("warmup", warmup, time.perf_counter())
         levels = []
         for sessions in args.levels:
             turns = turns_at_level(args, sessions)
@@ -945,11 +1038,26 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
             started = now()
             with GpuMemory() as gpu:
                 for k in range(turns):
-                    asks = (
-                        _raw_ask(one, f"raw-{sessions}", i, k, history[i]) for i in range(sessions)
+                    # Turn k of session i: the text Whisper would have heard, with its history.
+                    users = [("user", QUESTIONS[(i + k) % len(QUESTIONS)]) for i in range(sessions)]
+                    prompts = [
+                        prompt_of([("system", instructions(i)), *history[i], users[i]])
+                        for i in range(sessions)
+                    ]
+                    # Every turn of the burst arrives now, as the worker's do at its barrier.
+                    arrived = time.perf_counter()
+                    answers = await asyncio.gather(
+                        *(
+                            one(f"raw-{sessions}-{i}-{k}", prompts[i], arrived)
+                            for i in range(sessions)
+                        )
                     )
-                    records.extend(await asyncio.gather(*asks))
+                    for i, r in enumerate(answers):
+                        history[i] += [users[i], ("assistant", r["answer"])]
+                        records.append(r | {"session": i, "turn": k})
             level = summarize(sessions, turns, records)
+            handoff = [r["handoff_ttft_ms"] for r in records if r.get("handoff_ttft_ms")]
+            level["handoff_ttft_ms"] = {"p50": pct(handoff, 50), "p95": pct(handoff, 95)}
             for key in ("asr_ms", "asr_ms_p95", "stage_ttft_ms", "empty_transcripts", "sample"):
                 level.pop(key, None)
             level["wall_s"] = round(now() - started, 1)
@@ -958,6 +1066,8 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
             t = level["ttft_ms"]
             print(
                 f"raw N={sessions:>4} ttft p50/p95 {t['p50']}/{t['p95']} ms"
+                f" (from its hand-off {level['handoff_ttft_ms']['p50']}"
+                f"/{level['handoff_ttft_ms']['p95']})"
                 f" tpot {level['tpot_ms']['p50']} ms"
                 f" completed {level['completed']}/{level['expected']}",
                 flush=True,
@@ -965,20 +1075,6 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
         return levels
     finally:
         engine.shutdown()
-
-
-async def _raw_ask(
-    one: Callable[[str, list[tuple[str, str]]], Awaitable[dict[str, Any]]],
-    tag: str,
-    i: int,
-    k: int,
-    history: list[tuple[str, str]],
-) -> dict[str, Any]:
-    """Turn k of raw session i: the text Whisper would have heard, with its history."""
-    user = ("user", QUESTIONS[(i + k) % len(QUESTIONS)])
-    r = await one(f"{tag}-{i}-{k}", [("system", instructions(i)), *history, user])
-    history += [user, ("assistant", r["answer"])]
-    return r | {"session": i, "turn": k}
 
 
 def ratio(worker: list[dict[str, Any]], raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -1146,6 +1242,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--with-raw", action="store_true", help="the raw AsyncLLM run after the worker's"
     )
+    ap.add_argument(
+        "--profile-at", type=int, default=None, help="py-spy the worker through this level"
+    )
+    ap.add_argument("--py-spy", default="py-spy", help="the py-spy executable (--profile-at)")
+    ap.add_argument("--profile-summary", type=Path, help="print a --profile-at file's summary")
     ap.add_argument("--check", action="store_true", help="imports and assets only")
     ap.add_argument("--table", type=Path, help="print a results file as a markdown table")
     ap.add_argument(
@@ -1188,6 +1289,9 @@ def resolve_model(args: argparse.Namespace) -> tuple[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse(argv)
+    if args.profile_summary:
+        print(profile_summary(args.profile_summary))
+        return
     if args.table:
         print(table(args.table))
         return
