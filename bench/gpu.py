@@ -372,8 +372,6 @@ def worker_env(
     if args.max_num_batched_tokens is not None:
         env["ANTIPHON_LLM_MAX_NUM_BATCHED_TOKENS"] = str(args.max_num_batched_tokens)
     env["ANTIPHON_LLM_STREAM_INTERVAL"] = str(args.stream_interval)
-    if args.gil_switch_interval_ms is not None:
-        env["ANTIPHON_GIL_SWITCH_INTERVAL_MS"] = str(args.gil_switch_interval_ms)
     if args.enforce_eager is not None:
         env["ANTIPHON_LLM_ENFORCE_EAGER"] = str(args.enforce_eager).lower()
     return env
@@ -1240,9 +1238,6 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--max-num-batched-tokens", type=int, default=None, help="unset: vLLM's default (2048)"
     )
     ap.add_argument("--stream-interval", type=int, default=1)
-    ap.add_argument(
-        "--gil-switch-interval-ms", type=float, default=None, help="unset: Python's 5 ms"
-    )
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--kv-cache-gib", type=float, default=1.0)
     ap.add_argument("--max-model-len", type=int, default=2048)
@@ -1349,7 +1344,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             "llm_max_num_seqs": args.max_num_seqs,
             "llm_max_num_batched_tokens": args.max_num_batched_tokens,
             "llm_stream_interval": args.stream_interval,
-            "gil_switch_interval_ms": args.gil_switch_interval_ms,
             "llm_gpu_memory_utilization": args.gpu_memory_utilization,
             "llm_max_model_len": args.max_model_len,
             "llm_enforce_eager": args.enforce_eager,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -19,11 +18,4 @@ def run(
     settings = config.load(settings_cls)
     logs.configure(service, settings.log_level)
     tracing.configure(service, settings.otlp_endpoint)
-    configure_interpreter(settings)
     asyncio.run(serve(settings))
-
-
-def configure_interpreter(settings: ServiceSettings) -> None:
-    """The process-wide interpreter settings a service's settings hold."""
-    if settings.gil_switch_interval_ms is not None:
-        sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import Field
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -49,11 +48,6 @@ class ServiceSettings(BaseSettings):
     otlp_endpoint: str = ""
     # Seconds a SIGTERM drain may take before the process exits anyway.
     shutdown_grace_s: float = 10.0
-    # How long a thread may hold the GIL while another waits for it (Python's
-    # default is 5 ms; unset keeps it). A service whose event loop is busy
-    # makes its gRPC poller thread, which hands every completed read and write
-    # to the loop, and its model threads wait that long for each hand-off.
-    gil_switch_interval_ms: float | None = Field(default=None, gt=0)
 
     @classmethod
     def settings_customise_sources(
