@@ -25,8 +25,10 @@ histogram), GPU memory (nvidia-smi), completed and expected turns; and
 `capacity_at_slo`, the largest N whose TTFT p95 is within 150 ms with every
 turn completed. `--raw-vllm` runs the same prompts (same engine arguments,
 through antiphon.stage0.llm's builder) on vLLM's AsyncLLM in this process, no
-worker and no gRPC; `--with-raw` does that after the worker run and adds the
-ratio. `--dummy SHAPE` serves random weights (`llm_load_format: dummy`) from a
+worker and no gRPC, each turn timed from its burst's start (every prompt's ids
+ready) to its first text, as the worker's clients time theirs; `--with-raw`
+does that after the worker run and adds the ratio. `--profile-at N` samples the
+worker with py-spy through level N. `--dummy SHAPE` serves random weights (`llm_load_format: dummy`) from a
 config.json written beside `--model`'s tokenizer: compute cost is the real one.
 
 The speech is `bench/gpu_speech.npz` (made here once by `--make-speech`, with
