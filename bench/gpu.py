@@ -28,8 +28,9 @@ through antiphon.stage0.llm's builder) on vLLM's AsyncLLM in this process, no
 worker and no gRPC, each turn timed from its burst's start (every prompt's ids
 ready) to its first text, as the worker's clients time theirs; `--with-raw`
 does that after the worker run and adds the ratio. `--profile-at N` samples the
-worker with py-spy through level N. `--dummy SHAPE` serves random weights (`llm_load_format: dummy`) from a
-config.json written beside `--model`'s tokenizer: compute cost is the real one.
+worker with py-spy through level N. `--dummy SHAPE` serves random weights
+(`llm_load_format: dummy`) from a config.json written beside `--model`'s
+tokenizer: compute cost is the real one.
 
 The speech is `bench/gpu_speech.npz` (made here once by `--make-speech`, with
 Piper): the GPU machine has no voice to make it with.
@@ -54,7 +55,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -458,7 +459,7 @@ class Worker:
 
 
 @contextlib.contextmanager
-def profiled(py_spy: str | None, pid: int, out: Path) -> Any:
+def profiled(py_spy: str | None, pid: int, out: Path) -> Iterator[None]:
     """py-spy sampling process `pid` meanwhile, each thread's stacks collapsed into
     `out` (flamegraph's format; `--profile-summary` reads it). Nothing when
     `py_spy` is unset or not found; a py-spy that cannot attach says so in
