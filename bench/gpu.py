@@ -349,6 +349,10 @@ def worker_env(
 ) -> dict[str, str]:
     """The stage0 settings of the run, as the worker (and --raw-vllm) read them."""
     env = standalone_env(port, metrics_port)
+    if args.services is not None:
+        # The worker of another checkout (an A/B within one device session).
+        other = [str(args.services / "common"), str(args.services / "stage0")]
+        env["PYTHONPATH"] = os.pathsep.join([*other, env["PYTHONPATH"]])
     env.update(
         HF_HUB_OFFLINE="1",
         ANTIPHON_BACKEND="cascade",
@@ -989,12 +993,17 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
     kwargs = llm.supported_kwargs(llm.engine_kwargs(llm_model, config, target))
     tokenizer = AutoTokenizer.from_pretrained(llm_model, local_files_only=True)
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[llm._QuietStats])
-    params = SamplingParams(
-        temperature=args.temperature,
-        max_tokens=args.max_tokens,
-        repetition_penalty=s.llm_repetition_penalty,
-        output_kind=RequestOutputKind.DELTA,
-    )
+
+    def params() -> SamplingParams:
+        # One per request, that vLLM may keep (no deep copy): as vLLM's own
+        # OpenAI server makes them, and the worker (llm.py).
+        return SamplingParams(
+            temperature=args.temperature,
+            max_tokens=args.max_tokens,
+            repetition_penalty=s.llm_repetition_penalty,
+            output_kind=RequestOutputKind.DELTA,
+            skip_clone=True,
+        )
 
     def prompt_of(messages: list[tuple[str, str]]) -> tuple[str, list[int]]:
         """The prompt and its ids, rendered and encoded before the burst starts."""
@@ -1017,7 +1026,7 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
         handed = time.perf_counter()
         first = last = None
         tokens, text = 0, []
-        async for out in engine.generate(tokens_input(prompt[1], prompt=prompt[0]), params, rid):
+        async for out in engine.generate(tokens_input(prompt[1], prompt=prompt[0]), params(), rid):
             c = out.outputs[0]
             if c.token_ids:
                 last = time.perf_counter()
@@ -1241,6 +1250,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--max-num-batched-tokens", type=int, default=None, help="unset: vLLM's default (2048)"
     )
     ap.add_argument("--stream-interval", type=int, default=1)
+    ap.add_argument(
+        "--services",
+        type=Path,
+        help="run the worker from this services/ folder (another checkout's) instead",
+    )
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--kv-cache-gib", type=float, default=1.0)
     ap.add_argument("--max-model-len", type=int, default=2048)
@@ -1357,6 +1371,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "turns_at": args.turns_at,
             "vad": args.vad,
             "client_procs": args.client_procs,
+            "services": str(args.services) if args.services else None,
         },
         "versions": {
             d: version(d)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -23,6 +23,7 @@ from antiphon.stage0.cascade import CascadeSession
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import TextGenerator
 from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.synthetic import ScriptedLlm
 from antiphon.stage0.turn import SmartTurn, TurnBatcher
 from antiphon.stage0.vad import SileroVad, VadBatcher
 from antiphon.v1 import common_pb2 as cpb
@@ -33,6 +34,17 @@ CHUNK = 6400  # 200 ms of PCM16 at 16 kHz
 SILENCE = b"\x00" * CHUNK
 
 
+class _Preparing(ScriptedLlm):
+    """An LLM that is only told of the messages to make ready (these tests never generate)."""
+
+    def __init__(self, prepared: list[tuple[str, str]]) -> None:
+        super().__init__(ttft_ms=0, token_ms=0)
+        self._prepared = prepared
+
+    def prepare(self, role: str, content: str) -> None:
+        self._prepared.append((role, content))
+
+
 @dataclass
 class Hearing:
     """The engines a listening session uses: the real VAD, Smart Turn and Whisper, no LLM."""
@@ -41,10 +53,12 @@ class Hearing:
     turn: SmartTurn
     asr: WhisperAsr
     executor: ThreadPoolExecutor
+    # What sessions asked the LLM to make ready for their next prompts.
+    prepared: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def llm(self) -> TextGenerator:
-        raise AssertionError("these tests never generate")
+        return _Preparing(self.prepared)
 
     async def transcribe(self, pcm16: bytes) -> str:
         return await asyncio.get_running_loop().run_in_executor(
@@ -119,7 +133,9 @@ async def test_server_vad_commit_after_speech_stopped_hears_the_utterance(
     hearing: Hearing, events: list[pb.Stage0Event], late_ms: int, voice: Voice
 ) -> None:
     """The commit that follows `speech_stopped` transcribes the speech, even when
-    more live silence arrived in between (the audio is never trimmed away)."""
+    more live silence arrived in between (the audio is never trimmed away);
+    the transcript is made ready for the prompt of the turn it starts."""
+    hearing.prepared.clear()
     session = _session(hearing, events, pb.LANE_SERVER_VAD)
     try:
         question = spoken("What color is the sky on a sunny day?", 16000, voice)
@@ -136,6 +152,8 @@ async def test_server_vad_commit_after_speech_stopped_hears_the_utterance(
         heard = await _transcript(events)
         assert heard.item_id == "item_1"
         assert "sky" in heard.text.lower() and "sunny" in heard.text.lower(), heard.text
+        await asyncio.sleep(0)
+        assert hearing.prepared == [("user", heard.text.strip())]
     finally:
         await session.close()
 

@@ -133,6 +133,26 @@ def test_a_new_turn_encodes_only_the_pieces_it_adds(tokenizer: PreTrainedTokeniz
     assert chat.encoded - before == 2
 
 
+@pytest.mark.models
+@pytest.mark.parametrize("offered", [(), (WEATHER,)], ids=["spoken", "functions offered"])
+def test_a_turn_made_ready_encodes_nothing_when_asked(
+    tokenizer: PreTrainedTokenizerBase, offered: Sequence[cpb.Tool]
+) -> None:
+    """The answer and the new question, made ready as the worker produced them,
+    leave nothing for the request path to encode, and the ids are unchanged."""
+    chat = ChatTokenizer(tokenizer)
+    render = tools.renderer(chat, offered)
+    messages = with_preamble(turns(10), preamble_for("Be brief.", "", bool(offered)))
+    chat.encode(render(messages))
+    answer, question = ("assistant", "About 150 million km."), ("user", "And Mars?")
+    chat.prepare(*answer)
+    chat.prepare(*question)
+    before = chat.encoded
+    grown = render([*messages, answer, question])
+    assert chat.encode(grown) == whole(tokenizer, grown)
+    assert chat.encoded == before
+
+
 def toy(scheme: str, lstrip: bool = False) -> PreTrainedTokenizerFast:
     """A tiny BPE with a Metaspace pre-tokenizer and ChatML's two tokens."""
     tk = Tokenizer(models.BPE(unk_token="<unk>"))

@@ -111,3 +111,17 @@ async def test_a_response_that_loops_is_stopped_as_repetition(llm_engine: LlmEng
     assert last.finish_reason == "repetition"
     assert last.metrics is not None and last.metrics.num_generation_tokens < 40
     assert llm_engine.num_active_requests == 0
+
+
+async def test_vllm_keeps_no_prometheus_metrics_of_its_own(llm_engine: LlmEngine) -> None:
+    """vLLM's Prometheus logger would observe its histograms for every request
+    at every step, on the worker's event loop, into the registry the worker's
+    /metrics serves: the engine runs without it (llm._QuietStats), and still
+    times its requests."""
+    from prometheus_client import REGISTRY
+
+    prompt = llm_engine.build_prompt([("system", SYSTEM), ("user", "Say hi.")])
+    last = (await _collect(llm_engine, prompt, max_tokens=4))[-1]
+    assert last.metrics is not None and last.metrics.ttft_ms > 0
+    vllm_metrics = [m.name for m in REGISTRY.collect() if m.name.startswith("vllm")]
+    assert vllm_metrics == []

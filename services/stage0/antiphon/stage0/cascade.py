@@ -340,6 +340,7 @@ class CascadeSession:
                 )
             )
         )
+        self._prepare("user", heard)
 
     async def _transcribe_utterance(self, epoch: int, end_ms: int, text: PendingText) -> None:
         heard = await self._transcribed(text)
@@ -352,6 +353,15 @@ class CascadeSession:
                 )
             )
         )
+        self._prepare("user", heard)
+
+    def _prepare(self, role: str, content: str) -> None:
+        """A transcript or an answer of ours, which the session's next prompt will
+        hold: its tokens are made ready before that request (chat_tokenizer.py).
+        Soon, not now: the event just emitted is written to the session first."""
+        # Stripped, as the session sends a message's text (session/items.py).
+        if text := content.strip():
+            asyncio.get_running_loop().call_soon(self._models.llm.prepare, role, text)
 
     def _prompt(self, req: pb.Generate, max_tokens: int, offered: Sequence[cpb.Tool] = ()) -> str:
         """Stage0's preamble, the client's instructions, and as much history as fits
@@ -385,6 +395,9 @@ class CascadeSession:
         request_id = f"{self.session_id}:{req.response_id}"
         finish_reason = "stop"
         metrics = cpb.StageMetrics()
+        # The spoken answer, which the next turn's prompt holds (tool calls render otherwise).
+        spoken: list[str] = []
+        called = False
 
         def prompt(offered: Sequence[cpb.Tool]) -> str:
             # Of the answer's last pass (tools.py), as the debug surface shows it.
@@ -407,6 +420,7 @@ class CascadeSession:
                     check_threshold=self._settings.tool_check_threshold,
                 ):
                     if isinstance(out, tools.ToolCallOut):
+                        called = True
                         self._emit(
                             pb.Stage0Event(
                                 tool_call=pb.GenerationToolCall(
@@ -419,6 +433,7 @@ class CascadeSession:
                         )
                         continue
                     if out.text:
+                        spoken.append(out.text)
                         self._emit(
                             pb.Stage0Event(
                                 delta=pb.GenerationDelta(
@@ -460,6 +475,8 @@ class CascadeSession:
                 )
             )
         )
+        if not called:
+            self._prepare("assistant", "".join(spoken))
 
     def _record(self, metrics: cpb.StageMetrics, m: GenerationMetrics) -> None:
         """One response's engine clocks: into its `response.done` metrics and Prometheus."""

@@ -120,6 +120,21 @@ class ChatTokenizer:
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
 
+    def prepare(self, role: str, content: str) -> None:
+        """Encode now the pieces of a message that a later prompt will hold.
+
+        Of a turn's prompt, only the messages new since the last are pieces not
+        yet encoded: the user's words and the answer before them. Both are the
+        worker's own output (its transcript, its answer), known before the
+        session asks for the next turn, so their pieces are encoded then,
+        rendered alone by the same template, rather than on the request path,
+        where a burst of sessions asking at once queues behind them (issue
+        14). A message the session changed meanwhile (an answer cut short by
+        a barge-in) only misses the cache, as before.
+        """
+        if self._split is not None:
+            self.encode(self.render_chat([{"role": role, "content": content}]))
+
     def _pieces(self, text: str) -> Iterable[str]:
         if self._split is None:
             return (text,)

@@ -26,7 +26,7 @@ from vllm.inputs import tokens_input
 from vllm.outputs import RequestOutput
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
-from vllm.v1.metrics.loggers import StatLoggerBase
+from vllm.v1.metrics.loggers import PrometheusStatLogger
 
 from antiphon.stage0.chat_tokenizer import ChatTokenizer
 from antiphon.stage0.engine_config import DEFAULT_ENGINE, EngineConfig
@@ -128,19 +128,33 @@ def _structured(guided: Guided) -> StructuredOutputsParams:
     return StructuredOutputsParams(choice=list(guided.choice or ()))
 
 
-class _QuietStats(StatLoggerBase):
-    """A stat logger that records nothing.
+class _QuietStats(PrometheusStatLogger):
+    """vLLM's stat logging, turned on and recording nothing.
 
     Per-request timestamps (`RequestOutput.metrics`) only exist when vLLM logs
-    stats; passing a custom logger turns that on without vLLM's default loggers
-    (a periodic log line, and Prometheus metrics in the process-global
-    registry that the worker's own /metrics would then mix in).
+    stats; passing a custom logger turns that on without vLLM's logging line.
+    vLLM adds its own Prometheus logger beside any custom one unless that one
+    *is* a Prometheus logger: so this is one, with no metrics. The real one
+    observes a dozen histograms for every request at every engine step, on
+    the event loop that also serves the gRPC streams (issue 14's profile at
+    128 sessions on the H200 put a third of vLLM's output handling there),
+    and in the process-global registry that the worker's own /metrics reads.
     """
 
-    def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+    def __init__(self, vllm_config: Any, engine_indexes: Any = None) -> None:
+        # No super().__init__: that is what registers the metrics.
         pass
 
     def record(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record_sleep_state(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record_admission_rejection(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log(self) -> None:
         pass
 
     def log_engine_initialized(self) -> None:
@@ -254,7 +268,11 @@ class LlmEngine:
         """How likely the answer starts with each of `options` (one-token words,
         any case or leading space), from the first token's top log-probabilities."""
         params = SamplingParams(
-            temperature=0.0, max_tokens=1, logprobs=20, output_kind=RequestOutputKind.FINAL_ONLY
+            temperature=0.0,
+            max_tokens=1,
+            logprobs=20,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+            skip_clone=True,
         )
         token_ids = self._chat.encode(prompt)
         odds = dict.fromkeys(options, 0.0)
@@ -267,6 +285,10 @@ class LlmEngine:
                     if word in odds:
                         odds[word] += math.exp(logprob.logprob)
         return odds
+
+    def prepare(self, role: str, content: str) -> None:
+        """Encode ahead a message this worker produced for a later prompt (chat_tokenizer.py)."""
+        self._chat.prepare(role, content)
 
     def count_tokens(self, prompt: str) -> int:
         """The prompt's length in tokens: what its ids will be (the same cache) cost."""
@@ -312,6 +334,10 @@ class LlmEngine:
             # Deltas, not the whole text so far: each item is what to send on.
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=_structured(guided) if guided is not None else None,
+            # Made for this request alone, so vLLM may keep it: without this it
+            # deep-copies it, on the event loop, per request (as vLLM's own
+            # OpenAI server, we say so; issue 14's profile found the copy).
+            skip_clone=True,
         )
         # Encoded once: the fit (history.py) counted this very text, so its
         # pieces are looked up, and vLLM gets the ids, not text to encode again.

@@ -31,6 +31,9 @@ class TextGenerator(ChatModel, Protocol):
 
     def count_tokens(self, prompt: str) -> int: ...
 
+    def prepare(self, role: str, content: str) -> None:
+        """Make ready a message that a later prompt will hold (a transcript, an answer)."""
+
 
 class Engines(Protocol):
     """What a stage0 session needs from its backend's engines."""

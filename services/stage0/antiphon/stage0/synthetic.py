@@ -90,6 +90,9 @@ class ScriptedLlm:
     def count_tokens(self, prompt: str) -> int:
         return len(prompt.split())
 
+    def prepare(self, role: str, content: str) -> None:
+        pass  # its prompts are never encoded: nothing to make ready
+
     @property
     def takes_tools(self) -> bool:
         return False
