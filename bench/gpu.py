@@ -791,14 +791,15 @@ async def _ask(s: BenchSession, t: Turn, history: list[cpb.ChatMessage], args: A
     """Generate with the instructions and every earlier turn; the turn joins the history."""
     if t.error:
         return
-    user = cpb.ChatMessage(role="user", content=t.transcript)
+    # Stripped, as the session service sends every message (session/items.py).
+    user = cpb.ChatMessage(role="user", content=t.transcript.strip())
     system = cpb.ChatMessage(role="system", content=instructions(s.index))
     try:
         await s.answer([system, *history, user], t, args)
     except Exception as exc:
         t.error = f"generate: {exc!r}"[:200]
         return
-    history += [user, cpb.ChatMessage(role="assistant", content=t.answer)]
+    history += [user, cpb.ChatMessage(role="assistant", content=t.answer.strip())]
 
 
 def _client_main(
@@ -1076,7 +1077,7 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
                         )
                     )
                     for i, r in enumerate(answers):
-                        history[i] += [users[i], ("assistant", r["answer"])]
+                        history[i] += [users[i], ("assistant", r["answer"].strip())]
                         records.append(r | {"session": i, "turn": k})
             level = summarize(sessions, turns, records)
             handoff = [r["handoff_ttft_ms"] for r in records if r.get("handoff_ttft_ms")]
