@@ -28,9 +28,10 @@ through antiphon.stage0.llm's builder) on vLLM's AsyncLLM in this process, no
 worker and no gRPC, each turn timed from its burst's start (every prompt's ids
 ready) to its first text, as the worker's clients time theirs; `--with-raw`
 does that after the worker run and adds the ratio. `--profile-at N` samples the
-worker with py-spy through level N. `--dummy SHAPE` serves random weights
-(`llm_load_format: dummy`) from a config.json written beside `--model`'s
-tokenizer: compute cost is the real one.
+worker with py-spy through level N; `--services DIR` runs the worker from
+another checkout's services/ (an A/B in one device session). `--dummy SHAPE`
+serves random weights (`llm_load_format: dummy`) from a config.json written
+beside `--model`'s tokenizer: compute cost is the real one.
 
 The speech is `bench/gpu_speech.npz` (made here once by `--make-speech`, with
 Piper): the GPU machine has no voice to make it with.

@@ -137,7 +137,7 @@ class _QuietStats(PrometheusStatLogger):
     *is* a Prometheus logger: so this is one, with no metrics. The real one
     observes a dozen histograms for every request at every engine step, on
     the event loop that also serves the gRPC streams (issue 14's profile at
-    128 sessions on the H200 put a third of vLLM's output handling there),
+    128 sessions on the H200 put a quarter of vLLM's output handling there),
     and in the process-global registry that the worker's own /metrics reads.
     """
 
@@ -334,9 +334,9 @@ class LlmEngine:
             # Deltas, not the whole text so far: each item is what to send on.
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=_structured(guided) if guided is not None else None,
-            # Made for this request alone, so vLLM may keep it: without this it
-            # deep-copies it, on the event loop, per request (as vLLM's own
-            # OpenAI server, we say so; issue 14's profile found the copy).
+            # Made for this request alone, so vLLM may keep it rather than
+            # deep-copy it on the event loop (issue 14's profile found the
+            # copy); vLLM's own OpenAI server says the same of its requests.
             skip_clone=True,
         )
         # Encoded once: the fit (history.py) counted this very text, so its
