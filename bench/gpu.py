@@ -1272,7 +1272,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sessions-per-proc", type=int, default=PER_PROC)
     ap.add_argument("--startup-timeout", type=float, default=600.0)
     ap.add_argument(
-        "--budget-s", type=float, default=0.0, help="skip levels once this much has run"
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="skip the levels not started this long after the worker's launch"
+        " (its engine start, 45-125 s on the H200, included)",
     )
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "gpu-h200.json")
     ap.add_argument("--raw-vllm", action="store_true", help="only the raw AsyncLLM run")
