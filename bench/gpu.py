@@ -172,6 +172,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports (a worker's front ends take port + i)."""
+    while True:
+        base = free_port()
+        with contextlib.ExitStack() as held:
+            try:
+                for k in range(1, count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", base + k))
+            except OSError:
+                continue
+        return base
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -371,7 +385,8 @@ def worker_env(
         ANTIPHON_ASR_WORKERS=str(args.asr_workers),
         ANTIPHON_VAD_THREADS=str(args.vad_threads),
         # Every session of the largest level binds at once.
-        ANTIPHON_CAPACITY=str(max(args.levels) + 1),
+        ANTIPHON_CAPACITY=str((max(args.levels) + 1) * args.front_ends),
+        ANTIPHON_LLM_FRONT_ENDS=str(args.front_ends),
     )
     if args.dummy:
         # Random weights: a sampled n-gram may repeat by chance; the loop stop
@@ -395,13 +410,20 @@ TRACEABLE_MAIN = (
 
 
 class Worker:
-    """`python -m antiphon.stage0.main` in its own process group, logging to a file."""
+    """`python -m antiphon.stage0.main` in its own process group, logging to a file:
+    `front_ends` workers at port + i (metrics at metrics_port + i) on one engine core."""
 
     def __init__(
-        self, env: dict[str, str], port: int, metrics_port: int, log: Path, traceable: bool = False
+        self,
+        env: dict[str, str],
+        port: int,
+        metrics_port: int,
+        log: Path,
+        traceable: bool = False,
+        front_ends: int = 1,
     ) -> None:
-        self.address = f"127.0.0.1:{port}"
-        self.metrics_port = metrics_port
+        self.addresses = [f"127.0.0.1:{port + k}" for k in range(front_ends)]
+        self.metrics_ports = [metrics_port + k for k in range(front_ends)]
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log = log.open("wb")
@@ -416,17 +438,20 @@ class Worker:
         )
 
     async def ready(self, timeout_s: float) -> float:
+        """Seconds until every front end is ready."""
         t0 = now()
-        ch = grpc.aio.insecure_channel(self.address)
+        channels = [grpc.aio.insecure_channel(a) for a in self.addresses]
         try:
             while now() - t0 < timeout_s:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"stage0 exited ({self.proc.returncode}):\n{self.tail()}")
-                if await check_ready(ch, STAGE0_SERVICE, timeout_s=2.0):
+                ready = [await check_ready(ch, STAGE0_SERVICE, timeout_s=2.0) for ch in channels]
+                if all(ready):
                     return now() - t0
                 await asyncio.sleep(1.0)
         finally:
-            await ch.close()
+            for ch in channels:
+                await ch.close()
         raise RuntimeError(f"stage0 not ready within {timeout_s:.0f}s:\n{self.tail()}")
 
     def tail(self, lines: int = 60) -> str:
@@ -435,19 +460,21 @@ class Worker:
         return "\n".join(text[-lines:])
 
     def scrape(self) -> dict[str, float]:
-        """The worker's Prometheus samples, name{labels} -> value ({} when unreachable)."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        try:
-            text = urllib.request.urlopen(url, timeout=5).read().decode()
-        except OSError:
-            return {}
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                with contextlib.suppress(ValueError):
-                    out[name] = float(value)
-        return out
+        """The worker's Prometheus samples, name{labels} -> value summed over its
+        front ends (those unreachable count nothing)."""
+        out: Counter[str] = Counter()
+        for port in self.metrics_ports:
+            url = f"http://127.0.0.1:{port}/metrics"
+            try:
+                text = urllib.request.urlopen(url, timeout=5).read().decode()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if line and not line.startswith("#"):
+                    name, _, value = line.rpartition(" ")
+                    with contextlib.suppress(ValueError):
+                        out[name] += float(value)
+        return dict(out)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -735,19 +762,22 @@ async def _barrier(barrier: Any) -> None:
 
 
 async def drive(
-    address: str, indexes: list[int], turns: int, args: Any, barrier: Any, tag: str
+    addresses: list[str], indexes: list[int], turns: int, args: Any, barrier: Any, tag: str
 ) -> list[dict[str, Any]]:
+    """Sessions `indexes`, session i on front end i mod K as the registry spreads them."""
     speech = load_speech()
-    # Several connections: one HTTP/2 connection per 64 streams.
+    # Several connections per front end: one HTTP/2 connection per 64 streams.
     options = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
-    channels = [
-        grpc.aio.insecure_channel(address, options=options)
-        for _ in range(max(1, math.ceil(len(indexes) / 64)))
-    ]
-    sessions = [
-        BenchSession(stage_pb2_grpc.Stage0ServiceStub(channels[k % len(channels)]), i, tag)
-        for k, i in enumerate(indexes)
-    ]
+    per = max(1, math.ceil(len(indexes) / len(addresses) / 64))
+    channels = {
+        a: [grpc.aio.insecure_channel(a, options=options) for _ in range(per)] for a in addresses
+    }
+
+    def stub(k: int, i: int) -> stage_pb2_grpc.Stage0ServiceStub:
+        own = channels[addresses[i % len(addresses)]]
+        return stage_pb2_grpc.Stage0ServiceStub(own[k % len(own)])
+
+    sessions = [BenchSession(stub(k, i), i, tag) for k, i in enumerate(indexes)]
     records: list[Turn] = []
     history: dict[int, list[cpb.ChatMessage]] = {s.index: [] for s in sessions}
     try:
@@ -773,8 +803,9 @@ async def drive(
             records.extend(turn_of.values())
     finally:
         await asyncio.gather(*(s.close() for s in sessions))
-        for ch in channels:
-            await ch.close()
+        for own in channels.values():
+            for ch in own:
+                await ch.close()
     return [asdict(r) | {"completed": r.completed} for r in records]
 
 
@@ -804,7 +835,7 @@ async def _ask(s: BenchSession, t: Turn, history: list[cpb.ChatMessage], args: A
 
 
 def _client_main(
-    address: str,
+    addresses: list[str],
     indexes: list[int],
     turns: int,
     args: dict[str, Any],
@@ -814,20 +845,20 @@ def _client_main(
 ) -> None:
     ns = argparse.Namespace(**args)
     try:
-        results.put(asyncio.run(drive(address, indexes, turns, ns, barrier, tag)))
+        results.put(asyncio.run(drive(addresses, indexes, turns, ns, barrier, tag)))
     except BaseException as exc:
         results.put([{"session": i, "turn": -1, "error": repr(exc)[:300]} for i in indexes])
         raise
 
 
 def run_clients(
-    address: str, sessions: int, turns: int, args: argparse.Namespace, tag: str
+    addresses: list[str], sessions: int, turns: int, args: argparse.Namespace, tag: str
 ) -> list[dict[str, Any]]:
     """N sessions over `procs` client processes (one for a small N: no spawn)."""
     procs = max(1, min(args.client_procs, math.ceil(sessions / args.sessions_per_proc)))
     shares = [list(range(k, sessions, procs)) for k in range(procs)]
     if procs == 1:
-        return asyncio.run(drive(address, shares[0], turns, args, threading.Barrier(1), tag))
+        return asyncio.run(drive(addresses, shares[0], turns, args, threading.Barrier(1), tag))
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(procs)
     results = ctx.Queue()
@@ -837,7 +868,9 @@ def run_clients(
         if isinstance(v, str | int | float | bool | list | type(None))
     }
     workers = [
-        ctx.Process(target=_client_main, args=(address, share, turns, plain, barrier, results, tag))
+        ctx.Process(
+            target=_client_main, args=(addresses, share, turns, plain, barrier, results, tag)
+        )
         for share in shares
     ]
     for w in workers:
@@ -884,6 +917,7 @@ def summarize(sessions: int, turns: int, records: list[dict[str, Any]]) -> dict[
         ),
         "finish_reasons": dict(finish),
         "errors": dict(errors),
+        "error_sample": next((r["error"] for r in records if r.get("error")), None),
         "sample": next(
             ({"heard": r.get("transcript", ""), "said": r.get("answer", "")[:120]} for r in done),
             None,
@@ -914,17 +948,24 @@ def turns_at_level(args: argparse.Namespace, sessions: int) -> int:
 
 
 def run_worker_levels(args: argparse.Namespace, llm_model: str, result: dict[str, Any]) -> None:
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = free_ports(args.front_ends), free_ports(args.front_ends)
     env = worker_env(args, llm_model, port, metrics_port)
     log = args.out.with_name(args.out.stem + "-worker.log")
     t0 = now()
-    worker = Worker(env, port, metrics_port, log, traceable=args.profile_at is not None)
+    worker = Worker(
+        env,
+        port,
+        metrics_port,
+        log,
+        traceable=args.profile_at is not None,
+        front_ends=args.front_ends,
+    )
     try:
         startup = asyncio.run(worker.ready(args.startup_timeout))
         result["worker_startup_s"] = round(startup, 1)
-        print(f"stage0 ready in {startup:.0f}s ({worker.address})", flush=True)
+        print(f"stage0 ready in {startup:.0f}s ({', '.join(worker.addresses)})", flush=True)
         # The first request of an engine pays its warm-up: not measured.
-        run_clients(worker.address, 1, 1, args, "warmup")
+        run_clients(worker.addresses, args.front_ends, 1, args, "warmup")
         for sessions in args.levels:
             if args.budget_s and now() - t0 > args.budget_s:
                 result["skipped_levels"].append(sessions)
@@ -935,7 +976,7 @@ def run_worker_levels(args: argparse.Namespace, llm_model: str, result: dict[str
             spy = args.py_spy if sessions == args.profile_at else None
             profile = args.out.with_name(f"{args.out.stem}-profile-{sessions}.txt")
             with GpuMemory() as gpu, profiled(spy, worker.proc.pid, profile):
-                records = run_clients(worker.address, sessions, turns, args, f"n{sessions}")
+                records = run_clients(worker.addresses, sessions, turns, args, f"n{sessions}")
             level = summarize(sessions, turns, records)
             after = worker.scrape()
             if spy and profile.is_file():
@@ -1253,6 +1294,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--stream-interval", type=int, default=1)
     ap.add_argument(
+        "--front-ends",
+        type=int,
+        default=1,
+        help="worker processes on the one engine core (llm_front_ends); sessions spread over them",
+    )
+    ap.add_argument(
         "--services",
         type=Path,
         help="run the worker from this services/ folder (another checkout's) instead",
@@ -1367,6 +1414,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "llm_max_num_seqs": args.max_num_seqs,
             "llm_max_num_batched_tokens": args.max_num_batched_tokens,
             "llm_stream_interval": args.stream_interval,
+            "llm_front_ends": args.front_ends,
             "llm_gpu_memory_utilization": args.gpu_memory_utilization,
             "llm_max_model_len": args.max_model_len,
             "llm_enforce_eager": args.enforce_eager,

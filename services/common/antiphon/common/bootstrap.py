@@ -16,6 +16,11 @@ def run(
     service: str, settings_cls: type[S], serve: Callable[[S], Coroutine[Any, Any, None]]
 ) -> None:
     settings = config.load(settings_cls)
+    configure(service, settings)
+    asyncio.run(serve(settings))
+
+
+def configure(service: str, settings: ServiceSettings) -> None:
+    """This process's logs and traces, as `settings` say."""
     logs.configure(service, settings.log_level)
     tracing.configure(service, settings.otlp_endpoint)
-    asyncio.run(serve(settings))

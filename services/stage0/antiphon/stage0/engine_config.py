@@ -6,7 +6,9 @@ llm.engine_kwargs turns it into vLLM's arguments for a CPU or a GPU.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from antiphon.stage0.llm_models import LlmDtype, LoadFormat
 from antiphon.stage0.settings import Stage0Settings
@@ -50,3 +52,14 @@ class EngineConfig:
 
 # An engine started without settings: the defaults above.
 DEFAULT_ENGINE = EngineConfig()
+
+
+@dataclass(frozen=True)
+class EngineClient:
+    """A front end's way to an engine core that its pod's supervisor started
+    (front_ends.py): vLLM's client addresses, opaque here, and which of the
+    `count` front ends sharing that core this one is."""
+
+    addresses: Mapping[str, Any]
+    count: int
+    index: int

@@ -29,7 +29,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import PrometheusStatLogger
 
 from antiphon.stage0.chat_tokenizer import ChatTokenizer
-from antiphon.stage0.engine_config import DEFAULT_ENGINE, EngineConfig
+from antiphon.stage0.engine_config import DEFAULT_ENGINE, EngineClient, EngineConfig
 from antiphon.stage0.generation import (
     PLAIN_DECODING,
     Decoding,
@@ -200,6 +200,41 @@ def _configure_process_env(threads: int, platform: Platform = "cpu") -> None:
     torch.set_num_threads(threads)
 
 
+def vllm_config(
+    model: str, threads: int, config: EngineConfig, *, front_ends: int = 1, index: int = 0
+) -> Any:
+    """vLLM's whole configuration of the engine, the process environment set for it.
+
+    `front_ends` processes share its engine core; `index` is this process's
+    (-1: the supervisor that starts the core, as `vllm serve` marks its own).
+    """
+    if threads < 1:
+        raise ValueError("threads must be >= 1")
+    platform = detected_platform()
+    _configure_process_env(threads, platform)
+    args = AsyncEngineArgs(**supported_kwargs(engine_kwargs(model, config, platform)))
+    args._api_process_count = front_ends
+    args._api_process_rank = index
+    return args.create_engine_config()
+
+
+def _async_llm(
+    model: str, threads: int, config: EngineConfig, client: EngineClient | None
+) -> AsyncLLM:
+    if client is None:
+        return AsyncLLM.from_vllm_config(
+            vllm_config(model, threads, config), stat_loggers=[_QuietStats], disable_log_stats=True
+        )
+    return AsyncLLM.from_vllm_config(
+        vllm_config(model, threads, config, front_ends=client.count, index=client.index),
+        stat_loggers=[_QuietStats],
+        disable_log_stats=True,
+        client_addresses=dict(client.addresses),
+        client_count=client.count,
+        client_index=client.index,
+    )
+
+
 class LlmEngine:
     """A thin owner of one `AsyncLLM` and its chat tokenizer (chat_tokenizer.py)."""
 
@@ -223,26 +258,22 @@ class LlmEngine:
         threads: int = 1,
         config: EngineConfig = DEFAULT_ENGINE,
         decoding: Decoding = PLAIN_DECODING,
+        client: EngineClient | None = None,
     ) -> LlmEngine:
         """Start the engine (its processes load the weights); returns when it can serve.
 
         `model` is a local Hugging Face folder, or a model id found in the local
         Hugging Face cache: nothing is downloaded (`HF_HUB_OFFLINE`). What differs
-        between a CPU and a GPU is decided by `engine_kwargs`.
+        between a CPU and a GPU is decided by `engine_kwargs`. With `client`,
+        the engine core is one that the pod's supervisor runs for several front
+        ends (engine_host.py), and this process only connects to it.
         """
-        if threads < 1:
-            raise ValueError("threads must be >= 1")
-        platform = detected_platform()
-        _configure_process_env(threads, platform)
-        args = AsyncEngineArgs(**supported_kwargs(engine_kwargs(str(model), config, platform)))
         chat = await asyncio.to_thread(ChatTokenizer.load, model)
         # Building the engine blocks until its processes have loaded the weights
         # (tens of seconds): do it off the event loop so health checks keep answering.
         # AsyncLLM supports this: with no running loop it starts its output tasks
         # lazily, on the first request, in the loop that makes it.
-        engine = await asyncio.to_thread(
-            AsyncLLM.from_engine_args, args, stat_loggers=[_QuietStats]
-        )
+        engine = await asyncio.to_thread(_async_llm, str(model), threads, config, client)
         return cls(engine, chat, config.max_model_len, decoding)
 
     def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str:

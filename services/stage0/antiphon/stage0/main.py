@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from antiphon.common import bootstrap, loop_lag, metrics, workers
+import asyncio
+
+from antiphon.common import bootstrap, config, loop_lag, metrics, workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
+from antiphon.stage0 import front_ends
+from antiphon.stage0.engine_config import EngineClient
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import CascadeModels, Engines
 from antiphon.stage0.service import Stage0Service
@@ -15,15 +19,17 @@ from antiphon.v1 import stage_pb2_grpc
 SERVICE_NAME = "antiphon.v1.Stage0Service"
 
 
-async def load_engines(settings: Stage0Settings) -> Engines:
+async def load_engines(settings: Stage0Settings, client: EngineClient | None = None) -> Engines:
     if settings.backend == "cascade":
-        return await CascadeModels.load(settings)
+        return await CascadeModels.load(settings, client)
     if settings.backend == "synthetic":
         return SyntheticEngines(settings)
     raise SystemExit(f"unknown stage0 backend {settings.backend!r}; use cascade or synthetic")
 
 
-async def serve(settings: Stage0Settings) -> None:
+async def serve(settings: Stage0Settings, client: EngineClient | None = None) -> None:
+    """One worker: its gRPC server, models, metrics and registry entry, until SIGTERM.
+    With `client`, it is one front end of several on its pod's engine core."""
     registry = metrics.service_registry()
     stage_metrics = Stage0Metrics(registry)
     stage_metrics.capacity.set(settings.capacity)
@@ -34,7 +40,7 @@ async def serve(settings: Stage0Settings) -> None:
     stage_pb2_grpc.add_Stage0ServiceServicer_to_server(service, app.server)
     # Alive (and answering health checks) while the models load; ready after.
     await app.start()
-    models = await load_engines(settings)
+    models = await load_engines(settings, client)
     service.models = models
     await app.set_ready(True)
     try:
@@ -50,7 +56,12 @@ async def serve(settings: Stage0Settings) -> None:
 
 
 def main() -> None:
-    bootstrap.run("stage0", Stage0Settings, serve)
+    settings = config.load(Stage0Settings)
+    bootstrap.configure("stage0", settings)
+    if settings.llm_front_ends > 1:
+        front_ends.supervise(settings, serve)
+    else:
+        asyncio.run(serve(settings))
 
 
 if __name__ == "__main__":

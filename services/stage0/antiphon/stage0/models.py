@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
-from antiphon.stage0.engine_config import EngineConfig
+from antiphon.stage0.engine_config import EngineClient, EngineConfig
 from antiphon.stage0.generation import Decoding
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.tools import ChatModel
@@ -71,7 +71,11 @@ class CascadeModels:
     asr_executor: ThreadPoolExecutor
 
     @classmethod
-    async def load(cls, settings: Stage0Settings) -> CascadeModels:
+    async def load(
+        cls, settings: Stage0Settings, client: EngineClient | None = None
+    ) -> CascadeModels:
+        """The worker's models; its LLM on an engine core of its own, or with
+        `client` on the one its pod's supervisor started (front_ends.py)."""
         assets = locate(settings.model_cache, settings.llm_model)
         t0 = time.perf_counter()
         vad = SileroVad(assets.vad_onnx, threads=settings.vad_threads)
@@ -87,6 +91,7 @@ class CascadeModels:
             threads=settings.llm_threads,
             config=EngineConfig.of(settings),
             decoding=decoding(settings),
+            client=client,
         )
         log.info(
             "models loaded",

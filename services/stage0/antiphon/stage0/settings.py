@@ -56,6 +56,11 @@ class Stage0Settings(WorkerSettings):
     # comes at once). 1: every token; more saves the worker's loop a wake-up
     # per token when hundreds of answers stream at once.
     llm_stream_interval: int = Field(default=1, ge=1)
+    # Worker processes on one vLLM engine core (front_ends.py). Each is a whole
+    # stage0 worker on its own event loop (VAD, Whisper, the gRPC streams,
+    # vLLM's request and output handling) at `listen`'s port + i, and takes
+    # its share of `capacity`. 1: one process, the engine core its child.
+    llm_front_ends: int = Field(default=1, ge=1)
     # Unset: eager on CPU (no compile at start), CUDA graphs on a GPU.
     llm_enforce_eager: bool | None = None
     # "dummy": random weights from the folder's config.json, for capacity

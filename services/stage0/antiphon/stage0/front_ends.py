@@ -1,0 +1,123 @@
+"""Several stage0 workers in one pod, on one vLLM engine core (`llm_front_ends`).
+
+Why: a worker is one event loop, and everything a session costs the worker
+outside the engine runs on it: the gRPC streams, the VAD, each prompt built
+and handed to vLLM, vLLM's own handling of every engine step's outputs, and
+each delta passed on. When 128 sessions ask at the same instant on an H200
+(issue 14, docs/performance.md), that loop is what the last of them queue on:
+the engine's own TTFT inside the worker matched raw vLLM's, and the worker's
+was tens of milliseconds over it at p95. vLLM's own server answers the same
+way: several API-server processes on one engine core.
+
+Each front end is a whole worker (main.serve): its own VAD, Whisper, gRPC
+server at `listen`'s port + i, metrics at `metrics_port` + i, its own entry in
+the worker registry, and its share of `capacity`; the session service sees K
+workers and spreads sessions over them as over any. This process only
+supervises (engine_host.py): it starts the engine core and the front ends,
+and on SIGTERM each front end drains its own sessions before the engine core
+stops. When a front end or the engine core dies, it stops the rest and exits
+non-zero, so that the pod restarts whole; the sessions move to other
+workers, as from any worker that dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import signal
+from collections.abc import Callable, Coroutine
+from types import FrameType
+from typing import Any
+
+from antiphon.common import bootstrap
+from antiphon.stage0.assets import locate
+from antiphon.stage0.engine_config import EngineClient, EngineConfig
+from antiphon.stage0.settings import Stage0Settings
+
+# main.serve: one worker, given its settings and its way to the engine core.
+Serve = Callable[[Stage0Settings, EngineClient | None], Coroutine[Any, Any, None]]
+
+# After a front end's own drain (shutdown_grace_s), the time it may take to
+# close its models before the supervisor kills it.
+CLOSE_S = 10.0
+
+_PR_SET_PDEATHSIG = 1
+
+
+def front_end_settings(settings: Stage0Settings, index: int) -> Stage0Settings:
+    """Front end `index`'s own settings: its ports, and its share of the capacity."""
+    count = settings.llm_front_ends
+    share = settings.capacity // count + (1 if index < settings.capacity % count else 0)
+    return settings.model_copy(
+        update={
+            "listen": _shifted(settings.listen, index),
+            "metrics_port": settings.metrics_port + index,
+            "advertise_address": (
+                _shifted(settings.advertise_address, index) if settings.advertise_address else ""
+            ),
+            "capacity": share,
+        }
+    )
+
+
+def _shifted(address: str, by: int) -> str:
+    host, _, port = address.rpartition(":")
+    return f"{host}:{int(port) + by}"
+
+
+def check(settings: Stage0Settings) -> None:
+    """Refuse, before anything starts, a layout that cannot serve."""
+    count = settings.llm_front_ends
+    if settings.backend != "cascade":
+        raise SystemExit(
+            f"llm_front_ends={count} shares a vLLM engine core; the {settings.backend!r} "
+            "backend has none (set llm_front_ends=1)"
+        )
+    if settings.capacity < count:
+        raise SystemExit(
+            f"capacity {settings.capacity} leaves some of the {count} front ends no session"
+        )
+
+
+def supervise(settings: Stage0Settings, serve: Serve) -> None:
+    """Start the engine core and `llm_front_ends` workers on it; return once they
+    have all stopped (after SIGTERM or SIGINT)."""
+    check(settings)
+    # vLLM loads here only: a synthetic or single-process worker never needs it.
+    from antiphon.stage0 import engine_host
+
+    signal.signal(signal.SIGTERM, _leave)
+    signal.signal(signal.SIGINT, _leave)
+    assets = locate(settings.model_cache, settings.llm_model)
+    engine_host.serve(
+        str(assets.llm_model),
+        settings.llm_threads,
+        EngineConfig.of(settings),
+        settings.llm_front_ends,
+        run_front_end,
+        (settings, serve),
+        grace_s=settings.shutdown_grace_s + CLOSE_S,
+    )
+
+
+def _leave(signum: int, frame: FrameType | None) -> None:
+    # Out of the wait for the front ends: engine_host then stops them in order.
+    raise SystemExit(0)
+
+
+def run_front_end(client: EngineClient, argument: tuple[Stage0Settings, Serve]) -> None:
+    """One front end's process (spawned by vLLM's API-server manager)."""
+    settings, serve = argument
+    _stop_with_parent()
+    own = front_end_settings(settings, client.index)
+    bootstrap.configure("stage0", own)
+    asyncio.run(serve(own, client))
+
+
+def _stop_with_parent() -> None:
+    """SIGTERM (a drain) when the supervisor dies, even by SIGKILL: a front end
+    must not stay listed and serving on an engine that nobody supervises."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
