@@ -232,7 +232,5 @@ async def test_two_front_ends_register_answer_from_one_engine_and_drain_on_sigte
     code = await asyncio.to_thread(pod.proc.wait, 60)
     assert code == 0, pod.tail()
     assert await _workers(pod.redis_url) == []
-    deadline = time.monotonic() + 10
-    while pod.group_alive() and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
+    # The supervisor waited for its children: none of the group is left.
     assert pod.group_alive() == [], pod.tail()
