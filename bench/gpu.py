@@ -424,6 +424,8 @@ class Worker:
     ) -> None:
         self.addresses = [f"127.0.0.1:{port + k}" for k in range(front_ends)]
         self.metrics_ports = [metrics_port + k for k in range(front_ends)]
+        # The first front end's (the only one's, for most callers).
+        self.address = self.addresses[0]
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log = log.open("wb")
@@ -462,7 +464,7 @@ class Worker:
     def scrape(self) -> dict[str, float]:
         """The worker's Prometheus samples, name{labels} -> value summed over its
         front ends (those unreachable count nothing)."""
-        out: Counter[str] = Counter()
+        out: dict[str, float] = {}
         for port in self.metrics_ports:
             url = f"http://127.0.0.1:{port}/metrics"
             try:
@@ -473,8 +475,8 @@ class Worker:
                 if line and not line.startswith("#"):
                     name, _, value = line.rpartition(" ")
                     with contextlib.suppress(ValueError):
-                        out[name] += float(value)
-        return dict(out)
+                        out[name] = out.get(name, 0.0) + float(value)
+        return out
 
     def stop(self) -> None:
         if self.proc.poll() is None:
