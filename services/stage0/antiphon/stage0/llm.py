@@ -3,8 +3,9 @@
 `AsyncLLM` lives in this process; it spawns vLLM's engine-core process (which
 runs the model too, see `_configure_process_env`), or, as one of several front
 ends, connects to the one its supervisor started (engine_host.py). A script
-that starts an engine needs the `if __name__ == "__main__":` guard. Cancelling a consumer of `generate` aborts
-its vLLM request: that is how a barge-in or a dropped session stops compute.
+that starts an engine needs the `if __name__ == "__main__":` guard. Cancelling
+a consumer of `generate` aborts its vLLM request: that is how a barge-in or
+a dropped session stops compute.
 A response that starts looping is aborted the same way (repetition.py).
 """
 
