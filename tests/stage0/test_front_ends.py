@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from antiphon.stage0.settings import Stage0Settings
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
+from bench.gpu import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 FRONT_ENDS = 2
@@ -69,28 +69,12 @@ def test_a_layout_that_cannot_serve_is_refused_before_anything_starts() -> None:
     check(Stage0Settings(llm_front_ends=2, capacity=2))
 
 
-def _free_ports(count: int) -> int:
-    """The first of `count` consecutive free loopback ports."""
-    while True:
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            base = int(first.getsockname()[1])
-            with contextlib.ExitStack() as held:
-                try:
-                    for k in range(1, count):
-                        sock = held.enter_context(socket.socket())
-                        sock.bind(("127.0.0.1", base + k))
-                except OSError:
-                    continue
-        return base
-
-
 class Pod:
     """`python -m antiphon.stage0.main` with `FRONT_ENDS` front ends, in its own group."""
 
     def __init__(self, redis_url: str, model_cache: Path, log: Path) -> None:
-        self.port = _free_ports(FRONT_ENDS)
-        self.metrics_port = _free_ports(FRONT_ENDS)
+        self.port = free_ports(FRONT_ENDS)
+        self.metrics_port = free_ports(FRONT_ENDS)
         self.redis_url = redis_url
         env = {k: v for k, v in os.environ.items() if k != "ANTIPHON_PROFILE"}
         env.update(
