@@ -223,17 +223,16 @@ def vllm_config(
 def _async_llm(
     model: str, threads: int, config: EngineConfig, client: EngineClient | None
 ) -> AsyncLLM:
-    if client is None:
-        return AsyncLLM.from_vllm_config(
-            vllm_config(model, threads, config), stat_loggers=[_QuietStats], disable_log_stats=True
-        )
+    """The engine's client: of a core of its own, or of the one `client` reaches."""
+    count, index = (client.count, client.index) if client else (1, 0)
+    link = {"client_addresses": dict(client.addresses)} if client else {}
     return AsyncLLM.from_vllm_config(
-        vllm_config(model, threads, config, front_ends=client.count, index=client.index),
+        vllm_config(model, threads, config, front_ends=count, index=index),
         stat_loggers=[_QuietStats],
         disable_log_stats=True,
-        client_addresses=dict(client.addresses),
-        client_count=client.count,
-        client_index=client.index,
+        client_count=count,
+        client_index=index,
+        **link,
     )
 
 
