@@ -225,14 +225,13 @@ def _async_llm(
 ) -> AsyncLLM:
     """The engine's client: of a core of its own, or of the one `client` reaches."""
     count, index = (client.count, client.index) if client else (1, 0)
-    link = {"client_addresses": dict(client.addresses)} if client else {}
     return AsyncLLM.from_vllm_config(
         vllm_config(model, threads, config, front_ends=count, index=index),
         stat_loggers=[_QuietStats],
         disable_log_stats=True,
+        client_addresses=dict(client.addresses) if client else None,
         client_count=count,
         client_index=index,
-        **link,
     )
 
 
