@@ -14,9 +14,12 @@ import re
 import signal
 from collections.abc import Iterator
 
+import grpc
 import pytest
 import redis.asyncio as aioredis
 
+from antiphon.v1 import session_pb2 as spb
+from antiphon.v1 import session_pb2_grpc
 from tests.support import tiers
 from tests.support.cluster import Cluster, running_cluster
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
@@ -241,6 +244,46 @@ async def test_a_socket_that_resumed_the_session_fails_over_like_the_first(
         if owner:
             cluster.restart(owner)
             cluster.stack.wait_ready(60)
+
+
+async def test_the_replica_a_session_left_takes_it_back_with_the_current_token(
+    cluster: Cluster,
+) -> None:
+    """Replica B resumes a session replica A still holds detached; the next
+    resume reaches A, whose copy is stale until its next lease renewal. It
+    must yield to the owner's token, not refuse it."""
+    client, created = await open_client(cluster, gateway=1)
+    await client.send("session.heartbeat")
+    ack = await client.until(lambda e: e["type"] == "session.heartbeat_ack")
+    sid = created["session"]["id"]
+    assert await cluster.owner_of(sid) == "session"
+    await drop(client)
+    resume_b = spb.ClientCommand(
+        client_type="session.resume",
+        resume=spb.ResumeSession(
+            session_id=sid,
+            incarnation=created["incarnation"],
+            resume_token=created["resume_token"],
+            last_received_seq=ack["server_event_seq"],
+        ),
+    )
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.session_b}") as channel:
+        call = session_pb2_grpc.SessionServiceStub(channel).Connect()
+        await call.write(resume_b)
+        first = await asyncio.wait_for(call.read(), 10)
+        assert first.WhichOneof("kind") == "session_resumed", first
+        token = first.session_resumed.resume_token
+        # Straight on, well inside A's lease renewal interval.
+        again = await resume(cluster, created, ack["server_event_seq"], gateway=1, token=token)
+        try:
+            resumed = await again.until(lambda e: e["type"] in ("session.resumed", "error"))
+            assert resumed["type"] == "session.resumed", resumed
+            assert await cluster.owner_of(sid) == "session"
+            await again.send("session.heartbeat")
+            await again.until(lambda e: e["type"] == "session.heartbeat_ack", timeout=10)
+        finally:
+            call.cancel()
+            await again.close()
 
 
 @pytest.mark.models

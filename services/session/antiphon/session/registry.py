@@ -119,6 +119,16 @@ class SessionRegistry:
     # ------------------------------------------------------------- resume
     async def resume(self, cmd: spb.ResumeSession) -> Attached:
         actor = self._actors.get(cmd.session_id)
+        if (
+            actor is not None
+            and not actor.closed
+            and not await self._store.refresh_lease(actor.session_id, actor.owner_token)
+        ):
+            # Another replica resumed it while this copy sat detached, and this
+            # copy would learn so only at its next lease renewal: its token is
+            # stale, so it would refuse the client's current one.
+            actor.post(mail.OwnershipLost())
+            actor = None
         if actor is None or actor.closed:
             actor = await self._take_over(cmd)
         outbound, generation = await actor.resume(cmd)
