@@ -229,22 +229,52 @@ def device_name() -> str:
     return f"CPU: {platform.processor() or platform.machine()}"
 
 
-class GpuMemory:
-    """The most GPU memory in use (MiB) while sampling, every second on a thread."""
+def tree_rss_mib(root: int) -> float | None:
+    """Resident memory (MiB) of process `root` and every descendant, from /proc."""
+    parent: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # Fields after the command's closing parenthesis: state, ppid, ...
+            stat = (entry / "stat").read_text().rpartition(")")[2].split()
+            pages = int((entry / "statm").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parent[int(entry.name)], rss[int(entry.name)] = int(stat[1]), pages
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in tree} - tree
+        tree |= more
+        grew = bool(more)
+    if root not in rss:
+        return None
+    return sum(rss[p] for p in tree if p in rss) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
-    def __init__(self) -> None:
+
+class GpuMemory:
+    """The most GPU memory in use (MiB) while sampling, every second on a thread,
+    and, given a worker's pid, the most host memory its process tree held."""
+
+    def __init__(self, worker_pid: int | None = None) -> None:
         self.peak_mib: float | None = None
+        self.host_peak_mib: float | None = None
+        self._pid = worker_pid
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        used = gpu_query("memory.used")
+        used = gpu_query("memory.used") if shutil.which("nvidia-smi") else None
         if used:
             total = sum(float(u) for u in used)
             self.peak_mib = max(self.peak_mib or 0.0, total)
+        host = tree_rss_mib(self._pid) if self._pid is not None else None
+        if host is not None:
+            self.host_peak_mib = round(max(self.host_peak_mib or 0.0, host))
 
     def __enter__(self) -> GpuMemory:
-        if shutil.which("nvidia-smi") is None:
+        if shutil.which("nvidia-smi") is None and self._pid is None:
             return self
 
         def loop() -> None:
@@ -913,6 +943,13 @@ def summarize(sessions: int, turns: int, records: list[dict[str, Any]]) -> dict[
         # before the engine, its output path, the gRPC hops and the client's read.
         "ttft_over_engine_ms": {"p50": pct(over, 50), "p95": pct(over, 95)},
         "asr_ms_p95": pct(asr, 95),
+        # Turn 0's prompt is new but for the preamble; a later turn's extends
+        # the last, so the prefix cache decides what it costs.
+        "ttft_ms_by_turn": {
+            str(k): {"p50": pct(by, 50), "p95": pct(by, 95)}
+            for k in sorted({r["turn"] for r in done if r.get("turn", -1) >= 0})
+            if (by := [r["ttft_ms"] for r in done if r.get("turn") == k and r.get("ttft_ms")])
+        },
         "tokens_mean": round(sum(r.get("tokens", 0) for r in done) / len(done), 1) if done else 0,
         "empty_transcripts": sum(
             1 for r in records if r.get("asr_ms") is not None and not r.get("transcript")
@@ -925,6 +962,19 @@ def summarize(sessions: int, turns: int, records: list[dict[str, Any]]) -> dict[
             None,
         ),
     }
+
+
+def prefill_by_turn(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per turn, the mean prompt length and how much of it the prefix cache held."""
+    out = {}
+    for k in sorted({r["turn"] for r in records}):
+        own = [r for r in records if r["turn"] == k and r.get("cached_tokens") is not None]
+        if own:
+            out[str(k)] = {
+                "prompt_mean": round(sum(r["prompt_tokens"] for r in own) / len(own), 1),
+                "cached_mean": round(sum(r["cached_tokens"] for r in own) / len(own), 1),
+            }
+    return out
 
 
 def capacity_at_slo(levels: list[dict[str, Any]], slo_ms: float = SLO_MS) -> int | None:
@@ -977,7 +1027,7 @@ def run_worker_levels(args: argparse.Namespace, llm_model: str, result: dict[str
             started = now()
             spy = args.py_spy if sessions == args.profile_at else None
             profile = args.out.with_name(f"{args.out.stem}-profile-{sessions}.txt")
-            with GpuMemory() as gpu, profiled(spy, worker.proc.pid, profile):
+            with GpuMemory(worker.proc.pid) as gpu, profiled(spy, worker.proc.pid, profile):
                 records = run_clients(worker.addresses, sessions, turns, args, f"n{sessions}")
             level = summarize(sessions, turns, records)
             after = worker.scrape()
@@ -994,6 +1044,8 @@ def run_worker_levels(args: argparse.Namespace, llm_model: str, result: dict[str
                 before, after, "antiphon_stage0_event_loop_lag_seconds"
             )
             level["gpu_memory_mib"] = gpu.peak_mib
+            # The pod's memory: the supervisor, its front ends and the engine core.
+            level["host_memory_mib"] = gpu.host_peak_mib
             result["levels"].append(level)
             result["capacity_at_slo"] = capacity_at_slo(result["levels"])
             write_json(args.out, result)
@@ -1010,6 +1062,7 @@ def print_level(lv: dict[str, Any]) -> None:
         f" tpot {lv['tpot_ms']['p50']} ms asr p50 {lv['asr_ms']['p50']} ms"
         f" completed {lv['completed']}/{lv['expected']} errors {lv.get('errors')}"
         f" vad_batch {lv.get('vad_batch', {}).get('mean')} gpu {lv.get('gpu_memory_mib')} MiB"
+        f" host {lv.get('host_memory_mib')} MiB by turn {lv.get('ttft_ms_by_turn')}"
         f" generate wait {lv.get('generate_wait_ms')} loop lag {lv.get('loop_lag_ms')}"
         f" wall {lv.get('wall_s')} s",
         flush=True,
@@ -1070,9 +1123,10 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
         the wait behind the turns handed to vLLM first."""
         handed = time.perf_counter()
         first = last = None
-        tokens, text = 0, []
+        tokens, text, cached = 0, [], None
         async for out in engine.generate(tokens_input(prompt[1], prompt=prompt[0]), params(), rid):
             c = out.outputs[0]
+            cached = getattr(out, "num_cached_tokens", None)
             if c.token_ids:
                 last = time.perf_counter()
                 tokens += len(c.token_ids)
@@ -1093,6 +1147,9 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
             "answer": "".join(text),
             "completed": tokens > 0,
             "finish": "stop",
+            # What the engine prefilled of the prompt: its length less the prefix cache's hit.
+            "prompt_tokens": len(prompt[1]),
+            "cached_tokens": cached,
         }
 
     try:
@@ -1126,6 +1183,7 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
             level = summarize(sessions, turns, records)
             handoff = [r["handoff_ttft_ms"] for r in records if r.get("handoff_ttft_ms")]
             level["handoff_ttft_ms"] = {"p50": pct(handoff, 50), "p95": pct(handoff, 95)}
+            level["prefill_tokens_by_turn"] = prefill_by_turn(records)
             for key in (
                 "asr_ms",
                 "asr_ms_p95",
@@ -1144,7 +1202,8 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
                 f" (from its hand-off {level['handoff_ttft_ms']['p50']}"
                 f"/{level['handoff_ttft_ms']['p95']})"
                 f" tpot {level['tpot_ms']['p50']} ms"
-                f" completed {level['completed']}/{level['expected']}",
+                f" completed {level['completed']}/{level['expected']}"
+                f" prefill by turn {level['prefill_tokens_by_turn']}",
                 flush=True,
             )
         return levels

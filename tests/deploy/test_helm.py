@@ -277,6 +277,64 @@ def test_gpu_values_put_stage0_on_gpu_nodes_with_the_cuda_image(helm: Path) -> N
     ]
 
 
+def test_each_stage0_front_end_gets_its_ports_a_scrape_and_a_static_address(
+    helm: Path,
+) -> None:
+    items = manifests(
+        helm,
+        "-f",
+        str(GPU_VALUES),
+        "--set",
+        "profile.stage0.llm_front_ends=3",
+        "--api-versions",
+        "monitoring.coreos.com/v1",
+    )
+    name = "rel-antiphon-stage0"
+    ports = {
+        p["name"]: p["containerPort"] for p in container(one(items, "Deployment", name))["ports"]
+    }
+    # Front end i listens on port + i and serves metrics on metricsPort + i (front_ends.py).
+    assert ports == {
+        "grpc": 50061,
+        "metrics": 9111,
+        "grpc-1": 50062,
+        "metrics-1": 9112,
+        "grpc-2": 50063,
+        "metrics-2": 9113,
+    }
+    service = {p["name"]: p["port"] for p in one(items, "Service", name)["spec"]["ports"]}
+    assert service == ports
+    scraped = [e["port"] for e in one(items, "ServiceMonitor", name)["spec"]["endpoints"]]
+    assert scraped == ["metrics", "metrics-1", "metrics-2"]
+    session = env(container(one(items, "Deployment", "rel-antiphon-session")))
+    assert yaml.safe_load(session["ANTIPHON_STAGE0_ADDRESSES"]) == [
+        f"{name}:{port}" for port in (50061, 50062, 50063)
+    ]
+    # The other tiers run one process a pod whatever stage0's count.
+    assert [
+        p["name"] for p in container(one(items, "Deployment", "rel-antiphon-stage1"))["ports"]
+    ] == [
+        "grpc",
+        "metrics",
+    ]
+
+
+def test_the_gpu_profile_runs_several_front_ends_within_its_capacity(helm: Path) -> None:
+    items = manifests(helm, "-f", str(GPU_VALUES))
+    profile = yaml.safe_load(
+        one(items, "ConfigMap", "rel-antiphon-profile")["data"]["profile.yaml"]
+    )["stage0"]
+    count = profile["llm_front_ends"]
+    assert count > 1
+    ports = container(one(items, "Deployment", "rel-antiphon-stage0"))["ports"]
+    assert len(ports) == 2 * count
+    # Every front end has a share of the pod's sessions, and the HPA's target
+    # per pod (its front ends summed) stays within the pod's capacity.
+    assert profile["capacity"] >= count
+    (metric,) = one(items, "HorizontalPodAutoscaler", "rel-antiphon-stage0")["spec"]["metrics"]
+    assert float(metric["pods"]["target"]["averageValue"]) <= profile["capacity"]
+
+
 def test_a_profile_change_rolls_the_pods(helm: Path) -> None:
     def checksum(*args: str) -> str:
         d = one(manifests(helm, *args), "Deployment", "rel-antiphon-session")
@@ -352,6 +410,21 @@ IMPOSSIBLE = {
     ),
     "no_redis_at_all": ({"redis": {"enabled": False}}, "set redis.externalUrl"),
     "redis_without_fsync": ({"redis": {"appendfsync": "no"}}, "redis.appendfsync (no)"),
+    "front_ends_without_a_session_each": (
+        {"profile": {"stage0": {"llm_front_ends": 4, "capacity": 3}}},
+        "profile.stage0.capacity (3) leaves some of the 4 front ends",
+    ),
+    "front_ends_on_the_synthetic_backend": (
+        {"profile": {"stage0": {"llm_front_ends": 2, "backend": "synthetic"}}},
+        "the synthetic backend has none",
+    ),
+    "front_end_ports_overlap": (
+        {
+            "profile": {"stage0": {"llm_front_ends": 4}},
+            "stage0": {"service": {"port": 9000, "metricsPort": 9002}},
+        },
+        "stage0.service.port (9000) and metricsPort (9002)",
+    ),
     "hpa_without_metric": (
         {"gateway": {"autoscaling": {"targetCPUUtilizationPercentage": None}}},
         "gateway.autoscaling is enabled with no metric",

@@ -1,12 +1,37 @@
-{{/* Container ports and gRPC probe handlers of a gRPC component (session, stage0, stage1). */}}
+{{/*
+Worker processes in one pod of a component: stage0's profile.stage0.llm_front_ends
+(several stage0 workers on one vLLM engine core, front_ends.py), 1 elsewhere.
+Front end i listens on the component's port + i and serves metrics on
+metricsPort + i.
+*/}}
+{{- define "antiphon.frontEnds" -}}
+{{- if eq .component "stage0" -}}
+{{- int (.root.Values.profile.stage0.llm_front_ends | default 1) -}}
+{{- else -}}
+1
+{{- end -}}
+{{- end -}}
+
+{{/* Container ports of a gRPC component (session, stage0, stage1): front end 0's
+are named grpc and metrics, front end i's grpc-i and metrics-i. */}}
 {{- define "antiphon.grpcPorts" -}}
 {{- $v := index .root.Values .component -}}
-- name: grpc
-  containerPort: {{ $v.service.port }}
+{{- range $i := until (int (include "antiphon.frontEnds" .)) }}
+- name: {{ include "antiphon.portName" (dict "name" "grpc" "index" $i) }}
+  containerPort: {{ add $v.service.port $i }}
   protocol: TCP
-- name: metrics
-  containerPort: {{ $v.service.metricsPort }}
+- name: {{ include "antiphon.portName" (dict "name" "metrics" "index" $i) }}
+  containerPort: {{ add $v.service.metricsPort $i }}
   protocol: TCP
+{{- end }}
+{{- end -}}
+
+{{- define "antiphon.portName" -}}
+{{- if eq (int .index) 0 -}}
+{{- .name -}}
+{{- else -}}
+{{- printf "%s-%d" .name (int .index) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* ANTIPHON_LISTEN / ANTIPHON_METRICS_PORT from the component's service ports. */}}

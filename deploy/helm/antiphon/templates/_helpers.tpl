@@ -78,6 +78,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%d" (include "antiphon.componentName" .) (int $v.service.port) -}}
 {{- end -}}
 
+{{/* Every front end's gRPC address on that Service, as a JSON list: the session
+service's static fallback when the worker registry is unreadable. */}}
+{{- define "antiphon.grpcAddresses" -}}
+{{- $v := index .root.Values .component -}}
+{{- $name := include "antiphon.componentName" . -}}
+{{- $addresses := list -}}
+{{- range $i := until (int (include "antiphon.frontEnds" .)) -}}
+{{- $addresses = append $addresses (printf "%s:%d" $name (add $v.service.port $i)) -}}
+{{- end -}}
+{{- toJson $addresses -}}
+{{- end -}}
+
 {{- define "antiphon.redisName" -}}
 {{- printf "%s-redis" (include "antiphon.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
@@ -253,13 +265,17 @@ spec:
   selector:
     {{- include "antiphon.selectorLabels" . | nindent 4 }}
   ports:
-    - name: grpc
-      port: {{ $v.service.port }}
-      targetPort: grpc
+    {{- range $i := until (int (include "antiphon.frontEnds" .)) }}
+    {{- $grpc := include "antiphon.portName" (dict "name" "grpc" "index" $i) }}
+    {{- $metrics := include "antiphon.portName" (dict "name" "metrics" "index" $i) }}
+    - name: {{ $grpc }}
+      port: {{ add $v.service.port $i }}
+      targetPort: {{ $grpc }}
       protocol: TCP
       appProtocol: grpc
-    - name: metrics
-      port: {{ $v.service.metricsPort }}
-      targetPort: metrics
+    - name: {{ $metrics }}
+      port: {{ add $v.service.metricsPort $i }}
+      targetPort: {{ $metrics }}
       protocol: TCP
+    {{- end }}
 {{- end -}}

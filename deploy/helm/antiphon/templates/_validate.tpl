@@ -52,6 +52,23 @@ Rendered by validate.yaml, so `helm template`, `helm install` and `helm lint` al
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- $s0 := .Values.profile.stage0 -}}
+{{- $frontEnds := int ($s0.llm_front_ends | default 1) -}}
+{{- if lt $frontEnds 1 -}}
+{{- $errors = append $errors (printf "profile.stage0.llm_front_ends (%v) must be at least 1" $s0.llm_front_ends) -}}
+{{- else if gt $frontEnds 1 -}}
+{{- if ne ($s0.backend | default "cascade") "cascade" -}}
+{{- $errors = append $errors (printf "profile.stage0.llm_front_ends (%d) shares a vLLM engine core: the %v backend has none (set it to 1)" $frontEnds $s0.backend) -}}
+{{- end -}}
+{{- if lt (int ($s0.capacity | default 0)) $frontEnds -}}
+{{- $errors = append $errors (printf "profile.stage0.capacity (%v) leaves some of the %d front ends (llm_front_ends) no session" $s0.capacity $frontEnds) -}}
+{{- end -}}
+{{- $grpc := int .Values.stage0.service.port -}}
+{{- $metrics := int .Values.stage0.service.metricsPort -}}
+{{- if and (lt $grpc (add $metrics $frontEnds)) (lt $metrics (add $grpc $frontEnds)) -}}
+{{- $errors = append $errors (printf "stage0.service.port (%d) and metricsPort (%d): the %d front ends (llm_front_ends) take port + i and metricsPort + i, and these overlap" $grpc $metrics $frontEnds) -}}
+{{- end -}}
+{{- end -}}
 {{- if lt (int .Values.profile.session.max_sessions) 1 -}}
 {{- $errors = append $errors "profile.session.max_sessions must be at least 1" -}}
 {{- end -}}
