@@ -231,29 +231,29 @@ def device_name() -> str:
 
 def tree_rss_mib(root: int) -> float | None:
     """Resident memory (MiB) of process `root` and every descendant, from /proc."""
-    parent: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             # Fields after the command's closing parenthesis: state, ppid, ...
-            stat = (entry / "stat").read_text().rpartition(")")[2].split()
-            pages = int((entry / "statm").read_text().split()[1])
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            rss[int(entry.name)] = int((entry / "statm").read_text().split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        parent[int(entry.name)], rss[int(entry.name)] = int(stat[1]), pages
-    tree, grew = {root}, True
-    while grew:
-        more = {pid for pid, ppid in parent.items() if ppid in tree} - tree
-        tree |= more
-        grew = bool(more)
+        children.setdefault(ppid, []).append(int(entry.name))
     if root not in rss:
         return None
-    return sum(rss[p] for p in tree if p in rss) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    pages, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        pages += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-class GpuMemory:
+class MemoryPeaks:
     """The most GPU memory in use (MiB) while sampling, every second on a thread,
     and, given a worker's pid, the most host memory its process tree held."""
 
@@ -261,11 +261,12 @@ class GpuMemory:
         self.peak_mib: float | None = None
         self.host_peak_mib: float | None = None
         self._pid = worker_pid
+        self._gpu = shutil.which("nvidia-smi") is not None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        used = gpu_query("memory.used") if shutil.which("nvidia-smi") else None
+        used = gpu_query("memory.used") if self._gpu else None
         if used:
             total = sum(float(u) for u in used)
             self.peak_mib = max(self.peak_mib or 0.0, total)
@@ -273,8 +274,8 @@ class GpuMemory:
         if host is not None:
             self.host_peak_mib = round(max(self.host_peak_mib or 0.0, host))
 
-    def __enter__(self) -> GpuMemory:
-        if shutil.which("nvidia-smi") is None and self._pid is None:
+    def __enter__(self) -> MemoryPeaks:
+        if not self._gpu and self._pid is None:
             return self
 
         def loop() -> None:
@@ -1027,7 +1028,7 @@ def run_worker_levels(args: argparse.Namespace, llm_model: str, result: dict[str
             started = now()
             spy = args.py_spy if sessions == args.profile_at else None
             profile = args.out.with_name(f"{args.out.stem}-profile-{sessions}.txt")
-            with GpuMemory(worker.proc.pid) as gpu, profiled(spy, worker.proc.pid, profile):
+            with MemoryPeaks(worker.proc.pid) as gpu, profiled(spy, worker.proc.pid, profile):
                 records = run_clients(worker.addresses, sessions, turns, args, f"n{sessions}")
             level = summarize(sessions, turns, records)
             after = worker.scrape()
@@ -1123,10 +1124,9 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
         the wait behind the turns handed to vLLM first."""
         handed = time.perf_counter()
         first = last = None
-        tokens, text, cached = 0, [], None
+        tokens, text, out = 0, [], None
         async for out in engine.generate(tokens_input(prompt[1], prompt=prompt[0]), params(), rid):
             c = out.outputs[0]
-            cached = getattr(out, "num_cached_tokens", None)
             if c.token_ids:
                 last = time.perf_counter()
                 tokens += len(c.token_ids)
@@ -1149,7 +1149,7 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
             "finish": "stop",
             # What the engine prefilled of the prompt: its length less the prefix cache's hit.
             "prompt_tokens": len(prompt[1]),
-            "cached_tokens": cached,
+            "cached_tokens": getattr(out, "num_cached_tokens", None),
         }
 
     try:
@@ -1161,7 +1161,7 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
             history: dict[int, list[tuple[str, str]]] = {i: [] for i in range(sessions)}
             records: list[dict[str, Any]] = []
             started = now()
-            with GpuMemory() as gpu:
+            with MemoryPeaks() as gpu:
                 for k in range(turns):
                     # Turn k of session i: the text Whisper would have heard, with its history.
                     users = [("user", QUESTIONS[(i + k) % len(QUESTIONS)]) for i in range(sessions)]

@@ -311,12 +311,8 @@ def test_each_stage0_front_end_gets_its_ports_a_scrape_and_a_static_address(
         f"{name}:{port}" for port in (50061, 50062, 50063)
     ]
     # The other tiers run one process a pod whatever stage0's count.
-    assert [
-        p["name"] for p in container(one(items, "Deployment", "rel-antiphon-stage1"))["ports"]
-    ] == [
-        "grpc",
-        "metrics",
-    ]
+    stage1 = container(one(items, "Deployment", "rel-antiphon-stage1"))
+    assert [p["name"] for p in stage1["ports"]] == ["grpc", "metrics"]
 
 
 def test_the_gpu_profile_runs_several_front_ends_within_its_capacity(helm: Path) -> None:
