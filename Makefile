@@ -39,10 +39,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[gateway,session,stage0,stage1,client,dev]'
-	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0
+	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0 $(MOSHI)
 	$(INSTALL_LLM)
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
+
+# The Moshi-architecture model code (stage0 `moshi`, stage1 `mimi`): pure
+# Python, installed --no-deps because it pins torch<2.10; what it really
+# needs is in the stage0/stage1 extras.
+MOSHI := moshi==0.2.13
 
 # The third-party realtime clients (OpenAI Agents SDK, Pipecat, LiveKit Agents)
 # that tests/clients drives against the stack: a venv of their own, since their

@@ -208,6 +208,22 @@ class GenerationToolCall(_message.Message):
     refused: bool
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., refused: _Optional[bool] = ...) -> None: ...
 
+class ModelFrame(_message.Message):
+    __slots__ = ("epoch", "index", "text", "codes", "decision", "late")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CODES_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    LATE_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    index: int
+    text: str
+    codes: _containers.RepeatedScalarFieldContainer[int]
+    decision: Decision
+    late: bool
+    def __init__(self, epoch: _Optional[int] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., codes: _Optional[_Iterable[int]] = ..., decision: _Optional[_Union[Decision, str]] = ..., late: _Optional[bool] = ...) -> None: ...
+
 class StageError(_message.Message):
     __slots__ = ("epoch", "response_id", "code", "message")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -221,7 +237,7 @@ class StageError(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Stage0Event(_message.Message):
-    __slots__ = ("speech_started", "speech_stopped", "utterance", "unit_decision", "transcript", "delta", "done", "error", "tool_call")
+    __slots__ = ("speech_started", "speech_stopped", "utterance", "unit_decision", "transcript", "delta", "done", "error", "tool_call", "frame")
     SPEECH_STARTED_FIELD_NUMBER: _ClassVar[int]
     SPEECH_STOPPED_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +247,7 @@ class Stage0Event(_message.Message):
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
     speech_started: VadSpeechStarted
     speech_stopped: VadSpeechStopped
     utterance: Utterance
@@ -240,7 +257,8 @@ class Stage0Event(_message.Message):
     done: GenerationDone
     error: StageError
     tool_call: GenerationToolCall
-    def __init__(self, speech_started: _Optional[_Union[VadSpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[VadSpeechStopped, _Mapping]] = ..., utterance: _Optional[_Union[Utterance, _Mapping]] = ..., unit_decision: _Optional[_Union[UnitDecision, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., delta: _Optional[_Union[GenerationDelta, _Mapping]] = ..., done: _Optional[_Union[GenerationDone, _Mapping]] = ..., error: _Optional[_Union[StageError, _Mapping]] = ..., tool_call: _Optional[_Union[GenerationToolCall, _Mapping]] = ...) -> None: ...
+    frame: ModelFrame
+    def __init__(self, speech_started: _Optional[_Union[VadSpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[VadSpeechStopped, _Mapping]] = ..., utterance: _Optional[_Union[Utterance, _Mapping]] = ..., unit_decision: _Optional[_Union[UnitDecision, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., delta: _Optional[_Union[GenerationDelta, _Mapping]] = ..., done: _Optional[_Union[GenerationDone, _Mapping]] = ..., error: _Optional[_Union[StageError, _Mapping]] = ..., tool_call: _Optional[_Union[GenerationToolCall, _Mapping]] = ..., frame: _Optional[_Union[ModelFrame, _Mapping]] = ...) -> None: ...
 
 class Stage1Open(_message.Message):
     __slots__ = ("session_id", "voice", "sample_rate_hz", "speed")
@@ -266,6 +284,20 @@ class SynthesizeText(_message.Message):
     final: bool
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., text: _Optional[str] = ..., final: _Optional[bool] = ...) -> None: ...
 
+class DecodeFrame(_message.Message):
+    __slots__ = ("epoch", "response_id", "codes", "text", "index")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    CODES_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    response_id: str
+    codes: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    index: int
+    def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., codes: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+
 class Stage1Cancel(_message.Message):
     __slots__ = ("epoch",)
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -273,14 +305,16 @@ class Stage1Cancel(_message.Message):
     def __init__(self, epoch: _Optional[int] = ...) -> None: ...
 
 class Stage1Request(_message.Message):
-    __slots__ = ("open", "text", "cancel")
+    __slots__ = ("open", "text", "cancel", "frame")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
     open: Stage1Open
     text: SynthesizeText
     cancel: Stage1Cancel
-    def __init__(self, open: _Optional[_Union[Stage1Open, _Mapping]] = ..., text: _Optional[_Union[SynthesizeText, _Mapping]] = ..., cancel: _Optional[_Union[Stage1Cancel, _Mapping]] = ...) -> None: ...
+    frame: DecodeFrame
+    def __init__(self, open: _Optional[_Union[Stage1Open, _Mapping]] = ..., text: _Optional[_Union[SynthesizeText, _Mapping]] = ..., cancel: _Optional[_Union[Stage1Cancel, _Mapping]] = ..., frame: _Optional[_Union[DecodeFrame, _Mapping]] = ...) -> None: ...
 
 class AudioChunk(_message.Message):
     __slots__ = ("epoch", "response_id", "pcm16", "sample_rate_hz", "text", "duration_ms", "marks")

@@ -1,0 +1,209 @@
+"""Which Moshi-architecture model a duplex worker serves, and how to build it.
+
+One setting (`duplex_checkpoint`) names it, read the same way by stage0 (Mimi's
+encoder and the LM) and stage1 (Mimi's decoder):
+
+- a local folder in the layout the `moshi` loaders read (Moshi's and
+  PersonaPlex's published checkpoints): `config.json` (optional for Moshi
+  7B), the LM weights, Mimi's weights and the text tokenizer under the names
+  the config gives (or moshi's defaults). Nothing is downloaded: a missing
+  file is a clear error.
+- `random:7b`: the real shape (Helium 7B temporal transformer, depth
+  transformer, full Mimi) with random weights, for capacity benchmarks.
+- `random:tiny`: a tiny random configuration for tests (an LM of dim 64, two
+  layers, a short context, a small Mimi at the real frame rate). Its text
+  vocabulary is small, so a sampled random model pads often and "goes quiet"
+  as a real one does between sentences.
+
+Only the stage workers import this module; torch and moshi load inside the
+functions that need them, so a gateway or session never pulls them in.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from antiphon.common.assets import MissingAssetError
+
+if TYPE_CHECKING:
+    import sentencepiece
+    import torch
+    from moshi.models.compression import MimiModel
+    from moshi.models.lm import LMModel
+
+# The Mimi codec's fixed facts (every Moshi-architecture checkpoint shares them).
+SAMPLE_RATE = 24_000
+FRAME_RATE_HZ = 12.5
+FRAME_SAMPLES = int(SAMPLE_RATE / FRAME_RATE_HZ)  # 1920: one 80 ms frame
+FRAME_MS = int(1000 / FRAME_RATE_HZ)  # 80
+
+RANDOM_PREFIX = "random:"
+# moshi's default file names inside a checkpoint folder (loaders.py).
+LM_FILE = "model.safetensors"
+MIMI_FILE = "tokenizer-e351c8d8-checkpoint125.safetensors"
+TOKENIZER_FILE = "tokenizer_spm_32k_3.model"
+
+# Overrides of moshi's 7B LM config (loaders._lm_kwargs) for `random:tiny`.
+_TINY_LM = {
+    "dim": 64,
+    "num_heads": 4,
+    "num_layers": 2,
+    "hidden_scale": 2,
+    # Eight text tokens: 0 (end of padding) and 3 (padding) say nothing, so a
+    # sampled random model is quiet about a quarter of its frames.
+    "text_card": 8,
+    "card": 32,
+    # Frames the temporal transformer attends to: short, so a test call runs
+    # past it many times over.
+    "context": 16,
+    "depformer_dim": 32,
+    "depformer_dim_feedforward": 64,
+    "depformer_num_heads": 2,
+    "depformer_num_layers": 1,
+}
+_TINY_MIMI_SEANET = {"n_filters": 4, "dimension": 32}
+_TINY_MIMI_QUANTIZER = {"dimension": 16, "bins": 32, "input_dimension": 32, "output_dimension": 32}
+_TINY_MIMI_TRANSFORMER = {
+    "d_model": 32,
+    "num_heads": 2,
+    "num_layers": 1,
+    "dim_feedforward": 64,
+    "input_dimension": 32,
+    "output_dimensions": [32],
+}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A resolved `duplex_checkpoint`: the files to load (None: random weights)
+    and the configs to build with (None: moshi's own defaults, Moshi 7B)."""
+
+    name: str
+    lm_weights: Path | None
+    mimi_weights: Path | None
+    tokenizer: Path | None
+    lm_config: dict[str, Any] | None
+    mimi_config: dict[str, Any] | None
+    # Generation defaults the checkpoint ships (`lm_gen_config`), e.g. temperatures.
+    lm_gen_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def random(self) -> bool:
+        return self.lm_weights is None
+
+    @property
+    def num_codebooks(self) -> int:
+        """Audio codebooks per frame each way (8 for Moshi and PersonaPlex)."""
+        if self.lm_config is None:
+            return 8
+        return int(self.lm_config.get("dep_q", 8))
+
+    def lm(self, device: str | torch.device, dtype: torch.dtype) -> LMModel:
+        from moshi.models import loaders
+
+        model = loaders.get_moshi_lm(
+            str(self.lm_weights) if self.lm_weights is not None else None,
+            lm_kwargs=copy.deepcopy(self.lm_config),
+            device=device,
+            dtype=dtype,
+        )
+        model.eval()
+        return model
+
+    def mimi(self, device: str | torch.device) -> MimiModel:
+        from moshi.models import loaders
+
+        model = loaders.get_mimi(
+            str(self.mimi_weights) if self.mimi_weights is not None else None,
+            copy.deepcopy(self.mimi_config),
+            device=device,
+            num_codebooks=self.num_codebooks,
+        )
+        model.eval()
+        return model
+
+    def text_tokenizer(self) -> sentencepiece.SentencePieceProcessor | None:
+        """The text tokenizer; None for random weights (ids are spelled out)."""
+        if self.tokenizer is None:
+            return None
+        import sentencepiece
+
+        return sentencepiece.SentencePieceProcessor(str(self.tokenizer))  # type: ignore[call-arg]
+
+
+def resolve(name: str) -> Checkpoint:
+    """The checkpoint `name` names; raises MissingAssetError for a folder that
+    lacks a file (nothing is ever downloaded)."""
+    if name.startswith(RANDOM_PREFIX):
+        return _random(name)
+    return _folder(Path(name).expanduser())
+
+
+def _random(name: str) -> Checkpoint:
+    from moshi.models import loaders
+
+    shape = name.removeprefix(RANDOM_PREFIX)
+    if shape == "7b":
+        return Checkpoint(name, None, None, None, dict(loaders._lm_kwargs), None)
+    if shape == "tiny":
+        lm = {**loaders._lm_kwargs, **_TINY_LM}
+        mimi = copy.deepcopy(loaders._mimi_config)
+        mimi["seanet"].update(_TINY_MIMI_SEANET)
+        mimi["quantizer"].update(_TINY_MIMI_QUANTIZER)
+        mimi["transformer"].update(_TINY_MIMI_TRANSFORMER)
+        return Checkpoint(name, None, None, None, lm, mimi)
+    raise ValueError(f"unknown random shape {shape!r}: use random:7b or random:tiny")
+
+
+def _folder(folder: Path) -> Checkpoint:
+    if not folder.is_dir():
+        raise MissingAssetError(
+            f"duplex checkpoint folder {folder}",
+            "set ANTIPHON_STAGE0_DUPLEX_CHECKPOINT / ANTIPHON_STAGE1_DUPLEX_CHECKPOINT to a "
+            "local Moshi or PersonaPlex checkpoint (docs/duplex-models.md), or random:7b",
+        )
+    config_path = folder / "config.json"
+    lm_config: dict[str, Any] | None = None
+    mimi_config: dict[str, Any] | None = None
+    names = {"moshi_name": LM_FILE, "mimi_name": MIMI_FILE, "tokenizer_name": TOKENIZER_FILE}
+    gen: dict[str, Any] = {}
+    if config_path.exists():
+        raw = json.loads(config_path.read_text())
+        lm_config = dict(raw)
+        for key in names:
+            names[key] = lm_config.pop(key, names[key])
+        gen = lm_config.pop("lm_gen_config", {})
+        mimi_config_name = lm_config.pop("mimi_config_name", None)
+        # Keys moshi's loader reads for other model types, not LM arguments.
+        for key in ("model_type", "lora_name", "tts_config", "stt_config", "model_id"):
+            lm_config.pop(key, None)
+        if mimi_config_name:
+            mimi_config = json.loads(_file(folder, mimi_config_name).read_text())
+    return Checkpoint(
+        str(folder),
+        _file(folder, names["moshi_name"]),
+        _file(folder, names["mimi_name"]),
+        _file(folder, names["tokenizer_name"]),
+        lm_config,
+        mimi_config,
+        gen,
+    )
+
+
+def _file(folder: Path, name: str) -> Path:
+    path = folder / name
+    if not path.exists():
+        raise MissingAssetError(f"{name} in duplex checkpoint {folder}")
+    return path
+
+
+def disable_compile_by_default() -> None:
+    """moshi compiles some functions with torch.compile at first call (some
+    30 s on this CPU); unless the operator asked otherwise, run them eager.
+    Read by moshi when its modules are imported: call before importing it."""
+    os.environ.setdefault("NO_TORCH_COMPILE", "1")
