@@ -133,7 +133,7 @@ class Checkpoint:
             return None
         import sentencepiece
 
-        return sentencepiece.SentencePieceProcessor(str(self.tokenizer))  # type: ignore[call-arg]
+        return sentencepiece.SentencePieceProcessor(str(self.tokenizer))
 
 
 def resolve(name: str) -> Checkpoint:
@@ -152,7 +152,7 @@ def _random(name: str) -> Checkpoint:
         return Checkpoint(name, None, None, None, dict(loaders._lm_kwargs), None)
     if shape == "tiny":
         lm = {**loaders._lm_kwargs, **_TINY_LM}
-        mimi = copy.deepcopy(loaders._mimi_config)
+        mimi: dict[str, Any] = copy.deepcopy(loaders._mimi_config)
         mimi["seanet"].update(_TINY_MIMI_SEANET)
         mimi["quantizer"].update(_TINY_MIMI_QUANTIZER)
         mimi["transformer"].update(_TINY_MIMI_TRANSFORMER)
