@@ -33,10 +33,14 @@ def tone(ms: int, rate: int) -> bytes:
     return b"\x10\x00" * (rate * ms // 1000)
 
 
+# The cascade's stage0 rate; a model-native backend (Mimi) hears 24 kHz.
+R = stage_audio.RATE
+
+
 # ------------------------------------------------------------ input buffer
 def test_appends_are_counted_at_stage0s_rate_whatever_the_clients() -> None:
     buffer = InputBuffer(limit_bytes=1 << 20)
-    sent = buffer.accept(tone(200, 24000), 24000) + buffer.accept(tone(200, 24000), 24000)
+    sent = buffer.accept(tone(200, 24000), 24000, R) + buffer.accept(tone(200, 24000), 24000, R)
     assert buffer.pending_bytes == len(sent)
     # The filter holds some back until the turn is sealed.
     assert 300 < buffer.pending_ms < 400
@@ -47,19 +51,27 @@ def test_appends_are_counted_at_stage0s_rate_whatever_the_clients() -> None:
 
 def test_a_full_buffer_and_an_odd_rate_are_refused_before_anything_is_counted() -> None:
     buffer = InputBuffer(limit_bytes=100)
-    buffer.accept(tone(20, 16000), 16000)
+    buffer.accept(tone(20, 16000), 16000, R)
     with pytest.raises(Rejection) as full:
-        buffer.accept(tone(20, 16000), 16000)
+        buffer.accept(tone(20, 16000), 16000, R)
     assert (full.value.type, full.value.code) == ("rate_limit_error", "input_buffer_full")
     fresh = InputBuffer(limit_bytes=1 << 20)
     with pytest.raises(Rejection) as odd:
-        fresh.accept(tone(20, 16000), 12345)
+        fresh.accept(tone(20, 16000), 12345, R)
     assert (odd.value.code, odd.value.param) == ("unsupported_audio_format", "sample_rate_hz")
     assert fresh.empty
 
 
+def test_a_model_native_backend_hears_its_own_rate_and_holds_nothing_for_a_limit() -> None:
+    buffer = InputBuffer(limit_bytes=100)
+    sent = b"".join(buffer.accept(tone(200, 16000), 16000, 24000, bounded=False) for _ in range(5))
+    # 1 s at 16 kHz became 1 s at 24 kHz (less what the filter holds), far past the limit.
+    assert len(sent + buffer.flush()) == 1000 * 48
+    assert 900 < buffer.pending_ms <= 1000
+
+
 def test_a_whole_item_is_resampled_with_nothing_held_back() -> None:
-    assert len(to_stage0(tone(500, 48000), 48000)) == 500 * stage_audio.BYTES_PER_MS
+    assert len(to_stage0(tone(500, 48000), 48000, R)) == 500 * stage_audio.BYTES_PER_MS
 
 
 # ------------------------------------------------------------------ turns

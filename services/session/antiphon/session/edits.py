@@ -82,7 +82,7 @@ class Edits:
                 await self._conversation.get(after)  # ItemNotFound before anything changes
             rate = next(p.sample_rate_hz for p in req.item.content if p.audio)
             rate = rate or self._config().input_audio_format.sample_rate_hz
-            self._links.audio(to_stage0(audio, rate))
+            self._links.audio(to_stage0(audio, rate, self._links.input_rate))
             self._turns.expect_created(item, after)
             self._links.commit(item.id)
             return

@@ -54,7 +54,11 @@ class Listening:
     # ---------------------------------------------------------- commands
     def append(self, audio: spb.AppendAudio) -> None:
         rate = audio.sample_rate_hz or self._config().input_audio_format.sample_rate_hz
-        self._links.audio(self._input.accept(audio.pcm16, rate))
+        self._links.audio(
+            self._input.accept(
+                audio.pcm16, rate, self._links.input_rate, bounded=not self._links.model_native
+            )
+        )
 
     async def commit(self, commit: spb.CommitInput) -> None:
         if commit.HasField("is_speech") and not commit.is_speech:

@@ -5,6 +5,11 @@ for text once every turn before it is heard, streams text to stage1 for
 speech, and ends completed, cancelled or failed. Cancelling advances the
 epoch first, so nothing the stages still send for it is accepted. Speech
 over an answer is decided by the overlap policy.
+
+A model-native backend (the Moshi architecture) is asked nothing: it hears
+all the time and talks when it decides. Its speech, frame by frame, opens a
+response (the one `response.create` made, or a new one) and its going quiet
+ends it; every frame's audio tokens go to stage1, which decodes them.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from antiphon.session.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
+
+# Frames a model-native session may hold while its last response's audio is
+# still being decoded (stage1 answers within a step; this bounds a stuck one).
+MAX_HELD_FRAMES = 64
 
 
 class ResponseControl:
@@ -55,6 +64,9 @@ class ResponseControl:
         self._deferred: ResponseOptions | None = None
         # The reply a client's truncate stopped, until its own cancel arrives.
         self._stopped_by_truncate = ""
+        # A model-native session's frames that came while the response before
+        # was still being decoded: they start the next one once it is done.
+        self._held_frames: list[stage_pb2.ModelFrame] = []
 
     # ------------------------------------------------------------ start
     async def auto_start(self, *, eager: bool = True) -> None:
@@ -93,7 +105,10 @@ class ResponseControl:
         await self._persist()
         if eager:
             await self._emitter.emit_all(self.active.created_events())
-        if not self._turns.pending:
+        if self._links.model_native:
+            # Nothing to ask: it answers with the model's next speech.
+            self.active.generation_requested = True
+        elif not self._turns.pending:
             await self._generate(self.active)
 
     async def heard_all(self) -> None:
@@ -179,6 +194,11 @@ class ResponseControl:
         if self._deferred is not None:
             opts, self._deferred = self._deferred, None
             await self.start(opts, eager=True)
+        if r.model_quiet:
+            await self.listen("model_listen")
+        held, self._held_frames = self._held_frames, []
+        for frame in held:
+            await self.on_model_frame(frame)
 
     async def _store_calls(self, r: ResponseState) -> None:
         """The calls a response made go into history after its message: the
@@ -281,6 +301,51 @@ class ResponseControl:
             r.metrics.stage1_first_audio_ms = msg.first_audio_ms
             if r.generation_done:
                 await self.finish(r, "completed")
+
+    # ------------------------------------------------ model-native speech
+    async def on_model_frame(self, frame: stage_pb2.ModelFrame) -> None:
+        """One frame of a model that decides itself when to talk."""
+        r = self.active
+        if r is not None and r.model_quiet:
+            # Its last frames' audio is still being decoded: this frame waits.
+            if len(self._held_frames) < MAX_HELD_FRAMES:
+                self._held_frames.append(frame)
+                return
+            await self.fail("stage1_timeout", r.id)
+            r = self.active
+        talking = frame.decision == stage_pb2.DECISION_SPEAK and frame.epoch == self._links.epoch
+        if not talking:
+            if r is not None and r.model_spoke:
+                await self._model_went_quiet(r)
+            self._links.decode(frame, "")
+            return
+        if r is None:
+            await self.start(
+                policy.default_options(self._config(), self._max_output_tokens), eager=True
+            )
+            r = self.active
+            assert r is not None
+        if not r.created:
+            await self._emitter.emit_all(r.created_events())
+        if not r.opened:
+            await self._emitter.emit_all(r.message_events())
+        r.model_spoke = True
+        if r.audio:
+            self._links.decode(frame, r.id)
+            return
+        # A text-only response: the model's words, and its audio decoded for nobody.
+        self._links.decode(frame, "")
+        if frame.text:
+            await self._emitter.emit_all(r.text_events(frame.text))
+
+    async def _model_went_quiet(self, r: ResponseState) -> None:
+        """The response ends once stage1 has decoded the frames sent before this."""
+        r.generation_done = True
+        r.model_quiet = True
+        if r.audio:
+            self._links.synthesize(r.id, final=True)
+        else:
+            await self.finish(r, "completed")
 
     # ---------------------------------------------------------- overlap
     async def listen(self, reason: str) -> None:

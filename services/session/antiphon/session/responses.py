@@ -62,6 +62,10 @@ class ResponseState:
     opened: bool = False
     generation_requested: bool = False
     generation_done: bool = False
+    # A model-native backend's model talked in it, then went quiet (it ends
+    # once that speech is decoded).
+    model_spoke: bool = False
+    model_quiet: bool = False
     text: str = ""
     metrics: cpb.StageMetrics = field(default_factory=cpb.StageMetrics)
     # The functions it called (`function_call` items), in order.

@@ -111,6 +111,8 @@ class StageEvents:
                 await self._responses.on_generation_done(msg)
             case "error":
                 await self._stage_error("stage0", msg)
+            case "frame":
+                await self._responses.on_model_frame(msg)
 
     async def _stage1_event(self, ev: stage_pb2.Stage1Event) -> None:
         kind = ev.WhichOneof("kind")
@@ -149,6 +151,17 @@ class StageEvents:
             await self.release(stage)
             return
         await self.replace_worker(stage, binding.address)
+        if stage == "stage0" and self._links.model_native:
+            # A model-native model's memory of the call (its KV cache) died
+            # with the worker: the client is told the model starts afresh.
+            await self._emitter.error(
+                spb.ErrorEvent(
+                    type="server_error",
+                    code="model_context_reset",
+                    message="the model's worker was lost; the conversation goes on "
+                    "with a fresh model context (it no longer remembers the call so far)",
+                )
+            )
 
     async def replace_worker(self, stage: str, failed: str) -> None:
         try:

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from antiphon.common import stage_audio
 from antiphon.session.stages import Binding, Released
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2
@@ -60,6 +61,16 @@ class StageLinks:
     def capabilities(self) -> cpb.Capabilities:
         """Of the workers bound now (or last bound, while given back)."""
         return capabilities(self._info["stage0"], self._info["stage1"])
+
+    @property
+    def input_rate(self) -> int:
+        """The rate stage0's backend hears: every input is resampled to it."""
+        return self._info["stage0"].capabilities.input_sample_rate_hz or stage_audio.RATE
+
+    @property
+    def model_native(self) -> bool:
+        """Stage0's model decides itself when to talk (it streams `ModelFrame`s)."""
+        return self._info["stage0"].capabilities.model_native
 
     def addresses(self) -> dict[str, str]:
         """Where each stage's work runs, for operators ("" while given back)."""
@@ -112,6 +123,21 @@ class StageLinks:
             stage_pb2.Stage1Request(
                 text=stage_pb2.SynthesizeText(
                     epoch=self.epoch, response_id=response_id, text=text, final=final
+                )
+            )
+        )
+
+    def decode(self, frame: stage_pb2.ModelFrame, response_id: str) -> None:
+        """A model-native frame's audio tokens to stage1: every frame, so its
+        decoder runs on; only a response's frames come back as audio."""
+        self._bindings["stage1"].send(
+            stage_pb2.Stage1Request(
+                frame=stage_pb2.DecodeFrame(
+                    epoch=self.epoch,
+                    response_id=response_id,
+                    codes=frame.codes,
+                    text=frame.text if response_id else "",
+                    index=frame.index,
                 )
             )
         )
