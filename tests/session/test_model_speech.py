@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from antiphon.session import policy, session_config
+from antiphon.session import session_config
 from antiphon.session.attachment import Attachment
 from antiphon.session.conversation import Conversation
 from antiphon.session.journal import Emitter
