@@ -105,7 +105,9 @@ async def parts(redis_url: str) -> AsyncIterator[Parts]:
         await client.aclose()
 
 
-def frame(index: int, decision: int, text: str = "", epoch: int = 1) -> stage_pb2.ModelFrame:
+def frame(
+    index: int, decision: stage_pb2.Decision, text: str = "", epoch: int = 1
+) -> stage_pb2.ModelFrame:
     return stage_pb2.ModelFrame(
         epoch=epoch, index=index, text=text, codes=[index] * 8, decision=decision
     )

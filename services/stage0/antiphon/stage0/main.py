@@ -10,7 +10,7 @@ from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage0 import front_ends
 from antiphon.stage0.engine_config import EngineClient
 from antiphon.stage0.metrics import Stage0Metrics
-from antiphon.stage0.models import CascadeModels, Engines
+from antiphon.stage0.models import CascadeModels, Stage0Engines
 from antiphon.stage0.service import Stage0Service
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.synthetic import SyntheticEngines
@@ -19,12 +19,21 @@ from antiphon.v1 import stage_pb2_grpc
 SERVICE_NAME = "antiphon.v1.Stage0Service"
 
 
-async def load_engines(settings: Stage0Settings, client: EngineClient | None = None) -> Engines:
+async def load_engines(
+    settings: Stage0Settings, metrics: Stage0Metrics, client: EngineClient | None = None
+) -> Stage0Engines:
     if settings.backend == "cascade":
         return await CascadeModels.load(settings, client)
     if settings.backend == "synthetic":
         return SyntheticEngines(settings)
-    raise SystemExit(f"unknown stage0 backend {settings.backend!r}; use cascade or synthetic")
+    if settings.backend == "moshi":
+        # Imported here: torch and moshi load with this backend only.
+        from antiphon.stage0.duplex_engines import DuplexEngines
+
+        return await DuplexEngines.load(settings, metrics)
+    raise SystemExit(
+        f"unknown stage0 backend {settings.backend!r}; use cascade, moshi or synthetic"
+    )
 
 
 async def serve(settings: Stage0Settings, client: EngineClient | None = None) -> None:
@@ -40,7 +49,7 @@ async def serve(settings: Stage0Settings, client: EngineClient | None = None) ->
     stage_pb2_grpc.add_Stage0ServiceServicer_to_server(service, app.server)
     # Alive (and answering health checks) while the models load; ready after.
     await app.start()
-    models = await load_engines(settings, client)
+    models = await load_engines(settings, stage_metrics, client)
     service.models = models
     await app.set_ready(True)
     try:

@@ -7,6 +7,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from antiphon.common.loop_lag import lag_histogram
 from antiphon.common.metrics import LATENCY_BUCKETS
 
+# A duplex step must end within its 80 ms frame: 5 ms apart up to 100 ms to
+# see how close it runs, then coarser to see how far past a late one ran.
+DUPLEX_STEP_BUCKETS = (
+    *(ms / 1000 for ms in range(5, 101, 5)),
+    0.12,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    1.0,
+)
+
 
 class Stage0Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -83,5 +95,32 @@ class Stage0Metrics:
         self.llm_batch_size = Gauge(
             "antiphon_stage0_llm_batch_size",
             "Generations the engine runs together now (vLLM continuous batching)",
+            registry=registry,
+        )
+        # The `moshi` backend's lockstep clock (duplex_lockstep.py).
+        self.duplex_step = Histogram(
+            "antiphon_stage0_duplex_step_seconds",
+            "One lockstep step of every row (Mimi encode and the LM), in its worker thread",
+            buckets=DUPLEX_STEP_BUCKETS,
+            registry=registry,
+        )
+        self.duplex_late_frames = Counter(
+            "antiphon_stage0_duplex_late_frames_total",
+            "Sessions' frames made by a step that ended after its deadline",
+            registry=registry,
+        )
+        self.duplex_silence_frames = Counter(
+            "antiphon_stage0_duplex_silence_frames_total",
+            "Sessions' steps on silence: less than a frame of their audio had come",
+            registry=registry,
+        )
+        self.duplex_dropped_input_ms = Counter(
+            "antiphon_stage0_duplex_dropped_input_ms_total",
+            "Input audio dropped, oldest first, from full jitter buffers",
+            registry=registry,
+        )
+        self.duplex_rows_active = Gauge(
+            "antiphon_stage0_duplex_rows_active",
+            "Rows of the lockstep batch that serve a session now",
             registry=registry,
         )

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from antiphon.common.binding import BoundSession
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
 from antiphon.stage0.engine_config import EngineClient, EngineConfig
@@ -18,6 +19,7 @@ from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.tools import ChatModel
 from antiphon.stage0.turn import SmartTurn
 from antiphon.stage0.vad import SileroVad
+from antiphon.v1 import stage_pb2 as pb
 
 if TYPE_CHECKING:
     # vLLM and torch load with the engine only: a synthetic worker never needs them.
@@ -50,6 +52,21 @@ class Engines(Protocol):
     async def transcribe(self, pcm16: bytes) -> str: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SessionEngines(Protocol):
+    """A backend whose engines build each bound session themselves: the
+    model-native duplex ones, whose sessions are rows of one batch
+    (duplex_engines.py), not the cascade's VAD, ASR and LLM."""
+
+    def bind(self, emit: Callable[[pb.Stage0Event], None]) -> BoundSession[pb.Stage0Request]: ...
+
+    async def close(self) -> None: ...
+
+
+# What a worker loads for its backend.
+Stage0Engines = Engines | SessionEngines
 
 
 def decoding(settings: Stage0Settings) -> Decoding:

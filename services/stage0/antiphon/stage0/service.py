@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from antiphon.common.binding import ActiveSessions, serve_binding
+from antiphon.common.moshi_checkpoint import FRAME_MS, SAMPLE_RATE
 from antiphon.stage0.cascade import CascadeSession, merge_deltas
 from antiphon.stage0.metrics import Stage0Metrics
-from antiphon.stage0.models import Engines
+from antiphon.stage0.models import SessionEngines, Stage0Engines
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.turn import TurnBatcher
 from antiphon.stage0.vad import VadBatcher
@@ -18,12 +19,29 @@ from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
 
 
+def duplex_capabilities() -> cpb.Capabilities:
+    """A model-native duplex backend (the Moshi architecture): it hears 24 kHz
+    audio continuously and decides itself when to speak, one 80 ms frame per
+    step. The user talking over it is the model's own business (no barge-in),
+    and a commit only records the user item."""
+    return cpb.Capabilities(
+        implementation_level="model_native_duplex",
+        model_native=True,
+        supports_input_append=True,
+        supports_barge_in=False,
+        supports_client_commit=False,
+        chunk_period_ms=FRAME_MS,
+        input_sample_rate_hz=SAMPLE_RATE,
+        input_modes=["append_audio_chunk"],
+    )
+
+
 class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
     def __init__(
         self, *, settings: Stage0Settings, metrics: Stage0Metrics, active: ActiveSessions
     ) -> None:
         # Set once the engines have loaded; until then Bind answers UNAVAILABLE.
-        self.models: Engines | None = None
+        self.models: Stage0Engines | None = None
         self._settings = settings
         self._metrics = metrics
         self._active = active
@@ -33,6 +51,8 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
         self._turn_batcher: TurnBatcher | None = None
 
     def capabilities(self) -> cpb.Capabilities:
+        if self._settings.backend == "moshi":
+            return duplex_capabilities()
         return cpb.Capabilities(
             implementation_level="cascade",
             supports_input_append=True,
@@ -61,6 +81,16 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "models are still loading")
             return
         models = self.models
+        if isinstance(models, SessionEngines):
+            async for event in serve_binding(
+                request_iterator,
+                models.bind,
+                context=context,
+                active=self._active,
+                span_name="stage0.bind",
+            ):
+                yield event
+            return
         if self._vad_batcher is None:
             self._vad_batcher = VadBatcher(
                 models.vad, observe_batch=self._metrics.vad_batch_size.observe

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -12,13 +12,16 @@ from antiphon.common.workers import WorkerSettings
 from antiphon.stage0.llm_models import DEFAULT_LLM, LlmDtype, LoadFormat, tool_check_threshold
 from antiphon.stage0.prompt import VOICE_PREAMBLE, VOICE_REMINDER, VOICE_STYLE
 
+DuplexDtype = Literal["auto", "bfloat16", "float16", "float32"]
+
 
 class Stage0Settings(WorkerSettings):
     profile_section: ClassVar[str] = "stage0"
 
     listen: str = "0.0.0.0:50061"
     metrics_port: int = 9111
-    # "cascade" (real models) or "synthetic" (scripted; load and fault tests only).
+    # "cascade" (real models), "moshi" (a model-native duplex model,
+    # duplex_lockstep.py) or "synthetic" (scripted; load and fault tests only).
     backend: str = "cascade"
     model_cache: Path = Field(default_factory=default_cache_dir)
     # One thread per engine: two under contention on a shared 2-core box ran
@@ -115,6 +118,37 @@ class Stage0Settings(WorkerSettings):
     asr_segment_s: float = 6.0
     # Longest utterance kept for transcription; older audio is dropped.
     max_utterance_s: float = 30.0
+    # `moshi` backend (duplex_lockstep.py): the Moshi-architecture model it
+    # serves, a local checkpoint folder, `random:7b` or `random:tiny`
+    # (common/moshi_checkpoint.py). No default: a worker must say which.
+    duplex_checkpoint: str = ""
+    # "auto": CUDA when there is one, else the CPU.
+    duplex_device: str = "auto"
+    # "auto": bfloat16 on CUDA (as moshi serves it), float32 on the CPU, whose
+    # bf16 is slow or emulated. Mimi always runs in float32, as moshi runs it.
+    duplex_dtype: DuplexDtype = "auto"
+    # torch's intra-op threads: 1, as every engine on a shared 2-core box.
+    duplex_threads: int = Field(default=1, ge=1)
+    # Sampling; unset: the checkpoint's `lm_gen_config`, else moshi's own
+    # (0.8 / 0.7 / 250 / 25). A temperature of 0 decodes greedily.
+    duplex_temperature: float | None = Field(default=None, ge=0)
+    duplex_text_temperature: float | None = Field(default=None, ge=0)
+    duplex_top_k: int | None = Field(default=None, ge=1)
+    duplex_text_top_k: int | None = Field(default=None, ge=1)
+    # Frames without a word after which the model has gone quiet (12 = 0.96 s):
+    # its decision turns to LISTEN, and a cancelled answer may speak again.
+    duplex_quiet_frames: int = Field(default=12, ge=1)
+    # A session's audio waiting for the clock; beyond it the oldest is dropped
+    # (and counted): a client that sends faster than real time cannot grow it.
+    duplex_jitter_ms: int = Field(default=2000, ge=80)
+    # The LM's attention span in frames, overriding the checkpoint's (3000 for
+    # Moshi 7B): its KV cache, per row, is what limits sessions per device.
+    duplex_context: int | None = Field(default=None, ge=1)
+    # torch.manual_seed at start: the same inputs give the same answers.
+    duplex_seed: int | None = None
+    # moshi's torch.compile of its hot functions: some 30 s at the first step
+    # on a CPU; off unless measured to pay.
+    duplex_compile: bool = False
 
     @property
     def tool_check_threshold(self) -> float:

@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+
+from prometheus_client import CollectorRegistry
 
 from antiphon.common import bootstrap, loop_lag, metrics, workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
+from antiphon.stage1 import mimi_lockstep
 from antiphon.stage1.assets import locate
-from antiphon.stage1.metrics import Stage1Metrics
-from antiphon.stage1.service import Stage1Service
+from antiphon.stage1.metrics import DuplexMetrics, Stage1Metrics
+from antiphon.stage1.mimi_session import MimiSession
+from antiphon.stage1.scheduler import SynthesisScheduler
+from antiphon.stage1.service import Emit, SessionFactory, Stage1Service
 from antiphon.stage1.settings import Stage1Settings
-from antiphon.stage1.synthesis import Voice
+from antiphon.stage1.synthesis import SynthesisSession, Voice
 from antiphon.stage1.synthetic import SyntheticTts
 from antiphon.stage1.tts import PiperTts
+from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2_grpc
 
 SERVICE_NAME = "antiphon.v1.Stage1Service"
+BACKENDS = ("piper", "synthetic", "mimi")
+
+# Every backend's chunks carry text marks, so playback positions map to text.
+TEXT_CAPABILITIES = cpb.Capabilities(supports_audio_truncate=True)
+# One mark per 80 ms chunk: the frame's text ends with its audio.
+MIMI_CAPABILITIES = cpb.Capabilities(supports_audio_truncate=True, model_native=True)
 
 
 def load_voice(settings: Stage1Settings) -> Voice:
@@ -34,26 +48,74 @@ def load_voice(settings: Stage1Settings) -> Voice:
             ms_per_char=settings.synthetic_ms_per_char,
             compute_ratio=settings.synthetic_compute_ratio,
         )
-    raise SystemExit(f"unknown stage1 backend {settings.backend!r}; use piper or synthetic")
+    raise SystemExit(f"unknown stage1 backend {settings.backend!r}; use one of {BACKENDS}")
+
+
+@contextlib.asynccontextmanager
+async def text_backend(
+    settings: Stage1Settings, stage_metrics: Stage1Metrics
+) -> AsyncIterator[SessionFactory]:
+    tts = load_voice(settings)
+    # One synthesis at a time per worker: the voice uses the thread it is given.
+    executor = ThreadPoolExecutor(1, thread_name_prefix="tts")
+    # One voice thread per worker, shared by its sessions, first clauses first.
+    scheduler = SynthesisScheduler(executor, stage_metrics.queue_depth)
+
+    def session(emit: Emit) -> SynthesisSession:
+        return SynthesisSession(
+            tts,
+            scheduler,
+            stage_metrics,
+            emit,
+            first_clause_words=settings.first_clause_words,
+        )
+
+    try:
+        yield session
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+@contextlib.asynccontextmanager
+async def mimi_backend(
+    settings: Stage1Settings,
+    stage_metrics: Stage1Metrics,
+    registry: CollectorRegistry,
+    on_failure: Callable[[], None],
+) -> AsyncIterator[SessionFactory]:
+    lockstep = mimi_lockstep.load(settings, DuplexMetrics(registry))
+    lockstep.start(on_failure)
+
+    def session(emit: Emit) -> MimiSession:
+        return MimiSession(lockstep, stage_metrics, emit)
+
+    try:
+        yield session
+    finally:
+        await lockstep.close()
 
 
 async def serve(settings: Stage1Settings) -> None:
-    tts = load_voice(settings)
     registry = metrics.service_registry()
     stage_metrics = Stage1Metrics(registry)
     stage_metrics.capacity.set(settings.capacity)
-    metrics.serve(registry, settings.metrics_port)
-    # One synthesis at a time per worker: the voice uses the thread it is given.
-    executor = ThreadPoolExecutor(1, thread_name_prefix="tts")
-    active = ActiveSessions(stage_metrics.sessions_active, capacity=settings.capacity)
-    service = Stage1Service(
-        tts=tts, executor=executor, settings=settings, metrics=stage_metrics, active=active
-    )
     app = GrpcApp(SERVICE_NAME, settings.listen)
-    stage_pb2_grpc.add_Stage1ServiceServicer_to_server(service, app.server)
-    await app.start()
-    await app.set_ready(True)
-    try:
+    if settings.backend == "mimi":
+        # A dead step loop strands every session here: stop, so they move.
+        backend = mimi_backend(settings, stage_metrics, registry, app.stopping.set)
+        capabilities = MIMI_CAPABILITIES
+    else:
+        backend = text_backend(settings, stage_metrics)
+        capabilities = TEXT_CAPABILITIES
+    async with backend as sessions:
+        metrics.serve(registry, settings.metrics_port)
+        active = ActiveSessions(stage_metrics.sessions_active, capacity=settings.capacity)
+        service = Stage1Service(
+            sessions=sessions, capabilities=capabilities, settings=settings, active=active
+        )
+        stage_pb2_grpc.add_Stage1ServiceServicer_to_server(service, app.server)
+        await app.start()
+        await app.set_ready(True)
         # Listed in the worker registry only once ready; on SIGTERM it stops
         # taking binds (and says so there) before the server's stop grace.
         async with (
@@ -61,8 +123,6 @@ async def serve(settings: Stage1Settings) -> None:
             loop_lag.watching(stage_metrics.loop_lag),
         ):
             await app.run(grace_s=settings.shutdown_grace_s, on_drain=active.drain)
-    finally:
-        executor.shutdown(wait=False, cancel_futures=True)
 
 
 def main() -> None:

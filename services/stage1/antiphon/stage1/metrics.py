@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from antiphon.common.loop_lag import lag_histogram
 from antiphon.common.metrics import LATENCY_BUCKETS
@@ -34,5 +34,34 @@ class Stage1Metrics:
         self.queue_depth = Gauge(
             "antiphon_stage1_queue_depth",
             "Clauses waiting for the voice thread, across sessions",
+            registry=registry,
+        )
+
+
+# One decode step must stay well inside the 80 ms frame: 5 ms steps up to
+# the frame and beyond, then coarse ones for a worker that has fallen behind.
+STEP_BUCKETS = (*(ms / 1000 for ms in range(5, 101, 5)), 0.12, 0.15, 0.2, 0.3, 0.5, 1.0)
+
+
+class DuplexMetrics:
+    """The `mimi` backend's decoder batch; registered only by a worker that runs
+    it, so a Piper worker exports none of them."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.step_seconds = Histogram(
+            "antiphon_stage1_duplex_step_seconds",
+            "One batched decode step of the duplex decoder (all rows with a frame)",
+            buckets=STEP_BUCKETS,
+            registry=registry,
+        )
+        self.rows_active = Gauge(
+            "antiphon_stage1_duplex_rows_active",
+            "Rows of the duplex decoder batch held by a session",
+            registry=registry,
+        )
+        self.frames = Counter(
+            "antiphon_stage1_duplex_frames",
+            "Frames decoded; sent: audio (a response's, sent) or silent (decoded, not sent)",
+            ["sent"],
             registry=registry,
         )

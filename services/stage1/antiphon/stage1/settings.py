@@ -12,7 +12,8 @@ class Stage1Settings(WorkerSettings):
 
     listen: str = "0.0.0.0:50071"
     metrics_port: int = 9121
-    # "piper" (real voice) or "synthetic" (a tone; load and fault tests only).
+    # "piper" (real voice), "synthetic" (a tone; load and fault tests only) or
+    # "mimi" (decodes a Moshi-architecture model's audio tokens: duplex only).
     backend: str = "piper"
     # One thread: two under contention on a shared 2-core box ran far slower.
     tts_threads: int = 1
@@ -24,5 +25,21 @@ class Stage1Settings(WorkerSettings):
     # `synthetic` backend: audio length per character and compute cost ratio.
     synthetic_ms_per_char: float = 60.0
     synthetic_compute_ratio: float = 0.0
-    # Sessions this worker serves in real time (measured by `make bench`).
+    # Sessions this worker serves in real time (measured by `make bench`);
+    # the `mimi` backend decodes a batch of this many rows.
     capacity: int = 4
+    # `mimi` backend. The model whose Mimi decoder runs here: a local checkpoint
+    # folder, random:7b or random:tiny (common/moshi_checkpoint.py); no default,
+    # since stage0 must serve the same one.
+    duplex_checkpoint: str = ""
+    # "auto": the GPU when there is one (the decoder is batched for it), else the CPU.
+    duplex_device: str = "auto"
+    # Torch's intra-op threads: the workers share few cores, and one decode
+    # step is too small to gain from more.
+    duplex_threads: int = 1
+    # How long a step waits for the other sessions' frames after the first:
+    # stage0 sends one lockstep burst every 80 ms, spread over a few ms.
+    duplex_gather_ms: float = 5.0
+    # moshi's torch.compile of a few functions costs some 30 s at the first
+    # call on a CPU and gains little for a decoder this small: off unless asked.
+    duplex_compile: bool = False
