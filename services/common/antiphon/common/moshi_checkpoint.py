@@ -43,6 +43,9 @@ FRAME_SAMPLES = int(SAMPLE_RATE / FRAME_RATE_HZ)  # 1920: one 80 ms frame
 FRAME_MS = int(1000 / FRAME_RATE_HZ)  # 80
 
 RANDOM_PREFIX = "random:"
+# Random Mimi weights are drawn from this seed, so that the encoder (stage0)
+# and the decoder (stage1) of a random checkpoint are one codec.
+RANDOM_MIMI_SEED = 1234
 # moshi's default file names inside a checkpoint folder (loaders.py).
 LM_FILE = "model.safetensors"
 MIMI_FILE = "tokenizer-e351c8d8-checkpoint125.safetensors"
@@ -116,16 +119,32 @@ class Checkpoint:
         return model
 
     def mimi(self, device: str | torch.device) -> MimiModel:
+        """Mimi. With random weights, the same Mimi in every process (stage0
+        encodes with it, stage1 decodes), with codebooks that tell inputs apart."""
         from moshi.models import loaders
 
-        model = loaders.get_mimi(
-            str(self.mimi_weights) if self.mimi_weights is not None else None,
-            copy.deepcopy(self.mimi_config),
-            device=device,
-            num_codebooks=self.num_codebooks,
-        )
+        if self.mimi_weights is not None:
+            model = loaders.get_mimi(
+                str(self.mimi_weights),
+                copy.deepcopy(self.mimi_config),
+                device=device,
+                num_codebooks=self.num_codebooks,
+            )
+            model.eval()
+            return model
+        import torch
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(RANDOM_MIMI_SEED)
+            model = loaders.get_mimi(
+                None,
+                copy.deepcopy(self.mimi_config),
+                device="cpu",
+                num_codebooks=self.num_codebooks,
+            )
+            _fill_codebooks(model)
         model.eval()
-        return model
+        return model.to(device)
 
     def text_tokenizer(self) -> sentencepiece.SentencePieceProcessor | None:
         """The text tokenizer; None for random weights (ids are spelled out)."""
@@ -193,6 +212,20 @@ def _folder(folder: Path) -> Checkpoint:
         mimi_config,
         gen,
     )
+
+
+def _fill_codebooks(mimi: MimiModel) -> None:
+    """moshi initialises Mimi's codebooks to zeros, so a random Mimi encodes
+    every input to the same codes and a row could hear another's audio
+    unnoticed. Small random entries (the scale of a random encoder's latents)
+    make different inputs give different codes."""
+    from moshi.quantization.core_vq import EuclideanCodebook
+
+    for module in mimi.modules():
+        if isinstance(module, EuclideanCodebook):
+            module.embedding_sum.normal_(std=0.001)
+            # Drop the cached embedding so the next use derives it anew.
+            module.register_buffer("_embedding", None, persistent=False)
 
 
 def _file(folder: Path, name: str) -> Path:

@@ -1,0 +1,54 @@
+"""The `moshi` backend as a worker loads it: the model, its lockstep batch of
+`capacity` rows and their clock, and the sessions bound to them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from antiphon.stage0.duplex_clock import LockstepClock
+from antiphon.stage0.duplex_lockstep import Lockstep
+from antiphon.stage0.duplex_model import DuplexModel
+from antiphon.stage0.duplex_session import DuplexSession
+from antiphon.stage0.metrics import Stage0Metrics
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.v1 import stage_pb2 as pb
+
+
+def torch_threads(threads: int) -> Callable[[], None]:
+    def setup() -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+    return setup
+
+
+class DuplexEngines:
+    def __init__(self, lockstep: Lockstep, clock: LockstepClock) -> None:
+        self.lockstep = lockstep
+        self.clock = clock
+
+    @classmethod
+    async def load(cls, settings: Stage0Settings, metrics: Stage0Metrics) -> DuplexEngines:
+        """Loaded off the event loop (health checks answer meanwhile); the clock
+        starts at once and ticks while a session is bound."""
+        model = await asyncio.to_thread(DuplexModel.load, settings)
+        lockstep = await asyncio.to_thread(
+            Lockstep,
+            model,
+            settings.capacity,
+            metrics=metrics,
+            jitter_ms=settings.duplex_jitter_ms,
+            quiet_frames=settings.duplex_quiet_frames,
+            compile=settings.duplex_compile,
+        )
+        clock = LockstepClock(lockstep, thread_setup=torch_threads(settings.duplex_threads))
+        clock.start()
+        return cls(lockstep, clock)
+
+    def bind(self, emit: Callable[[pb.Stage0Event], None]) -> DuplexSession:
+        return DuplexSession(self.lockstep, emit, on_open=self.clock.wake)
+
+    async def close(self) -> None:
+        await self.clock.close()

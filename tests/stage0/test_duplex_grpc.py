@@ -1,0 +1,92 @@
+"""A stage0 worker with the `moshi` backend over real gRPC: it describes itself
+as model-native duplex, and a bound session that streams audio gets a model
+frame per 80 ms step with a code per codebook and its index counting up."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+
+from antiphon.common.binding import ActiveSessions
+from antiphon.stage0.main import load_engines
+from antiphon.stage0.metrics import Stage0Metrics
+from antiphon.stage0.service import Stage0Service
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.v1 import stage_pb2 as pb
+from antiphon.v1 import stage_pb2_grpc
+from tests.stage0.duplex_reference import voice
+
+pytestmark = pytest.mark.models
+
+FRAMES = 12
+
+
+@pytest.fixture
+async def worker() -> AsyncIterator[tuple[str, CollectorRegistry]]:
+    settings = Stage0Settings(
+        backend="moshi", duplex_checkpoint="random:tiny", duplex_seed=0, capacity=2
+    )
+    registry = CollectorRegistry()
+    metrics = Stage0Metrics(registry)
+    active = ActiveSessions(metrics.sessions_active, capacity=settings.capacity)
+    service = Stage0Service(settings=settings, metrics=metrics, active=active)
+    server = grpc.aio.server()
+    stage_pb2_grpc.add_Stage0ServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    models = await load_engines(settings, metrics)
+    service.models = models
+    try:
+        yield f"127.0.0.1:{port}", registry
+    finally:
+        await server.stop(None)
+        await models.close()
+
+
+async def test_a_bound_session_gets_a_frame_per_step(
+    worker: tuple[str, CollectorRegistry],
+) -> None:
+    address, registry = worker
+    enough = asyncio.Event()
+
+    async def requests() -> AsyncIterator[pb.Stage0Request]:
+        yield pb.Stage0Request(open=pb.Stage0Open(session_id="s1", lane=pb.LANE_NATIVE))
+        speech = voice(2, FRAMES + 4)
+        for i in range(0, len(speech), 1920):  # 40 ms chunks, a little ahead of real time
+            yield pb.Stage0Request(audio=pb.Stage0Audio(epoch=0, pcm16=speech[i : i + 1920]))
+            await asyncio.sleep(0.02)
+        await enough.wait()
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = stage_pb2_grpc.Stage0ServiceStub(channel)
+        info = await stub.Describe(pb.DescribeRequest(), timeout=10)
+        caps = info.capabilities
+        assert info.backend == "moshi" and info.capacity == 2
+        assert caps.implementation_level == "model_native_duplex" and caps.model_native
+        assert caps.input_sample_rate_hz == 24_000 and caps.chunk_period_ms == 80
+        assert caps.supports_input_append and not caps.supports_barge_in
+        assert not caps.supports_client_commit
+        frames: list[pb.ModelFrame] = []
+        call = stub.Bind(requests(), timeout=30)
+        async for event in call:
+            assert event.WhichOneof("kind") == "frame", event
+            frames.append(event.frame)
+            if len(frames) == FRAMES:
+                enough.set()
+        assert await call.code() == grpc.StatusCode.OK
+    assert len(frames) >= FRAMES
+    assert [f.index for f in frames] == list(range(len(frames)))
+    assert all(len(f.codes) == 8 for f in frames)
+    assert registry.get_sample_value("antiphon_stage0_duplex_step_seconds_count") >= FRAMES
+    # The session left: its row is free again.
+    assert registry.get_sample_value("antiphon_stage0_duplex_rows_active") == 0
+
+
+async def test_a_moshi_worker_without_a_checkpoint_says_which_setting() -> None:
+    settings = Stage0Settings(backend="moshi")
+    with pytest.raises(SystemExit, match="duplex_checkpoint"):
+        await load_engines(settings, Stage0Metrics(CollectorRegistry()))
