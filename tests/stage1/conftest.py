@@ -3,6 +3,7 @@ fresh tiny Mimi decoder per test (it builds in milliseconds)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
@@ -27,14 +28,40 @@ def piper_tts(request: pytest.FixtureRequest) -> PiperTts:
 
 
 @pytest.fixture
-def tiny_mimi(request: pytest.FixtureRequest) -> MimiModel:
-    """The tiny random Mimi (`random:tiny`), seeded, in float64: batched and
-    single-row kernels then agree to the last bit, so rows compare exactly."""
+def make_tiny_mimi(request: pytest.FixtureRequest) -> Callable[[], MimiModel]:
+    """Builds the tiny random Mimi (`random:tiny`, seeded), the same one at
+    every call, in float64: batched and single-row kernels then agree to
+    float64 rounding.
+
+    Its codebooks are drawn small, at the scale of a random encoder's
+    latents, so that stage0's encoder tells inputs apart; decoded, codes then
+    differ by less than a PCM16 step. Drawn at unit scale here, a row's
+    audio depends on its codes as a real Mimi's does, which is what these
+    tests compare."""
     tiers.require(request, tiers.MODELS, "builds a Mimi decoder")
     from antiphon.common import moshi_checkpoint
 
     moshi_checkpoint.disable_compile_by_default()
     import torch
 
-    torch.manual_seed(1234)
-    return moshi_checkpoint.resolve("random:tiny").mimi("cpu").double()
+    torch.set_num_threads(1)  # as a worker runs it; two threads on two shared cores crawl
+
+    from moshi.quantization.core_vq import EuclideanCodebook
+
+    def build() -> MimiModel:
+        mimi = moshi_checkpoint.resolve("random:tiny").mimi("cpu")
+        generator = torch.Generator().manual_seed(1234)
+        with torch.no_grad():
+            for module in mimi.modules():
+                if isinstance(module, EuclideanCodebook):
+                    module.embedding_sum.normal_(generator=generator)
+                    # Drops the codebook cached from the small draw.
+                    module.register_buffer("_embedding", None, persistent=False)
+        return mimi.double()
+
+    return build
+
+
+@pytest.fixture
+def tiny_mimi(make_tiny_mimi: Callable[[], MimiModel]) -> MimiModel:
+    return make_tiny_mimi()
