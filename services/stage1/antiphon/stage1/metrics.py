@@ -61,7 +61,8 @@ class DuplexMetrics:
         )
         self.frames = Counter(
             "antiphon_stage1_duplex_frames",
-            "Frames decoded; sent: audio (a response's, sent) or silent (decoded, not sent)",
+            "Frames; sent: audio (a response's, decoded and sent), silent (decoded, not "
+            "sent) or dropped (not decoded: the session's queue was full)",
             ["sent"],
             registry=registry,
         )

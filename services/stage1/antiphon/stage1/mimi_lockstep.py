@@ -118,6 +118,11 @@ class MimiLockstep:
     def rows_active(self) -> int:
         return sum(holder is not None for holder in self._holders)
 
+    def dropped(self) -> None:
+        """A session's frame not decoded: its queue was full (a stalled decoder)."""
+        if self._metrics is not None:
+            self._metrics.frames.labels(sent="dropped").inc()
+
     def notify(self) -> None:
         """A row has a new frame: wake the step loop."""
         self._wake.set()

@@ -118,6 +118,7 @@ class MimiSession:
                     "decoder behind: %d frames queued, newer ones dropped", MAX_QUEUED_FRAMES
                 )
             self._overflowing = True
+            self._lockstep.dropped()
             return
         self._overflowing = False
         self._epoch = max(self._epoch, frame.epoch)
