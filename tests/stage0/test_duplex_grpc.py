@@ -81,7 +81,7 @@ async def test_a_bound_session_gets_a_frame_per_step(
     assert len(frames) >= FRAMES
     assert [f.index for f in frames] == list(range(len(frames)))
     assert all(len(f.codes) == 8 for f in frames)
-    assert registry.get_sample_value("antiphon_stage0_duplex_step_seconds_count") >= FRAMES
+    assert (registry.get_sample_value("antiphon_stage0_duplex_step_seconds_count") or 0) >= FRAMES
     # The session left: its row is free again.
     assert registry.get_sample_value("antiphon_stage0_duplex_rows_active") == 0
 

@@ -199,6 +199,10 @@ class ResponseState:
                 sample_rate_hz=encoded.sample_rate_hz,
             ),
         )
+        if not text:
+            # A model-native model's frame of no word (most of its frames): no
+            # transcript delta to pair, as OpenAI sends none.
+            return [("audio_delta", delta)]
         return [
             ("audio_delta", delta),
             ("audio_transcript_delta", spb.TextDelta(ref=self.ref, delta=text)),

@@ -1,0 +1,79 @@
+"""bench/duplex.py end to end on this CPU: the tiny random Moshi-architecture model
+through a real stage0 `moshi` worker and stage1 `mimi` worker, two levels, and the
+reference loop, in well under a minute; the JSON holds what the GPU run reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = ["--checkpoint", "random:tiny", "--device", "cpu", "--levels", "1,2", "--window-s", "3"]
+
+pytestmark = pytest.mark.stack
+
+
+def test_the_smoke_run_writes_every_level_the_reference_and_the_ratio(tmp_path: Path) -> None:
+    out = tmp_path / "duplex.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.duplex", *SMOKE, "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+
+    assert data["checkpoint"] == "random:tiny"
+    assert data["torch_device"] == "cpu"
+    assert data["settings"]["capacity"] == 2
+    assert data["settings"]["window_s"] == 3.0
+    assert data["device"].startswith("CPU")
+    assert data["settings_unknown_to_workers"] == {}
+    assert data["stage0_info"]["model_native"] is True
+    assert data["stage0_info"]["input_sample_rate_hz"] == 24000
+    assert data["skipped_levels"] == []
+
+    assert [lv["sessions"] for lv in data["levels"]] == [1, 2]
+    for lv in data["levels"]:
+        n = lv["sessions"]
+        assert lv["errors"] == {}, lv["error_sample"]
+        step = lv["worker_step_ms"]
+        # Some 37 steps in a 3 s window; each interpolated within the histogram's buckets.
+        assert step["count"] >= 20
+        assert 0 < step["p50"] <= step["p99"] <= 1000
+        assert lv["stage1_step_ms"]["count"] > 0
+        assert lv["sessions_streaming"] == n
+        # Every frame comes back as audio: most of the window's chunks arrived.
+        assert lv["audio_chunks"] >= 0.5 * lv["audio_chunks_expected"] > 0
+        assert 40 < lv["audio_gap_ms"]["p50"] < 200
+        assert lv["audio_gap_ms"]["p50"] <= lv["audio_gap_ms"]["p99"]
+        for key in ("late_frames", "silence_frames", "dropped_input_ms"):
+            assert lv[key] >= 0
+        assert lv["cpu_pct"]["stage0"] > 0
+        assert isinstance(lv["real_time"], bool)
+        assert set(lv["gpu_memory_mib"]) == {"stage0", "stage1", "device_peak"}
+
+    ref = data["reference"]
+    assert [r["sessions"] for r in ref["levels"]] == [1, 2]
+    for r in ref["levels"]:
+        assert 0 < r["all_p50_ms"] <= r["all_p99_ms"]
+        assert r["enc_lm_p99_ms"] > 0
+    assert ref["context_frames"] == 16  # random:tiny's own
+    assert [r["sessions"] for r in data["ratio"]] == [1, 2]
+    assert all(r["worker_p99_over_reference_p99"] > 0 for r in data["ratio"])
+
+    assert "| sessions | step p50 / p99 ms |" in done.stdout
+    table = subprocess.run(
+        [sys.executable, "-m", "bench.duplex", "--table", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert table.count("\n| ") == 4  # the header, its rule and two levels
