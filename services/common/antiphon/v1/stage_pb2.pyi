@@ -45,16 +45,20 @@ class StageInfo(_message.Message):
     def __init__(self, backend: _Optional[str] = ..., capabilities: _Optional[_Union[_common_pb2.Capabilities, _Mapping]] = ..., capacity: _Optional[int] = ..., active_sessions: _Optional[int] = ...) -> None: ...
 
 class Stage0Open(_message.Message):
-    __slots__ = ("session_id", "lane", "turn_detection", "skip_vad")
+    __slots__ = ("session_id", "lane", "turn_detection", "skip_vad", "instructions", "voice")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
     TURN_DETECTION_FIELD_NUMBER: _ClassVar[int]
     SKIP_VAD_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    VOICE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     lane: Lane
     turn_detection: _common_pb2.TurnDetection
     skip_vad: bool
-    def __init__(self, session_id: _Optional[str] = ..., lane: _Optional[_Union[Lane, str]] = ..., turn_detection: _Optional[_Union[_common_pb2.TurnDetection, _Mapping]] = ..., skip_vad: _Optional[bool] = ...) -> None: ...
+    instructions: str
+    voice: str
+    def __init__(self, session_id: _Optional[str] = ..., lane: _Optional[_Union[Lane, str]] = ..., turn_detection: _Optional[_Union[_common_pb2.TurnDetection, _Mapping]] = ..., skip_vad: _Optional[bool] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ...) -> None: ...
 
 class Stage0Audio(_message.Message):
     __slots__ = ("epoch", "pcm16")

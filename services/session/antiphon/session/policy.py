@@ -86,6 +86,8 @@ def stage0_open(session_id: str, config: cpb.SessionConfig) -> stage_pb2.Stage0O
         turn_detection=config.turn_detection,
         # Push-to-talk that never barges in needs no VAD at all.
         skip_vad=lane == stage_pb2.LANE_MANUAL and overlap_policy(config) == LISTEN_ONLY,
+        instructions=config.instructions,
+        voice=config.voice,
     )
 
 
