@@ -69,7 +69,6 @@ async def test_a_bound_session_gets_a_frame_per_step(
         assert caps.implementation_level == "model_native_duplex" and caps.model_native
         assert caps.input_sample_rate_hz == 24_000 and caps.chunk_period_ms == 80
         assert caps.supports_input_append and not caps.supports_barge_in
-        assert not caps.supports_client_commit
         frames: list[pb.ModelFrame] = []
         call = stub.Bind(requests(), timeout=30)
         async for event in call:

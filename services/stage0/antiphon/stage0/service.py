@@ -29,7 +29,6 @@ def duplex_capabilities() -> cpb.Capabilities:
         model_native=True,
         supports_input_append=True,
         supports_barge_in=False,
-        supports_client_commit=False,
         chunk_period_ms=FRAME_MS,
         input_sample_rate_hz=SAMPLE_RATE,
         input_modes=["append_audio_chunk"],
