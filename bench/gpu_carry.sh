@@ -18,22 +18,10 @@ cache=${ANTIPHON_MODEL_CACHE:-$HOME/.cache/antiphon/models}
 py=${PYTHON:-.venv/bin/python}
 grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >> .git/info/exclude
 
+source bench/carry_lib.sh
 dl=$dest/download
 stage=$dest/stage
-mkdir -p "$dl"
-cat "$shared/vllm-gpu-wheels.txt" bench/gpu-wheels.txt | sed 's/#.*//' | grep . | while read -r spec; do
-  name=$(echo "${spec%%==*}" | tr 'A-Z-' 'a-z_')
-  ver=${spec##*==}
-  ls "$dl" | tr 'A-Z-' 'a-z_' | grep -q "^${name}_${ver}_" && continue
-  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-    --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64 \
-    -q -d "$dl" "$spec" 2>&1 | grep -v WARNING || true
-done
-want=$(cat "$shared/vllm-gpu-wheels.txt" bench/gpu-wheels.txt | sed 's/#.*//' | grep -c .)
-have=$(ls "$dl"/*.whl | wc -l)
-[ "$have" -ge "$want" ] || { echo "only $have of $want wheels downloaded" >&2; exit 1; }
+download_wheels "$dl" "$shared/vllm-gpu-wheels.txt" bench/gpu-wheels.txt
 
 rm -rf "$stage" && mkdir -p "$stage/wheels" "$stage/models" "$stage/site"
 cp "$dl"/*.whl "$stage/wheels/"
@@ -70,14 +58,5 @@ av.mkdir()
 )
 PY
 
-# One compressed stream cut into slices: each slice plus the working tree stays under 64 MiB.
-rm -rf "$dest"/p[0-9]*
-tar -C "$stage" -czf - wheels models site | split -b 58m -d -a 2 - "$dest/payload.part"
-(cd "$dest" && cat payload.part* | sha256sum | cut -d' ' -f1) > "$dest/payload.sha256"
-n=0
-for part in "$dest"/payload.part*; do mkdir -p "$dest/p$n"; mv "$part" "$dest/p$n/"; n=$((n+1)); done
-cp "$dest/payload.sha256" "$dest/p0/"
-echo "$n" > "$dest/p0/slices"
-rm -rf "$stage"
-du -sh "$dest"/p*
-echo "$n slices; device calls: see bench/GPU.md"
+slice_payload "$dest" "$stage" 58
+echo "device calls: see bench/GPU.md"

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from openai import AsyncOpenAI
 from stack import REPO, LocalStack, Ports, free_port
 
@@ -34,7 +33,7 @@ from tests.support.realtime import (
     realtime_url,
 )
 from tests.support.speech import VOICES, Voice, spoken
-from tests.support.stacks import started
+from tests.support.stacks import bound_worker, respawn, started
 
 pytestmark = [pytest.mark.stack, pytest.mark.models]
 
@@ -234,25 +233,6 @@ async def test_commit_and_response_create_never_answer_with_a_protocol_error(
         await client.close()
     assert not of_type(client.events, "error"), of_type(client.events, "error")
     check_response([e for e in cycle if e["type"] != "rate_limits.updated"], duplex=False)
-
-
-async def bound_worker(stack: LocalStack, session_id: str, stage: str) -> str:
-    """The process name of the worker a session is bound to."""
-    r = aioredis.Redis.from_url(stack.redis_url)
-    try:
-        raw: bytes | None = await r.hget(f"ap:{{{session_id}}}:session", stage)  # type: ignore[assignment]
-    finally:
-        await r.aclose()
-    own = stack.ports.stage0 if stage == "stage0" else stack.ports.stage1
-    return stage if (raw or b"").decode().endswith(f":{own}") else f"{stage}_b"
-
-
-def respawn(stack: LocalStack, name: str, stage: str) -> None:
-    port = stack.ports.stage0 if stage == "stage0" else stack.ports.stage1
-    if name != stage:
-        return  # the spare's port is gone with it; the first worker serves on
-    stack.spawn_grpc(name, stage, port, free_port())
-    stack.wait_grpc_ready(port, f"antiphon.v1.{stage.capitalize()}Service")
 
 
 @pytest.mark.parametrize("stage", ["stage0", "stage1"])

@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import redis.asyncio as aioredis
 from stack import LocalStack, Ports, free_port
 
 from tests.support.realtime import MANUAL, RealtimeClient, of_type
 from tests.support.speech import spoken
-from tests.support.stacks import started
+from tests.support.stacks import bound_worker, respawn, started
 
 pytestmark = [pytest.mark.stack, pytest.mark.models]
 
@@ -39,18 +38,6 @@ def workers(request: pytest.FixtureRequest) -> Iterator[LocalStack]:
         stack.wait_grpc_ready(spare0, "antiphon.v1.Stage0Service")
         stack.wait_grpc_ready(spare1, "antiphon.v1.Stage1Service")
         yield stack
-
-
-async def bound_worker(stack: LocalStack, session_id: str, stage: str) -> str:
-    """The process name of the worker a session is bound to."""
-    r = aioredis.Redis.from_url(stack.redis_url)
-    try:
-        raw: bytes | None = await r.hget(f"ap:{{{session_id}}}:session", stage)  # type: ignore[assignment]
-    finally:
-        await r.aclose()
-    address = (raw or b"").decode()
-    own = stack.ports.stage0 if stage == "stage0" else stack.ports.stage1
-    return stage if address.endswith(f":{own}") else f"{stage}_b"
 
 
 @pytest.mark.parametrize("stage", ["stage0", "stage1"])
@@ -83,11 +70,4 @@ async def test_kill_9_of_a_stage_worker_fails_the_response_and_the_next_turn_ans
     finally:
         await client.close()
         # Bring the worker back for the next case.
-        name = victim
-        port = {
-            "stage0": workers.ports.stage0,
-            "stage1": workers.ports.stage1,
-        }[stage]
-        if name == stage:
-            workers.spawn_grpc(name, stage, port, free_port())
-            workers.wait_grpc_ready(port, f"antiphon.v1.{stage.capitalize()}Service")
+        respawn(workers, victim, stage)

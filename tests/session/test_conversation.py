@@ -6,21 +6,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
-from prometheus_client import CollectorRegistry
 
 from antiphon.session import policy, session_config
-from antiphon.session.attachment import Attachment
 from antiphon.session.conversation import Conversation, ItemNotFound
-from antiphon.session.journal import Emitter
-from antiphon.session.metrics import SessionMetrics
-from antiphon.session.playback import Ledgers
-from antiphon.session.response_control import ResponseControl
 from antiphon.session.store import NotOwnerError, SessionStore
-from antiphon.session.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 from tests.support.bindings import recording_links
+from tests.support.parts import response_control
 
 DB = 11  # this module's own database on the shared test Redis
 
@@ -119,31 +113,18 @@ async def test_an_answer_is_in_history_before_its_response_done_is_journaled(
     """A client that reads the conversation on `response.done` finds the answer."""
     _, conv = conversation
     await conv.append(text_item("item_user"))
-    journal, attachment = HistoryAtDone(conv), Attachment("sess_conv", 0)
-    attachment.attach(seq=0)
-    metrics = SessionMetrics(CollectorRegistry())
+    journal = HistoryAtDone(conv)
     config = session_config.defaults()
     config.output_modalities[:] = ["text"]
     links, _, _ = recording_links("sess_conv")
-    responses = ResponseControl(
+    responses = response_control(
         session_id="sess_conv",
-        config=lambda: config,
-        max_output_tokens=64,
-        emitter=Emitter(
-            journal=journal,
-            session_id="sess_conv",
-            owner_token="own_a",
-            seq=0,
-            attachment=attachment,
-            metrics=metrics,
-            on_not_owner=lambda: None,
-        ),
+        owner_token="own_a",
+        config=config,
+        journal=journal,
         links=links,
-        turns=Turns("sess_conv", last_item_id="item_user"),
         conversation=conv,
-        ledgers=Ledgers(),
-        metrics=metrics,
-        persist=_nothing,
+        last_item_id="item_user",
     )
     await responses.start(policy.default_options(config, 64), eager=True)
     assert responses.active is not None

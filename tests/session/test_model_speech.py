@@ -14,22 +14,17 @@ from dataclasses import dataclass
 
 import pytest
 import redis.asyncio as aioredis
-from prometheus_client import CollectorRegistry
 
 from antiphon.session import session_config
-from antiphon.session.attachment import Attachment
 from antiphon.session.conversation import Conversation
-from antiphon.session.journal import Emitter
-from antiphon.session.metrics import SessionMetrics
-from antiphon.session.playback import Ledgers
 from antiphon.session.response_control import ResponseControl
 from antiphon.session.stage_links import StageLinks
 from antiphon.session.store import SessionStore
-from antiphon.session.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 from tests.support.bindings import Recording, recording_links
+from tests.support.parts import response_control
 
 DB = 14  # this module's own database on the shared test Redis
 SPEAK, LISTEN = stage_pb2.DECISION_SPEAK, stage_pb2.DECISION_LISTEN
@@ -57,10 +52,6 @@ class Parts:
     config: cpb.SessionConfig
 
 
-async def _nothing() -> None:
-    pass
-
-
 @pytest.fixture
 async def parts(redis_url: str) -> AsyncIterator[Parts]:
     client = aioredis.from_url(f"{redis_url.rsplit('/', 1)[0]}/{DB}")
@@ -70,34 +61,20 @@ async def parts(redis_url: str) -> AsyncIterator[Parts]:
     )
     await store.open("sess_m", "own_m", {"state": "open"})
     conversation = Conversation(store, "sess_m", "own_m")
-    journal, attachment = Journal(), Attachment("sess_m", 0)
-    attachment.attach(seq=0)
-    metrics = SessionMetrics(CollectorRegistry())
+    journal = Journal()
     config = session_config.defaults()
     links, _, stage1 = recording_links("sess_m")
     # What a `moshi` stage0 worker says of itself.
     links._info["stage0"] = stage_pb2.StageInfo(
         capabilities=cpb.Capabilities(model_native=True, input_sample_rate_hz=24000)
     )
-    responses = ResponseControl(
+    responses = response_control(
         session_id="sess_m",
-        config=lambda: config,
-        max_output_tokens=64,
-        emitter=Emitter(
-            journal=journal,
-            session_id="sess_m",
-            owner_token="own_m",
-            seq=0,
-            attachment=attachment,
-            metrics=metrics,
-            on_not_owner=lambda: None,
-        ),
+        owner_token="own_m",
+        config=config,
+        journal=journal,
         links=links,
-        turns=Turns("sess_m", last_item_id=""),
         conversation=conversation,
-        ledgers=Ledgers(),
-        metrics=metrics,
-        persist=_nothing,
     )
     try:
         yield Parts(responses, links, stage1, journal, conversation, config)

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
-from stack import LocalStack
+from stack import LocalStack, free_port
 
 from tests.support import tiers
 
@@ -24,3 +24,33 @@ def started(
         yield stack
     finally:
         stack.stop()
+
+
+# ------------------------------------------------- stacks with a spare worker
+# A stack whose stage0 and stage1 each have a second worker ("stage0_b",
+# "stage1_b", spawned by the test's fixture) on another port.
+
+
+async def bound_worker(stack: LocalStack, session_id: str, stage: str) -> str:
+    """The process name of the worker of `stage` a session is bound to."""
+    import redis.asyncio as aioredis
+
+    from antiphon.session import keys
+
+    r = aioredis.Redis.from_url(stack.redis_url)
+    try:
+        raw: bytes | None = await r.hget(keys.session(session_id), stage)  # type: ignore[assignment]
+    finally:
+        await r.aclose()
+    own = stack.ports.stage0 if stage == "stage0" else stack.ports.stage1
+    return stage if (raw or b"").decode().endswith(f":{own}") else f"{stage}_b"
+
+
+def respawn(stack: LocalStack, name: str, stage: str) -> None:
+    """Bring back a killed first worker of `stage` on its port (a killed
+    spare stays gone: the first serves on)."""
+    if name != stage:
+        return
+    port = stack.ports.stage0 if stage == "stage0" else stack.ports.stage1
+    stack.spawn_grpc(name, stage, port, free_port())
+    stack.wait_grpc_ready(port, f"antiphon.v1.{stage.capitalize()}Service")

@@ -1,0 +1,63 @@
+"""A session's response control on its own, for the tests of the session's parts:
+events journaled where the test reads them, stage requests recorded, history in
+the test's Redis."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+
+from antiphon.session.attachment import Attachment
+from antiphon.session.conversation import Conversation
+from antiphon.session.journal import Emitter
+from antiphon.session.metrics import SessionMetrics
+from antiphon.session.playback import Ledgers
+from antiphon.session.response_control import ResponseControl
+from antiphon.session.stage_links import StageLinks
+from antiphon.session.turns import Turns
+from antiphon.v1 import common_pb2 as cpb
+
+
+class Journal(Protocol):
+    async def append_event(self, session_id: str, token: str, seq: int, payload: bytes) -> None: ...
+
+
+async def _nothing() -> None:
+    pass
+
+
+def response_control(
+    *,
+    session_id: str,
+    owner_token: str,
+    config: cpb.SessionConfig,
+    journal: Journal,
+    links: StageLinks,
+    conversation: Conversation,
+    last_item_id: str = "",
+) -> ResponseControl:
+    """`session_id`'s response control with an attached stream, writing events to `journal`."""
+    attachment = Attachment(session_id, 0)
+    attachment.attach(seq=0)
+    metrics = SessionMetrics(CollectorRegistry())
+    return ResponseControl(
+        session_id=session_id,
+        config=lambda: config,
+        max_output_tokens=64,
+        emitter=Emitter(
+            journal=journal,
+            session_id=session_id,
+            owner_token=owner_token,
+            seq=0,
+            attachment=attachment,
+            metrics=metrics,
+            on_not_owner=lambda: None,
+        ),
+        links=links,
+        turns=Turns(session_id, last_item_id=last_item_id),
+        conversation=conversation,
+        ledgers=Ledgers(),
+        metrics=metrics,
+        persist=_nothing,
+    )
