@@ -1,5 +1,6 @@
 """The tiny random Moshi the duplex tests serve, its inputs, and the reference:
-moshi's own loop (`LMGen` + Mimi encode) on one session's input alone.
+moshi's own loop (`LMGen` + Mimi encode) on one session's input alone, after
+its prompt (if any) forced through LMGen's own hooks.
 
 `random:tiny`'s Mimi has its codebooks filled (moshi_checkpoint), so
 different inputs make different answers: the isolation tests check they do.
@@ -7,6 +8,7 @@ different inputs make different answers: the isolation tests check they do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from antiphon.common import moshi_checkpoint
 from antiphon.common.moshi_checkpoint import FRAME_SAMPLES, SAMPLE_RATE
 from antiphon.stage0.duplex_model import DuplexModel, Sampling
+from antiphon.stage0.duplex_prompt import ForcedFrame, Prompter
 from antiphon.stage0.duplex_rows import FRAME_BYTES
 from antiphon.stage0.metrics import Stage0Metrics
 
@@ -51,12 +54,13 @@ def tiny_lockstep(
     metrics: Stage0Metrics | None = None,
     jitter_ms: int = 60_000,
     quiet_frames: int = 12,
+    prompter: Prompter | None = None,
 ) -> Lockstep:
     from antiphon.stage0.duplex_lockstep import Lockstep
 
     lm, mimi = tiny_parts(dtype)
     return Lockstep(
-        DuplexModel.build(lm, mimi, GREEDY),
+        DuplexModel.build(lm, mimi, GREEDY, prompter=prompter),
         slots,
         metrics=metrics or Stage0Metrics(CollectorRegistry()),
         jitter_ms=jitter_ms,
@@ -79,25 +83,52 @@ def voice(kind: int, frames: int) -> bytes:
     return pcm
 
 
-def reference(audio: bytes, steps: int, dtype: torch.dtype) -> list[tuple[int, list[int]]]:
+def reference(
+    audio: bytes, steps: int, dtype: torch.dtype, prefill: Sequence[ForcedFrame] = ()
+) -> list[tuple[int, list[int]]]:
     """(text token, audio codes) per frame moshi's own loop makes of `audio`
-    alone over `steps` steps (silence once it runs out), in a fresh state."""
+    alone over `steps` steps (silence once it runs out), in a fresh state.
+    With a `prefill`, its frames come first: their user codes in place of
+    Mimi's (which encodes silence meanwhile), their text and agent codes
+    forced through LMGen's hooks, their output not kept; `audio` follows."""
     import torch
     from moshi.models.lm import LMGen
 
     lm, mimi = tiny_parts(dtype)
-    gen = LMGen(lm, use_sampling=False, support_out_of_sync=True)
+    forcing: list[ForcedFrame | None] = [None]
+
+    def on_text(text: torch.Tensor) -> None:
+        if forcing[0] is not None:
+            text.fill_(forcing[0].text)
+
+    def on_audio(audio_tokens: torch.Tensor) -> None:
+        if forcing[0] is not None:
+            audio_tokens.copy_(torch.tensor([forcing[0].agent]))
+
+    gen = LMGen(
+        lm,
+        use_sampling=False,
+        support_out_of_sync=True,
+        on_text_hook=on_text,
+        on_audio_hook=on_audio,
+    )
+    discard = len(prefill) + gen.max_delay if prefill else 0
     out: list[tuple[int, list[int]]] = []
     with gen.streaming(1), mimi.streaming(1), torch.no_grad():
         for i in range(steps):
-            frame = audio[i * FRAME_BYTES : (i + 1) * FRAME_BYTES]
+            live = i - len(prefill)
+            frame = audio[live * FRAME_BYTES : (live + 1) * FRAME_BYTES] if live >= 0 else b""
             pcm = np.zeros(FRAME_SAMPLES, dtype=np.int16)
             if len(frame) == FRAME_BYTES:
                 pcm = np.frombuffer(frame, dtype="<i2").copy()
             x = torch.from_numpy(pcm).to(dtype) / 32768.0
-            tokens = gen.step(mimi.encode(x[None, None]))
+            codes = mimi.encode(x[None, None])
+            forcing[0] = prefill[i] if live < 0 else None
+            if forcing[0] is not None:
+                codes = torch.tensor([forcing[0].user])[:, :, None]
+            tokens = gen.step(codes)
             assert tokens is not None
-            text, *codes = tokens[0, : lm.dep_q + 1, 0].tolist()
-            if text != lm.ungenerated_token_id:
-                out.append((text, codes))
+            text, *codes_out = tokens[0, : lm.dep_q + 1, 0].tolist()
+            if i >= discard and text != lm.ungenerated_token_id:
+                out.append((text, codes_out))
     return out

@@ -4,10 +4,13 @@ One setting (`duplex_checkpoint`) names it, read the same way by stage0 (Mimi's
 encoder and the LM) and stage1 (Mimi's decoder):
 
 - a local folder in the layout the `moshi` loaders read (Moshi's and
-  PersonaPlex's published checkpoints): `config.json` (optional for Moshi
-  7B), the LM weights, Mimi's weights and the text tokenizer under the names
-  the config gives (or moshi's defaults). Nothing is downloaded: a missing
-  file is a clear error.
+  PersonaPlex's published checkpoints): `config.json` (optional, and empty in
+  PersonaPlex's: moshi's 7B defaults), the LM weights, Mimi's weights and the
+  text tokenizer under the names the config gives (or moshi's defaults).
+  Nothing is downloaded: a missing file is a clear error. PersonaPlex's LM
+  weights carry a 16-step depth transformer (it also predicts the user's
+  codebooks); it is trimmed at load to the config's `dep_q` steps, which give
+  the agent's codebooks unchanged (the depth transformer is causal over them).
 - `random:7b`: the real shape (Helium 7B temporal transformer, depth
   transformer, full Mimi) with random weights, for capacity benchmarks.
 - `random:tiny`: a tiny random configuration for tests (an LM of dim 64, two
@@ -22,8 +25,11 @@ functions that need them, so a gateway or session never pulls them in.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,15 +112,30 @@ class Checkpoint:
             return 8
         return int(self.lm_config.get("dep_q", 8))
 
+    @functools.cached_property
+    def depformer_steps(self) -> int:
+        """Steps of the depth transformer the LM weights carry (read from the
+        file's key names, no tensor loaded): `num_codebooks` for Moshi, 16 for
+        PersonaPlex's, which also predict the user's codebooks."""
+        if self.lm_weights is None:
+            return self.num_codebooks
+        return depformer_steps(_safetensors_keys(self.lm_weights))
+
+    @property
+    def personaplex(self) -> bool:
+        """The weights are PersonaPlex-shaped (a depth transformer over both
+        streams): it was trained with a voice and text prompt before the call."""
+        return self.depformer_steps > self.num_codebooks
+
     def lm(self, device: str | torch.device, dtype: torch.dtype) -> LMModel:
         from moshi.models import loaders
 
-        model = loaders.get_moshi_lm(
-            str(self.lm_weights) if self.lm_weights is not None else None,
-            lm_kwargs=copy.deepcopy(self.lm_config),
-            device=device,
-            dtype=dtype,
-        )
+        if self.lm_weights is None:
+            model = loaders.get_moshi_lm(
+                None, lm_kwargs=copy.deepcopy(self.lm_config), device=device, dtype=dtype
+            )
+        else:
+            model = _load_lm(self.lm_weights, self.lm_config, device, dtype)
         model.eval()
         return model
 
@@ -203,6 +224,9 @@ def _folder(folder: Path) -> Checkpoint:
             lm_config.pop(key, None)
         if mimi_config_name:
             mimi_config = json.loads(_file(folder, mimi_config_name).read_text())
+        if not lm_config:
+            # PersonaPlex ships `{}`: moshi's own 7B config, as with no file.
+            lm_config = None
     return Checkpoint(
         str(folder),
         _file(folder, names["moshi_name"]),
@@ -212,6 +236,105 @@ def _folder(folder: Path) -> Checkpoint:
         mimi_config,
         gen,
     )
+
+
+def _load_lm(
+    weights: Path, lm_config: dict[str, Any] | None, device: str | torch.device, dtype: torch.dtype
+) -> LMModel:
+    """moshi's `get_moshi_lm` for a safetensors file, with the weights trimmed
+    to the model's shape first (`trim_to`), then loaded strictly."""
+    import torch
+    from moshi.models import loaders
+    from moshi.models.lm import LMModel
+    from safetensors import safe_open
+
+    kwargs = dict(copy.deepcopy(lm_config) if lm_config is not None else loaders._lm_kwargs)
+    # What get_moshi_lm drops or renames before building (none of it is
+    # used by Moshi or PersonaPlex; a config that needs more is refused).
+    kwargs.pop("depformer_causal", None)
+    if "demux_second_stream" in kwargs:
+        kwargs["demux_second_text_stream"] = kwargs.pop("demux_second_stream")
+    for unsupported in ("conditioners", "fuser", "lora"):
+        if kwargs.get(unsupported):
+            raise ValueError(f"LM config with {unsupported!r} is not supported here")
+        kwargs.pop(unsupported, None)
+    kwargs.pop("lora_rank", None)
+    kwargs.pop("lora_scaling", None)
+    model = LMModel(device=torch.device("meta"), dtype=dtype, **kwargs)
+    wanted = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    state: dict[str, torch.Tensor] = {}
+    with safe_open(str(weights), framework="pt", device=str(device)) as f:
+        shapes = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+        for key, rows in trim_to(shapes, wanted).items():
+            value = f.get_tensor(key) if rows is None else f.get_slice(key)[:rows]
+            if value.dtype.is_floating_point:
+                value = value.to(dtype)
+            state[key] = value
+    model.load_state_dict(state, strict=True, assign=True)
+    return model
+
+
+# The depth transformer's per-step entries (ModuleList items, one per step).
+_STEP = re.compile(
+    r"^(?P<list>depformer_in|depformer_emb|linears"
+    r"|depformer\.layers\.\d+\.(?:gating|self_attn\.in_projs|self_attn\.out_projs))"
+    r"\.(?P<step>\d+)\."
+)
+# The depth transformer's per-step weights stored fused (moshi splits them
+# into `in_projs.{i}` / `out_projs.{i}` at load): sliced to the model's steps.
+_FUSED = {
+    "self_attn.in_proj_weight": "self_attn.in_projs",
+    "self_attn.out_proj.weight": "self_attn.out_projs",
+}
+
+
+def depformer_steps(keys: Iterable[str]) -> int:
+    """Steps of the depth transformer a state dict's keys describe."""
+    return sum(1 for key in keys if re.fullmatch(r"depformer_in\.\d+\.weight", key))
+
+
+def trim_to(
+    shapes: Mapping[str, tuple[int, ...]], wanted: Mapping[str, tuple[int, ...]]
+) -> dict[str, int | None]:
+    """The stored weights to load into a model whose state dict has `wanted`
+    shapes, each with the rows to keep (None: all): per-step entries past the
+    model's steps are left out (a 16-step depth transformer into moshi's 8),
+    and fused per-step weights keep their first steps. Anything else is kept
+    as it is, for the strict load to judge."""
+    keep: dict[str, int | None] = {}
+    for key, shape in shapes.items():
+        if key in wanted:
+            keep[key] = None
+            continue
+        fused = next((suffix for suffix in _FUSED if key.endswith(suffix)), None)
+        if fused is not None:
+            prefix = key.removesuffix(fused)
+            steps = [k for k in wanted if k.startswith(prefix + _FUSED[fused] + ".")]
+            rows = sum(wanted[k][0] for k in steps)
+            keep[key] = rows if steps and rows < shape[0] else None
+            continue
+        if _surplus_step(key, wanted):
+            continue
+        keep[key] = None
+    return keep
+
+
+def _surplus_step(key: str, wanted: Mapping[str, tuple[int, ...]]) -> bool:
+    """`key` is a per-step entry of the depth transformer past the last step
+    the model has (the same entry at step 0 is one of the model's). Nothing
+    else is ever left out: a wrong layer count must fail the strict load."""
+    match = _STEP.match(key)
+    if match is None:
+        return False
+    rest = key[match.end() :]
+    return f"{match['list']}.0.{rest}" in wanted
+
+
+def _safetensors_keys(path: Path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return list(f.keys())
 
 
 def _fill_codebooks(mimi: MimiModel) -> None:

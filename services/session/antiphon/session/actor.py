@@ -340,7 +340,17 @@ class SessionActor:
             self.session_id, self.owner_token, {"config": merged.SerializeToString()}
         )
         patch = cmd.update.config
-        if lane_changed or patch.has_turn_detection or patch.HasField("overlap_policy"):
+        # A model-native model is prompted with the persona and voice at open
+        # (PersonaPlex): a new one starts it afresh with them.
+        persona = self._links.model_native and (
+            patch.HasField("instructions") or patch.HasField("voice")
+        )
+        if (
+            lane_changed
+            or persona
+            or patch.has_turn_detection
+            or patch.HasField("overlap_policy")
+        ):
             self._links.configure()
         await self._emitter.emit("session_updated", self._state())
 

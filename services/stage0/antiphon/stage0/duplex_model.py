@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from antiphon.common import moshi_checkpoint
+from antiphon.stage0.duplex_prompt import (
+    ForcedFrame,
+    Prompter,
+    default_voice_dir,
+    prompt_format,
+)
 from antiphon.stage0.settings import Stage0Settings
 
 if TYPE_CHECKING:
@@ -68,6 +74,15 @@ class DuplexModel:
     silent_ids: frozenset[int]
     # Audio codebooks the model speaks per frame (ModelFrame.codes).
     dep_q: int
+    # The rows' prompt (PersonaPlex's voice and instructions); None: no prompt.
+    prompter: Prompter | None = None
+
+    def prefill(self, instructions: str, voice: str) -> list[ForcedFrame]:
+        """What a new row steps through, forced, before its call (nothing
+        without a prompter)."""
+        if self.prompter is None:
+            return []
+        return self.prompter.prefill(instructions, voice)
 
     @classmethod
     def build(
@@ -78,6 +93,7 @@ class DuplexModel:
         piece: Callable[[int], str] | None = None,
         *,
         context: int | None = None,
+        prompter: Prompter | None = None,
     ) -> DuplexModel:
         """A model from loaded parts; `piece`: the tokenizer's id -> piece (None:
         random weights, whose ids are spelled out)."""
@@ -107,7 +123,7 @@ class DuplexModel:
                 return f" w{token}"
             return piece(token).replace("\u2581", " ")
 
-        return cls(lm_gen, mimi, text_of, silent, lm.dep_q)
+        return cls(lm_gen, mimi, text_of, silent, lm.dep_q, prompter)
 
     @classmethod
     def load(cls, settings: Stage0Settings) -> DuplexModel:
@@ -135,12 +151,20 @@ class DuplexModel:
         mimi = checkpoint.mimi(device)
         tokenizer = checkpoint.text_tokenizer()
         sampling = Sampling.of(settings, checkpoint.lm_gen_config)
+        prompting = prompt_format(settings.duplex_prompt_format, checkpoint)
+        prompter: Prompter | None = None
+        voices: list[str] = []
+        if prompting == "personaplex":
+            voice_dir = settings.duplex_voice_dir or default_voice_dir(checkpoint)
+            prompter = Prompter.of_checkpoint(checkpoint, lm, device, voice_dir)
+            voices = prompter.preload()
         model = cls.build(
             lm,
             mimi,
             sampling,
             tokenizer.id_to_piece if tokenizer is not None else None,
             context=settings.duplex_context,
+            prompter=prompter,
         )
         log.info(
             "duplex model loaded",
@@ -150,6 +174,8 @@ class DuplexModel:
                 "dtype": str(dtype).removeprefix("torch."),
                 "context": settings.duplex_context,
                 "sampling": sampling.__dict__,
+                "prompt_format": prompting,
+                "voices": voices,
                 "load_s": round(time.perf_counter() - t0, 2),
             },
         )

@@ -8,10 +8,15 @@ frame from each row per step and tells it what the model said; the session
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from antiphon.common.moshi_checkpoint import FRAME_SAMPLES, SAMPLE_RATE
 from antiphon.v1 import stage_pb2 as pb
+
+if TYPE_CHECKING:
+    from antiphon.stage0.duplex_prompt import ForcedFrame
 
 FRAME_BYTES = FRAME_SAMPLES * 2  # PCM16 mono
 BYTES_PER_MS = SAMPLE_RATE * 2 // 1000  # 48 at 24 kHz
@@ -60,7 +65,7 @@ class Speaking:
     answer is muted (LISTEN) until the model has gone quiet that long."""
 
     def __init__(self, quiet_frames: int) -> None:
-        self._quiet_frames = quiet_frames
+        self.quiet_frames = quiet_frames
         # Frames since the last word; a new row has been quiet "forever".
         self._quiet = quiet_frames
         self._speaking = False
@@ -69,7 +74,7 @@ class Speaking:
     def observe(self, word: bool) -> pb.Decision:
         """The decision for a frame whose text token is (not) a word."""
         self._quiet = 0 if word else self._quiet + 1
-        gone_quiet = self._quiet >= self._quiet_frames
+        gone_quiet = self._quiet >= self.quiet_frames
         if gone_quiet:
             self._muted = False
         if word:
@@ -81,7 +86,7 @@ class Speaking:
     def mute(self) -> None:
         """The answer was cancelled: what the model still says of it is not spoken.
         A model already quiet has nothing left of it to mute."""
-        if self._quiet < self._quiet_frames:
+        if self._quiet < self.quiet_frames:
             self._muted = True
             self._speaking = False
 
@@ -114,6 +119,17 @@ class Row:
         self.frames = 0
         # Audio received since the last commit (Transcript.audio_ms).
         self.uncommitted_bytes = 0
+        # The prompt's frames still to step through, forced, before the call
+        # (duplex_prompt.py); what the session says meanwhile is not heard.
+        self.prefill: deque[ForcedFrame] = deque()
+        # Steps left whose output is the prompt's, not the call's: not reported.
+        self.discard = 0
+
+    def restart(self) -> None:
+        """A new model context for the same session: it starts quiet, and
+        what waited to be heard was said to the old one."""
+        self.speaking = Speaking(self.speaking.quiet_frames)
+        self.audio.clear()
 
     def frame(self, text: str, codes: list[int], *, word: bool, late: bool) -> None:
         """Report what the model said in this row's newest step."""

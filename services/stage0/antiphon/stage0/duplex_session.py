@@ -33,6 +33,10 @@ class DuplexSession:
         self._emit = emit
         self._on_open = on_open
         self._row: Row | None = None
+        # The instructions and voice its row was prompted with, and whether
+        # that made a prompt at all.
+        self._persona = ("", "")
+        self._prompted = False
 
     @property
     def row(self) -> Row | None:
@@ -43,8 +47,11 @@ class DuplexSession:
         if kind == "open":
             self._open(req.open)
             return
-        if kind == "configure" or kind is None:
-            return  # a duplex model has nothing to reconfigure
+        if kind is None:
+            return
+        if kind == "configure":
+            self._configure(req.configure)
+            return
         row = self._row
         if row is None:
             self._error(0, "not_open", f"{kind} before open")
@@ -82,18 +89,44 @@ class DuplexSession:
             row.epoch = req.cancel.epoch
             row.speaking.mute()
 
+    def _configure(self, open_: pb.Stage0Open) -> None:
+        """Only the persona and the voice mean anything to the model (its
+        prompt); a new one starts the row afresh with it. The rest (lane, turn
+        detection) is the model's own business."""
+        row = self._row
+        if row is None or (open_.instructions, open_.voice) == self._persona:
+            return
+        self._persona = (open_.instructions, open_.voice)
+        prefill = self._lockstep.model.prefill(open_.instructions, open_.voice)
+        if not prefill and not self._prompted:
+            return  # a model without a prompt (Moshi): nothing changes for it
+        self._lockstep.restart(row, prefill)
+        self._prompted = bool(prefill)
+        log.info(
+            "duplex session restarted with a new prompt",
+            extra={"session_id": row.session_id, "row": row.index, "prompt_frames": len(prefill)},
+        )
+
     def _open(self, open_: pb.Stage0Open) -> None:
         if self._row is not None:
             return  # already has its row; a second open changes nothing
+        # PersonaPlex's voice and instructions, stepped through before the call.
+        prefill = self._lockstep.model.prefill(open_.instructions, open_.voice)
+        self._persona = (open_.instructions, open_.voice)
+        self._prompted = bool(prefill)
         try:
-            self._row = self._lockstep.open(self._emit, open_.session_id)
+            self._row = self._lockstep.open(self._emit, open_.session_id, prefill)
         except NoFreeRowError as exc:
             log.error("no free row", extra={"session_id": open_.session_id})
             self._error(0, "capacity_exceeded", str(exc))
             return
         log.info(
             "duplex session opened",
-            extra={"session_id": open_.session_id, "row": self._row.index},
+            extra={
+                "session_id": open_.session_id,
+                "row": self._row.index,
+                "prompt_frames": len(prefill),
+            },
         )
         self._on_open()
 

@@ -13,6 +13,7 @@ from antiphon.stage0.llm_models import DEFAULT_LLM, LlmDtype, LoadFormat, tool_c
 from antiphon.stage0.prompt import VOICE_PREAMBLE, VOICE_REMINDER, VOICE_STYLE
 
 DuplexDtype = Literal["auto", "bfloat16", "float16", "float32"]
+DuplexPromptFormat = Literal["auto", "none", "personaplex"]
 
 
 class Stage0Settings(WorkerSettings):
@@ -149,6 +150,14 @@ class Stage0Settings(WorkerSettings):
     # moshi's torch.compile of its hot functions: some 30 s at the first step
     # on a CPU; off unless measured to pay.
     duplex_compile: bool = False
+    # What a row hears before its call (duplex_prompt.py): "personaplex" (the
+    # session's voice clip and instructions, as PersonaPlex was trained),
+    # "none" (Moshi: nothing), "auto" (personaplex for PersonaPlex-shaped
+    # weights, else none).
+    duplex_prompt_format: DuplexPromptFormat = "auto"
+    # Voice prompts: `<voice>.wav` clips (any rate, mono or stereo), encoded
+    # once each at start. Unset: `<checkpoint folder>/voices`.
+    duplex_voice_dir: Path | None = None
 
     @property
     def tool_check_threshold(self) -> float:
