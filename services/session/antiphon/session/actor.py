@@ -345,12 +345,7 @@ class SessionActor:
         persona = self._links.model_native and (
             patch.HasField("instructions") or patch.HasField("voice")
         )
-        if (
-            lane_changed
-            or persona
-            or patch.has_turn_detection
-            or patch.HasField("overlap_policy")
-        ):
+        if lane_changed or persona or patch.has_turn_detection or patch.HasField("overlap_policy"):
             self._links.configure()
         await self._emitter.emit("session_updated", self._state())
 
