@@ -97,14 +97,15 @@ async def test_no_steps_without_sessions_and_none_after_close() -> None:
     assert clock.steps == stopped
 
 
-async def test_a_failing_step_reports_an_error_to_every_session() -> None:
+async def test_a_failing_step_reports_an_error_to_every_session_and_stops_the_worker() -> None:
     lockstep = tiny_lockstep(2, torch.float32)
 
     def broken(batch: Batch) -> list[list[int]]:
         raise RuntimeError("device lost")
 
     lockstep.compute = broken  # type: ignore[method-assign]
-    clock = LockstepClock(lockstep, period_s=0.002)
+    stopping = asyncio.Event()
+    clock = LockstepClock(lockstep, period_s=0.002, on_failure=stopping.set)
     clock.start()
     events: list[pb.Stage0Event] = []
     lockstep.open(events.append)
@@ -113,3 +114,5 @@ async def test_a_failing_step_reports_an_error_to_every_session() -> None:
     await clock.close()
     assert events[0].error.code == "engine_failed"
     assert "device lost" in events[0].error.message
+    # The worker is told to stop: its sessions move to another.
+    assert stopping.is_set()

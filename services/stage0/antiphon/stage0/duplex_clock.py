@@ -30,6 +30,7 @@ class LockstepClock:
         *,
         period_s: float = FRAME_MS / 1000,
         thread_setup: Callable[[], None] | None = None,
+        on_failure: Callable[[], None] = lambda: None,
     ) -> None:
         self._lockstep = lockstep
         self._period_s = period_s
@@ -38,6 +39,7 @@ class LockstepClock:
         self._executor = ThreadPoolExecutor(
             1, thread_name_prefix="duplex-step", initializer=thread_setup
         )
+        self._on_failure = on_failure
         self._task: asyncio.Task[None] | None = None
         self.steps = 0
         self.late_steps = 0
@@ -84,3 +86,4 @@ class LockstepClock:
         except Exception as exc:
             log.exception("duplex step failed; the clock stops")
             lockstep.fail(f"duplex model step failed: {exc}")
+            self._on_failure()

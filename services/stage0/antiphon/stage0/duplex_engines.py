@@ -30,9 +30,16 @@ class DuplexEngines:
         self.clock = clock
 
     @classmethod
-    async def load(cls, settings: Stage0Settings, metrics: Stage0Metrics) -> DuplexEngines:
+    async def load(
+        cls,
+        settings: Stage0Settings,
+        metrics: Stage0Metrics,
+        *,
+        on_failure: Callable[[], None] = lambda: None,
+    ) -> DuplexEngines:
         """Loaded off the event loop (health checks answer meanwhile); the clock
-        starts at once and ticks while a session is bound."""
+        starts at once and ticks while a session is bound. `on_failure`: the
+        model failed a step and the clock stopped."""
         model = await asyncio.to_thread(DuplexModel.load, settings)
         lockstep = await asyncio.to_thread(
             Lockstep,
@@ -43,7 +50,9 @@ class DuplexEngines:
             quiet_frames=settings.duplex_quiet_frames,
             compile=settings.duplex_compile,
         )
-        clock = LockstepClock(lockstep, thread_setup=torch_threads(settings.duplex_threads))
+        clock = LockstepClock(
+            lockstep, thread_setup=torch_threads(settings.duplex_threads), on_failure=on_failure
+        )
         clock.start()
         return cls(lockstep, clock)
 

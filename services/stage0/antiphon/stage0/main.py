@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from antiphon.common import bootstrap, config, loop_lag, metrics, workers
 from antiphon.common.binding import ActiveSessions
@@ -20,8 +21,14 @@ SERVICE_NAME = "antiphon.v1.Stage0Service"
 
 
 async def load_engines(
-    settings: Stage0Settings, metrics: Stage0Metrics, client: EngineClient | None = None
+    settings: Stage0Settings,
+    metrics: Stage0Metrics,
+    client: EngineClient | None = None,
+    *,
+    on_failure: Callable[[], None] = lambda: None,
 ) -> Stage0Engines:
+    """The backend's engines; `on_failure`: called if they die while serving
+    (the worker then stops, so that its sessions move to another)."""
     if settings.backend == "cascade":
         return await CascadeModels.load(settings, client)
     if settings.backend == "synthetic":
@@ -30,7 +37,7 @@ async def load_engines(
         # Imported here: torch and moshi load with this backend only.
         from antiphon.stage0.duplex_engines import DuplexEngines
 
-        return await DuplexEngines.load(settings, metrics)
+        return await DuplexEngines.load(settings, metrics, on_failure=on_failure)
     raise SystemExit(
         f"unknown stage0 backend {settings.backend!r}; use cascade, moshi or synthetic"
     )
@@ -49,7 +56,8 @@ async def serve(settings: Stage0Settings, client: EngineClient | None = None) ->
     stage_pb2_grpc.add_Stage0ServiceServicer_to_server(service, app.server)
     # Alive (and answering health checks) while the models load; ready after.
     await app.start()
-    models = await load_engines(settings, stage_metrics, client)
+    # A dead lockstep strands every session bound here: stop, so they move.
+    models = await load_engines(settings, stage_metrics, client, on_failure=app.stopping.set)
     service.models = models
     await app.set_ready(True)
     try:
