@@ -61,6 +61,10 @@ async def _turn(client: RealtimeClient, text: str, **response: Any) -> Event:
     return of_type(cycle, "response.done")[0]["response"]
 
 
+# 200 answers of the real 1.5B on two shared cores: 570-770 s measured on
+# this kind of box (the base of 2026-12-03 included), past the suite's 600 s
+# default; the test is about every turn completing, not about their pace.
+@pytest.mark.timeout(1200)
 async def test_two_hundred_text_turns_all_complete_and_history_keeps_them(
     model_stack: LocalStack,
 ) -> None:
