@@ -24,6 +24,7 @@ functions that need them, so a gateway or session never pulls them in.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -356,6 +357,26 @@ def _file(folder: Path, name: str) -> Path:
     if not path.exists():
         raise MissingAssetError(f"{name} in duplex checkpoint {folder}")
     return path
+
+
+def device(name: str) -> torch.device:
+    """A duplex worker's `duplex_device`: "auto" is a GPU where there is one."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def compile_mode(compile: bool) -> contextlib.AbstractContextManager[None]:
+    """Around moshi's calls: its torch.compile only when asked for (this also
+    covers a moshi imported before NO_TORCH_COMPILE could be set)."""
+    if compile:
+        return contextlib.nullcontext()
+    from moshi.utils.compile import no_compile
+
+    mode: contextlib.AbstractContextManager[None] = no_compile()
+    return mode
 
 
 def disable_compile_by_default() -> None:

@@ -26,17 +26,17 @@ it from the first step after.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
+from antiphon.common import moshi_checkpoint
 from antiphon.common.moshi_checkpoint import FRAME_MS, FRAME_SAMPLES
 from antiphon.stage0.duplex_model import DuplexModel
 from antiphon.stage0.duplex_prompt import ForcedFrame
@@ -105,7 +105,7 @@ class Lockstep:
         # The device and dtype Mimi's input must have.
         first = next(iter(model.mimi.parameters()))
         self._device, self._dtype = first.device, first.dtype
-        with self._no_compile():
+        with moshi_checkpoint.compile_mode(self._compile):
             model.mimi.streaming_forever(slots)
             model.lm_gen.streaming_forever(slots)
 
@@ -202,7 +202,7 @@ class Lockstep:
         then the audio tokens (all UNGENERATED while the row is too new)."""
         t0 = time.perf_counter()
         model = self.model
-        with torch.no_grad(), self._no_compile():
+        with torch.no_grad(), moshi_checkpoint.compile_mode(self._compile):
             if any(batch.reset):
                 mask = torch.tensor(batch.reset, dtype=torch.bool, device=self._device)
                 model.mimi.reset_streaming(mask)
@@ -283,13 +283,3 @@ class Lockstep:
                         error=pb.StageError(epoch=row.epoch, code="engine_failed", message=message)
                     )
                 )
-
-    @contextlib.contextmanager
-    def _no_compile(self) -> Iterator[None]:
-        if self._compile:
-            yield
-            return
-        from moshi.utils.compile import no_compile
-
-        with no_compile():
-            yield

@@ -143,7 +143,7 @@ class DuplexModel:
         torch.set_num_threads(settings.duplex_threads)
         if settings.duplex_seed is not None:
             torch.manual_seed(settings.duplex_seed)
-        device = resolve_device(settings.duplex_device)
+        device = moshi_checkpoint.device(settings.duplex_device)
         dtype = resolve_dtype(settings.duplex_dtype, device)
         t0 = time.perf_counter()
         checkpoint = moshi_checkpoint.resolve(settings.duplex_checkpoint)
@@ -180,14 +180,6 @@ class DuplexModel:
             },
         )
         return model
-
-
-def resolve_device(name: str) -> torch.device:
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

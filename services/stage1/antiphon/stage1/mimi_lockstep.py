@@ -162,7 +162,7 @@ class MimiLockstep:
 
         started = time.perf_counter()
         mask = torch.tensor([row is not None for row in batch.rows], device=self._device)
-        with torch.no_grad(), self._compile_mode():
+        with torch.no_grad(), moshi_checkpoint.compile_mode(self._compile):
             if batch.reset.any():
                 self._mimi.reset_streaming(torch.from_numpy(batch.reset).to(self._device))
             self._mimi.set_exec_mask(mask)
@@ -171,15 +171,6 @@ class MimiLockstep:
         if self._metrics is not None:
             self._metrics.step_seconds.observe(time.perf_counter() - started)
         return pcm
-
-    def _compile_mode(self) -> contextlib.AbstractContextManager[None]:
-        if self._compile:
-            return contextlib.nullcontext()
-        from moshi.utils.compile import no_compile
-
-        # Covers a moshi imported before NO_TORCH_COMPILE could be set.
-        mode: contextlib.AbstractContextManager[None] = no_compile()
-        return mode
 
     def _deliver(self, batch: _Batch, pcm: Pcm) -> int:
         decoded = 0
@@ -254,14 +245,6 @@ class MimiLockstep:
         self._executor.shutdown(wait=False)
 
 
-def resolve_device(name: str) -> str:
-    if name != "auto":
-        return name
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def load(settings: Stage1Settings, metrics: DuplexMetrics) -> MimiLockstep:
     """The decoder `settings` name, with a row per session the worker admits."""
     if not settings.duplex_checkpoint:
@@ -275,7 +258,7 @@ def load(settings: Stage1Settings, metrics: DuplexMetrics) -> MimiLockstep:
 
     torch.set_num_threads(settings.duplex_threads)
     checkpoint = moshi_checkpoint.resolve(settings.duplex_checkpoint)
-    mimi = checkpoint.mimi(resolve_device(settings.duplex_device))
+    mimi = checkpoint.mimi(moshi_checkpoint.device(settings.duplex_device))
     log.info(
         "mimi decoder loaded",
         extra={"checkpoint": checkpoint.name, "device": str(next(mimi.parameters()).device)},
