@@ -244,10 +244,12 @@ async def test_kill_9_of_a_worker_fails_the_response_in_flight_and_the_model_goe
     try:
         created = await client.open(**session(24000))
         assert created["type"] == "session.created", created
+        # Looked up first: the model's responses can be short, and the kill
+        # must land while one is still being spoken.
+        victim = await bound_worker(duplex_stack, created["session"]["id"], stage)
         async with Microphone(client, 24000) as mic:
             await mic.say(spoken(QUESTION, 24000, "piper"))
             await client.until(lambda e: e["type"] == "response.output_audio.delta", timeout=30)
-            victim = await bound_worker(duplex_stack, created["session"]["id"], stage)
             mark = len(client.events)
             duplex_stack.kill(victim)
             failed = await client.until(
