@@ -25,7 +25,6 @@ from antiphon.gateway.settings import GatewaySettings
 
 SESSION_SERVICE = "antiphon.v1.SessionService"
 STATIC = Path(__file__).parent / "static"
-CLOSE_POLICY = 1008
 
 
 def create_app(settings: GatewaySettings) -> Starlette:

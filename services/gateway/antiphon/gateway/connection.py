@@ -12,9 +12,10 @@ A refused client event is sent to the session as `rejected`, which journals
 the error so it gets a `server_event_seq`.
 
 When the stream to the session service is lost (a replica died or is
-draining), the connection resumes its session on a live replica with the
-last `server_event_seq` it delivered: the client gets exactly the events it
-missed (after `session.resumed`, in the duplex dialects), and carries on.
+draining), the connection's fail-over part (`failover`) resumes its session
+on a live replica with the last `server_event_seq` it delivered: the client
+gets exactly the events it missed (after `session.resumed`, in the duplex
+dialects), and carries on.
 
 When the client's socket closes, the session is told how (`client_gone`):
 a goodbye ends it, a drop detaches it (see `client_close`). The connection
@@ -27,6 +28,7 @@ event in its first-event window, or reads slower than its session speaks
 a draining gateway detaches each session and closes with 1012, so the
 client resumes it elsewhere. Both queues are bounded: commands wait for
 room (TCP slows the client), frames past the outbox's limit close it.
+Where the connection is in its life is `connection_state`'s.
 """
 
 from __future__ import annotations
@@ -34,40 +36,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import grpc
 from opentelemetry import trace
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from antiphon.common import tracing
 from antiphon.common.ids import new_id
-from antiphon.gateway.client_close import client_gone, is_last
+from antiphon.gateway.client_close import client_gone
+from antiphon.gateway.close_codes import (
+    CLOSE_INTERNAL,
+    CLOSE_NORMAL,
+    CLOSE_POLICY,
+    CLOSE_SERVICE_RESTART,
+)
+from antiphon.gateway.connection_state import ConnectionState, State
 from antiphon.gateway.dialect import OPENAI, Dialect
 from antiphon.gateway.errors import ClientError
+from antiphon.gateway.failover import FailOver, GrpcReplicas, Retry, SessionUnavailable
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.outbox import Outbox
 from antiphon.gateway.pinned import PinnedConfig
 from antiphon.gateway.translator import Translator, metric_label
 from antiphon.v1 import session_pb2 as spb
-from antiphon.v1 import session_pb2_grpc
 
-log = logging.getLogger(__name__)
 tracer = trace.get_tracer("antiphon.gateway")
 
-CLOSE_NORMAL = 1000
-CLOSE_POLICY = 1008
-CLOSE_INTERNAL = 1011
-# Service restart: this gateway is going away, the client should come back
-# (through another one). The session only detaches (`client_close`).
-CLOSE_SERVICE_RESTART = 1012
-# Events after which this socket's session stream is over for good.
-TERMINAL = {"session_closed", "session_expired", "session_replaced", "resync_required"}
-# Refusals of a resume that may pass if it is tried again shortly.
-RETRYABLE_REFUSALS = frozenset({"server_error", "rate_limit_error"})
 # How long a connection whose client left waits for its session to take the
 # news (end, or detach) before dropping the stream, which detaches it anyway.
 CLIENT_GONE_WAIT_S = 5.0
@@ -75,10 +71,6 @@ CLIENT_GONE_WAIT_S = 5.0
 # its close frame) may wait for the client to read them; past it the socket
 # is dropped. Memory meanwhile is one frame and the transport's buffer.
 GOODBYE_FLUSH_S = 30.0
-# How one session stream ended: the session is over for this socket, the
-# session ended the stream without a terminal event (a draining replica, or
-# the client left), or the stream was lost.
-Relayed = Literal["over", "ended", "lost"]
 
 
 @dataclass(frozen=True)
@@ -95,15 +87,6 @@ class Leaving:
 
 
 DRAIN = Leaving("service_restart", CLOSE_SERVICE_RESTART, None, ends_session=False)
-
-
-@dataclass
-class Identity:
-    """What this connection needs to resume its session elsewhere."""
-
-    session_id: str
-    incarnation: int
-    resume_token: str
 
 
 class Connection:
@@ -124,41 +107,40 @@ class Connection:
         pinned: PinnedConfig | None = None,
     ) -> None:
         self._ws = ws
-        self._replicas = replicas
         self._metrics = metrics
         self._max_bytes = max_message_bytes
-        self._reconnect_timeout_s = reconnect_timeout_s
         self._translator = Translator(dialect.client_types, pinned)
         self._normalize = dialect.normalize
         self._project = dialect.projector()
         self._opens_on_connect = dialect.opens_on_connect
-        self._close_code = CLOSE_NORMAL
-        self._close_reason = ""
         self._max_append = max_append_bytes
         self._first_event_timeout_s = first_event_timeout_s
         # Bounded both ways: a client that sends faster than its session takes
-        # is slowed by TCP (the reader waits for room); one that reads slower
-        # than its session speaks is closed (`Outbox`).
-        self._commands: asyncio.Queue[spb.ClientCommand] = asyncio.Queue(max_pending_commands)
+        # is slowed by TCP (the reader waits for room in the session's
+        # commands); one that reads slower than its session speaks is closed.
         self._outbox = Outbox(metrics, limit_bytes=max_outbox_bytes)
-        # Any frame from the client: it is there (`first_event_timeout_s`).
-        self._heard = False
-        self._leave_as: Leaving | None = None
-        self._leave_now = asyncio.Event()
-        self._identity: Identity | None = None
-        self._delivered_seq = 0
-        # Set once the client's socket closed: the last command of the connection.
-        self._goodbye: spb.ClientCommand | None = None
-        # A command taken for a stream that was lost before it took it: it
-        # goes first on the next stream, so no command is dropped in between.
-        self._unsent: spb.ClientCommand | None = None
+        self._session = FailOver(
+            GrpcReplicas(replicas),
+            self._on_event,
+            metrics,
+            Retry(reconnect_timeout_s),
+            max_pending_commands=max_pending_commands,
+        )
+        self._state = ConnectionState()
+        # What the writer closes the socket with, once the last frame is out.
+        self._close_code, self._close_reason = CLOSE_NORMAL, ""
+        # The first reason the gateway gave to close this socket wins.
+        self._leaving: asyncio.Future[Leaving] = asyncio.get_running_loop().create_future()
+        # Open until the client's first frame (`first_event_timeout_s`).
+        self._first_event_window: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write())
-        timer = None
         if self._first_event_timeout_s > 0:
             loop = asyncio.get_running_loop()
-            timer = loop.call_later(self._first_event_timeout_s, self._no_first_event)
+            self._first_event_window = loop.call_later(
+                self._first_event_timeout_s, self._no_first_event
+            )
         try:
             first = await self._opening()
             if first is not None:
@@ -166,8 +148,8 @@ class Connection:
         except WebSocketDisconnect:
             pass  # gone before it opened a session: nothing to tell
         finally:
-            if timer is not None:
-                timer.cancel()
+            self._end_first_event_window()
+            self._state.to(State.CLOSING)
             self._outbox.close()
             # A client that never reads again must not hold the connection
             # open: its last frames get a bounded wait, then the socket goes.
@@ -177,6 +159,7 @@ class Connection:
                 with contextlib.suppress(asyncio.CancelledError):
                     await writer
             self._outbox.discard()
+            self._state.to(State.CLOSED)
 
     # ------------------------------------------------------------ leaving
     def drain(self) -> None:
@@ -184,17 +167,21 @@ class Connection:
         self._leave(DRAIN)
 
     def _leave(self, how: Leaving) -> None:
-        if self._leave_as is None:
-            self._leave_as = how
-            self._leave_now.set()
+        if not self._leaving.done():
+            self._leaving.set_result(how)
+
+    def _end_first_event_window(self) -> None:
+        """The client sent a frame (or is gone): its first-event window closes."""
+        if self._first_event_window is not None:
+            self._first_event_window.cancel()
+            self._first_event_window = None
 
     def _no_first_event(self) -> None:
-        if not self._heard:
-            error = ClientError(
-                "first_event_timeout",
-                f"no client event within {self._first_event_timeout_s:g} s of connecting",
-            )
-            self._leave(Leaving("first_event_timeout", CLOSE_POLICY, error, ends_session=True))
+        error = ClientError(
+            "first_event_timeout",
+            f"no client event within {self._first_event_timeout_s:g} s of connecting",
+        )
+        self._leave(Leaving("first_event_timeout", CLOSE_POLICY, error, ends_session=True))
 
     def _deliver(self, frame: dict[str, Any]) -> None:
         """One frame for the client; a backlog past the outbox's limit means
@@ -210,6 +197,7 @@ class Connection:
     def _say_goodbye(self, how: Leaving) -> None:
         """Count the leaving; tell its error (ahead of a slow reader's backlog,
         which its journal keeps), and close with its code."""
+        self._state.to(State.LEAVING)
         self._metrics.server_closes.labels(how.reason).inc()
         self._close_code, self._close_reason = how.close_code, how.reason
         if how.error is not None:
@@ -220,18 +208,14 @@ class Connection:
     async def _opening(self) -> spb.ClientCommand | None:
         """The handshake, unless the gateway leaves first (no session yet)."""
         handshake = asyncio.create_task(self._handshake())
-        leave = asyncio.create_task(self._leave_now.wait())
-        try:
-            await asyncio.wait({handshake, leave}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            leave.cancel()
+        either: set[asyncio.Future[Any]] = {handshake, self._leaving}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if handshake.done():
             return handshake.result()
         handshake.cancel()
         with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
             await handshake
-        assert self._leave_as is not None
-        self._say_goodbye(self._leave_as)
+        self._say_goodbye(self._leaving.result())
         return None
 
     # -------------------------------------------------------------- read
@@ -240,7 +224,7 @@ class Connection:
         message = await self._ws.receive()
         if message["type"] == "websocket.disconnect":
             raise WebSocketDisconnect(message.get("code", CLOSE_NORMAL))
-        self._heard = True
+        self._end_first_event_window()
         text = message.get("text")
         if text is None:
             raise ClientError("invalid_event", "events must be JSON text frames")
@@ -298,7 +282,7 @@ class Connection:
                 command = spb.ClientCommand(rejected=rejected)
             # Waits while the session stream is behind: the socket is not read
             # meanwhile, so TCP slows a client that sends faster than that.
-            await self._commands.put(command)
+            await self._session.put(command)
 
     def _checked(self, cmd: spb.ClientCommand) -> spb.ClientCommand:
         """A command within the limits no client can raise."""
@@ -317,21 +301,20 @@ class Connection:
 
     # ----------------------------------------------------------- session
     async def _serve(self, first: spb.ClientCommand) -> None:
+        self._state.to(State.SERVING)
         socket_reader = asyncio.create_task(self._read_socket())
         # The connection's span is the parent of the session's and stages' spans.
         with tracer.start_as_current_span("gateway.connection"):
-            session = asyncio.create_task(self._follow_session(first))
-            leave = asyncio.create_task(self._leave_now.wait())
+            session = asyncio.create_task(self._follow(first))
+            first_of: set[asyncio.Future[Any]] = {socket_reader, session, self._leaving}
             try:
-                done, _ = await asyncio.wait(
-                    {socket_reader, session, leave}, return_when=asyncio.FIRST_COMPLETED
-                )
+                done, _ = await asyncio.wait(first_of, return_when=asyncio.FIRST_COMPLETED)
                 if socket_reader in done:
                     await self._client_left(socket_reader, session)
                 elif session not in done:
                     await self._server_leaves(socket_reader, session)
             finally:
-                for task in (socket_reader, session, leave):
+                for task in (socket_reader, session):
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
                         await task
@@ -344,10 +327,11 @@ class Connection:
         if not isinstance(exc, WebSocketDisconnect):
             socket_reader.result()  # anything else is a failure of our own
             return
-        self._goodbye = client_gone(exc.code)
-        clean = self._goodbye.client_gone.clean
+        self._state.to(State.CLIENT_GONE)
+        goodbye = client_gone(exc.code)
+        clean = goodbye.client_gone.clean
         self._metrics.client_closes.labels("clean" if clean else "dropped").inc()
-        await self._tell_session(self._goodbye, session)
+        await self._tell_session(goodbye, session)
 
     async def _server_leaves(
         self, socket_reader: asyncio.Task[None], session: asyncio.Task[None]
@@ -358,137 +342,37 @@ class Connection:
         socket_reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
             await socket_reader
-        how = self._leave_as
-        assert how is not None
+        how = self._leaving.result()
         self._say_goodbye(how)
         if how.ends_session:
-            self._goodbye = spb.ClientCommand(client_type="session.close", close=spb.CloseSession())
+            goodbye = spb.ClientCommand(client_type="session.close", close=spb.CloseSession())
         else:
-            self._goodbye = client_gone(how.close_code)
-        await self._tell_session(self._goodbye, session)
+            goodbye = client_gone(how.close_code)
+        await self._tell_session(goodbye, session)
 
     async def _tell_session(self, goodbye: spb.ClientCommand, session: asyncio.Task[None]) -> None:
         """Send the connection's last command, and give the session a moment
         to take it (both waits bounded: the stream may be lost meanwhile)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._commands.put(goodbye), CLIENT_GONE_WAIT_S)
+        await self._session.say_last(goodbye, wait_s=CLIENT_GONE_WAIT_S)
         await asyncio.wait({session}, timeout=CLIENT_GONE_WAIT_S)
 
-    async def _follow_session(self, first: spb.ClientCommand) -> None:
-        """Stream the session's events; resume on another replica when the stream is lost."""
-        loop = asyncio.get_running_loop()
-        command, replica, deadline, backoff = first, 0, 0.0, 0.1
-        while True:
-            channel = self._replicas[replica % len(self._replicas)]
-            if deadline:
-                # Resuming: skip a replica that does not come up in time.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(channel.channel_ready(), 1.0)
-            stub = session_pb2_grpc.SessionServiceStub(channel)
-            call = stub.Connect(metadata=tracing.inject_metadata())
-            sender = asyncio.create_task(self._send(call, command))
-            try:
-                relayed = await self._relay(call, failing_over=bool(deadline))
-            finally:
-                # This stream's sender stops here: commands wait for the next one.
-                sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sender
-            if relayed == "over" or (relayed == "ended" and self._goodbye is not None):
-                return
-            if self._goodbye is not None and self._unsent is None and self._commands.empty():
-                # The lost stream took the goodbye with it: the next one says it again.
-                self._commands.put_nowait(self._goodbye)
-            # Lost: open again elsewhere if the session never answered (nothing
-            # was opened), else resume from the last event this socket delivered.
-            if not deadline:
-                deadline = loop.time() + self._reconnect_timeout_s
-            if loop.time() > deadline:
-                self._close_code = CLOSE_INTERNAL
-                self._local_error(
-                    "server_error", "session_unavailable", "the session service is unavailable"
-                )
-                self._outbox.close()
-                return
-            self._metrics.reconnects.inc()
-            replica += 1
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
-            if self._identity is None:
-                continue
-            command = spb.ClientCommand(
-                client_type="session.resume",
-                resume=spb.ResumeSession(
-                    session_id=self._identity.session_id,
-                    incarnation=self._identity.incarnation,
-                    resume_token=self._identity.resume_token,
-                    last_received_seq=self._delivered_seq,
-                ),
-            )
-
-    async def _send(self, call: Any, first: spb.ClientCommand) -> None:
-        """Write one stream's commands, `first` first, in the order the socket
-        read them. Owned by the stream, so it ends with it: a command read
-        after the stream was lost waits for the next stream, never for a dead one."""
+    async def _follow(self, first: spb.ClientCommand) -> None:
+        """The session's events, across replicas, until it is over for this
+        socket; then the outbox closes (after an error if no replica took the
+        session back in time)."""
         try:
-            await call.write(first)
-            while True:
-                if self._unsent is None:
-                    self._unsent = await self._commands.get()
-                await call.write(self._unsent)
-                cmd, self._unsent = self._unsent, None
-                if is_last(cmd):
-                    # Half-closed: the session ends the stream once it has heard.
-                    await call.done_writing()
-                    return
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            return  # the stream is over; `_relay` says how
+            await self._session.follow(first)
+        except SessionUnavailable as err:
+            self._close_code = CLOSE_INTERNAL
+            self._local_error(err.type, err.code, err.message)
+        self._outbox.close()
 
-    async def _relay(self, call: Any, *, failing_over: bool = False) -> Relayed:
-        """Forward one stream's events until the session is over for this
-        socket, the session ends the stream, or the stream is lost.
-
-        `failing_over`: the stream is this connection's own resume after a
-        lost one. A refusal that may pass (no stage worker free yet, the
-        replica busy) counts as lost, so the resume is tried again until the
-        reconnect deadline, and the client never sees it."""
-        try:
-            async for ev in call:
-                kind = ev.WhichOneof("kind")
-                if failing_over and kind == "error" and ev.seq == 0:
-                    if ev.error.type in RETRYABLE_REFUSALS:
-                        log.warning("fail-over resume refused", extra={"code": ev.error.code})
-                        return "lost"
-                self._remember(ev, kind)
-                for frame in self._project(ev):
-                    self._deliver(frame)
-                if kind in TERMINAL or (kind == "error" and ev.seq == 0):
-                    self._outbox.close()
-                    return "over"
-        except grpc.aio.AioRpcError as exc:
-            log.warning("session stream lost", extra={"code": str(exc.code())})
-            return "lost"
-        # Ended without a terminal event: the replica is draining (or the
-        # client left and the session detached).
-        return "ended"
-
-    def _remember(self, ev: spb.ServerEvent, kind: str | None) -> None:
-        if kind == "session_created":
-            st = ev.session_created
-            self._identity = Identity(st.session_id, st.incarnation, st.resume_token)
-        elif kind == "session_resumed":
-            r = ev.session_resumed
-            if self._identity is None:
-                # The client's own `session.resume`: this socket can fail over
-                # too, from the cursor the client said it holds (this event's seq).
-                self._identity = Identity(r.session_id, r.incarnation, r.resume_token)
-                self._delivered_seq = ev.seq
-            self._identity.resume_token = r.resume_token
-            if r.HasField("session"):
-                self._translator.adopt(r.session.config)
-        if kind not in ("session_resumed", "session_replaced", "resync_required"):
-            # Attachment-scoped events carry a cursor, not a journal position.
-            self._delivered_seq = max(self._delivered_seq, ev.seq)
+    def _on_event(self, ev: spb.ServerEvent) -> None:
+        """One session event, in the session's order: in this socket's dialect."""
+        if ev.WhichOneof("kind") == "session_resumed" and ev.session_resumed.HasField("session"):
+            self._translator.adopt(ev.session_resumed.session.config)
+        for frame in self._project(ev):
+            self._deliver(frame)
 
     def _local_error(
         self, type_: str, code: str, message: str, param: str = "", event_id: str = ""

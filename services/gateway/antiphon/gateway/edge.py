@@ -26,6 +26,7 @@ from starlette.websockets import WebSocket
 from antiphon.common.ids import new_id
 from antiphon.gateway import client_secrets
 from antiphon.gateway.client_secrets import ClientSecretError, SecretSigner, signing_key
+from antiphon.gateway.close_codes import CLOSE_POLICY
 from antiphon.gateway.credentials import KeyRing
 from antiphon.gateway.gate import Gate, Principal, Refusal
 from antiphon.gateway.key_limits import KeyLimits, Lease
@@ -34,7 +35,6 @@ from antiphon.gateway.settings import GatewaySettings
 
 log = logging.getLogger(__name__)
 
-CLOSE_POLICY = 1008
 DENIAL = "websocket.http.response"
 # A client_secrets body is a session config: instructions and tools, not audio.
 MAX_REQUEST_BYTES = 256 * 1024
