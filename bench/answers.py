@@ -1,7 +1,7 @@
 """Spoken questions answered by the real stack: correct, brief, and how soon heard.
 
-    python bench/answers.py                        # the default model, 1 and 2 sessions
-    python bench/answers.py --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
+    python -m bench.answers                        # the default model, 1 and 2 sessions
+    python -m bench.answers --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
 
 For each model (`ANTIPHON_LLM_MODEL`) it starts a stack of the real models
 and asks every question of `bench/answers_questions.json` in two voices
@@ -24,26 +24,19 @@ import asyncio
 import json
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
+import psutil
 
-import psutil  # noqa: E402
-from stack import LocalStack, Ports  # noqa: E402
-
-from antiphon.stage0.llm_models import DEFAULT_LLM  # noqa: E402
-from tests.support.realtime import (  # noqa: E402
-    Event,
-    RealtimeClient,
-    audio_bytes,
-    duplex_url,
-    of_type,
-)
-from tests.support.speech import VOICES, Voice, spoken  # noqa: E402
+from antiphon.stage0.llm_models import DEFAULT_LLM
+from bench.lib.machine import peak_rss_mib
+from bench.lib.realtime import MANUAL, Event, RealtimeClient, audio_bytes, duplex_url, of_type
+from bench.lib.results import REPO, RESULTS, command_line, write_json
+from bench.lib.speech import VOICES, Voice, spoken
+from bench.lib.stats import pct
+from deploy.local.stack import LocalStack, Ports
 
 QUESTIONS = REPO / "bench" / "answers_questions.json"
 RATE = 24000
@@ -65,10 +58,7 @@ async def session(url: str, instructions: str) -> RealtimeClient:
     for _ in range(120):
         client = await RealtimeClient.connect(url)
         opened = await client.open(
-            type="realtime",
-            instructions=instructions,
-            audio={"input": {"turn_detection": None}},
-            extra_body={"return_stage_metrics": True},
+            **MANUAL, instructions=instructions, extra_body={"return_stage_metrics": True}
         )
         if opened["type"] == "session.created":
             return client
@@ -151,11 +141,6 @@ async def run_level(
     return results
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
-
-
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     first = [r["first_audio_ms"] for r in results if r["first_audio_ms"] is not None]
     seconds = [r["answer_audio_s"] for r in results]
@@ -176,7 +161,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         "accuracy_heard_right": round(sum(r["correct"] for r in heard) / max(1, len(heard)), 3),
         "not_completed": sum(r["status"] != "completed" for r in results),
         "answer_audio_s": {"median": round(median_s, 2), "max": max(seconds)},
-        "first_audio_ms": {"p50": percentile(first, 0.5), "p95": percentile(first, 0.95)},
+        "first_audio_ms": {"p50": pct(first, 50, 1) or 0.0, "p95": pct(first, 95, 1) or 0.0},
         "stage0_ttft_ms_p50": round(statistics.median(r["stage0_ttft_ms"] for r in results), 1),
         "stage0_tpot_ms_p50": round(statistics.median(r["stage0_tpot_ms"] for r in results), 1),
         "target_met": accuracy >= TARGET_ACCURACY and median_s < TARGET_MEDIAN_S,
@@ -189,9 +174,7 @@ def stage0_peak_rss_mib(stack: LocalStack) -> dict[str, float]:
     root = psutil.Process(stack.procs["stage0"].pid)
     peaks = {}
     for proc in [root, *root.children(recursive=True)]:
-        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                peaks[f"{proc.name()} {proc.pid}"] = round(int(line.split()[1]) / 1024, 1)
+        peaks[f"{proc.name()} {proc.pid}"] = round(peak_rss_mib(proc.pid), 1)
     return {**peaks, "total": round(sum(peaks.values()), 1)}
 
 
@@ -219,12 +202,14 @@ def bench_model(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.answers", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--models", default=DEFAULT_LLM, help="llm_model values, comma-separated")
     parser.add_argument("--sessions", default="1,2", help="levels, comma-separated")
     parser.add_argument("--voices", default=",".join(VOICES))
     parser.add_argument("--questions", type=Path, default=QUESTIONS)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "answers.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "answers.json")
     args = parser.parse_args()
     questions = json.loads(args.questions.read_text())
     levels = [int(x) for x in args.sessions.split(",") if x.strip()]
@@ -234,15 +219,14 @@ def main() -> None:
         for item in questions["questions"]:
             spoken(item["q"], RATE, voice)
     report = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command_line(),
         "instructions": questions["instructions"],
         "target": {"accuracy": TARGET_ACCURACY, "median_answer_audio_s_below": TARGET_MEDIAN_S},
         "models": [
             bench_model(m.strip(), levels, questions, voices) for m in args.models.split(",")
         ],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
     for m in report["models"]:
         for n, level in m["levels"].items():
             s = level["summary"]

@@ -1,6 +1,6 @@
 """Time to first delta while other sessions stream: the stage0 worker's per-token path, on CPU.
 
-    python bench/delta_path.py --levels 32,64,128,192 --token-ms 7 --rounds 4 --compare
+    python -m bench.delta_path --levels 32,64,128,192 --token-ms 7 --rounds 4 --compare
 
 Issue 14: on the H200 our worker's TTFT p95 at 128 sessions is 1.5x raw
 vLLM's, while vLLM's own TTFT inside the worker equals raw. Every token of
@@ -8,18 +8,18 @@ every session is one `GenerationDelta` through the worker's one event loop
 (cascade.py `_generate` -> the binding's outbox -> a grpc aio stream write),
 so a new request's first token may wait behind the other sessions' deltas.
 This bench shows that without a GPU: stage0 runs as a real gRPC worker
-(`python -m antiphon.stage0.main`, as bench/gpu.py starts it) on the
+(`python -m antiphon.stage0.main`, as bench.gpu starts it) on the
 `synthetic` backend, whose scripted LLM answers after `--ttft-ms` and then
 one word per `--token-ms` step of one clock for all sessions
 (`synthetic_step_clock`), as a batching engine produces them: a worker that
 falls behind slows no answer, and an answer read late gets the words it
 missed in one delta, as vLLM's are (`--no-step-clock`: each answer's next
 word `--token-ms` after its last was taken, so a busy worker also slows its
-own load). N sessions (bench/gpu.py's `BenchSession`, on the worker's own
+own load). N sessions (bench.gpu's `BenchSession`, on the worker's own
 `Bind` stream) each ask, read the whole answer (`--max-tokens` words, from a
 long question the script quotes back), and ask again at once, from staggered
 starts: every request meets the other sessions mid-answer (`--burst-s`:
-all at once instead, every so often, as bench/gpu.py asks). `--probes` of
+all at once instead, every so often, as bench.gpu asks). `--probes` of
 them run in a client process of their own, which keeps up with its few
 streams: their TTFT is the worker's, not a busy client's.
 
@@ -58,34 +58,24 @@ import asyncio
 import math
 import multiprocessing as mp
 import random
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import grpc
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO)]
-
-import grpc  # noqa: E402
-
-from antiphon.common.grpcserver import CHANNEL_OPTIONS  # noqa: E402
-from antiphon.v1 import common_pb2 as cpb  # noqa: E402
-from antiphon.v1 import stage_pb2_grpc  # noqa: E402
-from bench.gpu import (  # noqa: E402
-    BenchSession,
-    Turn,
-    Worker,
-    device_name,
-    free_port,
-    now,
-    pct,
-    standalone_env,
-    write_json,
-)
+from antiphon.common.grpcserver import CHANNEL_OPTIONS
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import stage_pb2_grpc
+from bench.gpu.sessions import BenchSession, Turn
+from bench.gpu.worker import Worker, standalone_env
+from bench.lib.machine import device_name, free_port, now
+from bench.lib.procstats import machine_busy_s
+from bench.lib.results import RESULTS, write_json
+from bench.lib.stats import pct
 
 # The scripted LLM says "You said: <question>. Thank you." one word at a time.
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
@@ -270,11 +260,6 @@ def run_round(worker: Worker, sessions: int, args: argparse.Namespace) -> dict[s
     }
 
 
-def machine_busy_s() -> float:
-    t = psutil.cpu_times()
-    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
-
-
 def print_level(arm: str, lv: dict[str, Any]) -> None:
     t, pr = lv["ttft_ms"], lv["probe_ttft_ms"]
     print(
@@ -292,7 +277,9 @@ def print_level(arm: str, lv: dict[str, Any]) -> None:
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.delta_path",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument(
         "--levels", type=lambda s: [int(x) for x in s.split(",")], default=[32, 64, 128]
@@ -313,13 +300,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--burst-s",
         type=float,
         default=0.0,
-        help="every session asks at once, this often (bench/gpu.py's pattern)",
+        help="every session asks at once, this often (bench.gpu's pattern)",
     )
     ap.add_argument("--probes", type=int, default=4, help="sessions in a process of their own")
     ap.add_argument("--client-procs", type=int, default=1, help="processes for the others")
     ap.add_argument("--compare", action="store_true", help="coalesced and per-token workers")
     ap.add_argument("--no-coalesce", action="store_true", help="only the per-token worker")
-    ap.add_argument("--out", type=Path, default=Path("/tmp/delta-path.json"))
+    ap.add_argument("--out", type=Path, default=RESULTS / "delta-path.json")
     args = ap.parse_args(argv)
     args.temperature = 0.0
     args.answer_s = (args.ttft_ms + args.max_tokens * args.token_ms) / 1000

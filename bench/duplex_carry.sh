@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What bench/duplex.py needs on the GPU machine (no registry there), as slices of one device
+# What bench.duplex needs on the GPU machine (no registry there), as slices of one device
 # call each: the wheels of bench/duplex-wheels.txt (moshi, gRPC, settings, and what the
 # workers' entry points import) and the stand-in for PyAV that bench/gpu_carry.sh also makes.
 # No vLLM and no model files: the duplex checkpoint is `random:7b` (random weights).
@@ -23,7 +23,7 @@ rm -rf "$stage" && mkdir -p "$stage/wheels" "$stage/models" "$stage/site/av"
 cp "$dl"/*.whl "$stage/wheels/"
 cat > "$stage/site/av/__init__.py" <<'PY'
 """Stand-in for PyAV: faster_whisper.audio imports it at the top, and no duplex worker
-decodes a file with it. Carried for bench/duplex.py only (bench/duplex_carry.sh)."""
+decodes a file with it. Carried for bench.duplex only (bench/duplex_carry.sh)."""
 PY
 
 slice_payload "$dest" "$stage" 56

@@ -9,7 +9,7 @@ of the frame's audio tokens, each phase timed to a device synchronize; what
 ../shared/gpu/probe_moshi.py measured for the issue. The model is built with
 moshi's loaders from the checkpoint's config (random weights, the context in
 frames given) and once for every batch size. Prints one JSON line per batch
-size as it finishes (bench/duplex.py reads them; a run stopped at its limit
+size as it finishes (bench.duplex reads them; a run stopped at its limit
 keeps those it printed).
 """
 
@@ -53,7 +53,7 @@ def build(
 def measure(lm: Any, mimi: Any, batch: int, steps: int, warmup: int, device: str) -> dict[str, Any]:
     """`steps` frames of B rows after `warmup` unmeasured ones (CUDA graph capture)."""
     import torch
-    from moshi.models import LMGen
+    from moshi.models.lm import LMGen
 
     cuda = device.startswith("cuda")
 
@@ -92,7 +92,7 @@ def measure(lm: Any, mimi: Any, batch: int, steps: int, warmup: int, device: str
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.duplex_reference", description=__doc__)
     ap.add_argument("--checkpoint", default="random:7b")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16")

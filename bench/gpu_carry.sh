@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything bench/gpu.py needs on the GPU machine (no registry there), as slices of one
+# Everything bench.gpu needs on the GPU machine (no registry there), as slices of one
 # device call each: vLLM 0.26.0 and its missing dependencies (../shared/gpu/vllm-gpu-wheels.txt),
 # stage0's own (bench/gpu-wheels.txt), and the model files: Whisper base (CTranslate2),
 # Silero VAD, Smart Turn and its features module, and the Qwen2.5-Coder-1.5B config and
@@ -54,7 +54,7 @@ av = site / "av"
 av.mkdir()
 (av / "__init__.py").write_text(
     '"""Stand-in for PyAV: faster_whisper.audio imports it at the top, and stage0 never\n'
-    'decodes a file with it (its audio arrives as PCM). Carried for bench/gpu.py only."""\n'
+    'decodes a file with it (its audio arrives as PCM). Carried for bench.gpu only."""\n'
 )
 PY
 

@@ -1,8 +1,8 @@
 """Load generator: N concurrent Realtime sessions with real paced audio, per level.
 
-    python bench/load.py --backend synthetic --sessions 1,50,200,500
-    python bench/load.py --backend cascade --sessions 1,4 --turns 3
-    python bench/load.py --backend cascade --sessions 1 --turns 3 --lane native --voice espeak
+    python -m bench.load --backend synthetic --sessions 1,50,200,500
+    python -m bench.load --backend cascade --sessions 1,4 --turns 3
+    python -m bench.load --backend cascade --sessions 1 --turns 3 --lane native --voice espeak
 
 Starts its own stack (`LocalStack`: Redis and the four services as real
 processes) and, for each level, opens that many sessions over real
@@ -65,27 +65,12 @@ latency distributions beside it.
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import os
-import shutil
-import subprocess
 import sys
-import time
-import urllib.request
-import wave
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
-
-import numpy as np  # noqa: E402
-from stack import LocalStack, Ports  # noqa: E402
-
-from antiphon.client.load import (  # noqa: E402
-    INPUT_RATE,
+from antiphon.client.load import (
     LANES,
     LoadOptions,
     Question,
@@ -101,143 +86,23 @@ from antiphon.client.load import (  # noqa: E402
     shape,
     trim_leading_silence,
 )
-from bench.procstats import ProcSampler  # noqa: E402
+from bench.lib.loadstack import LoadStack, stack_env
+from bench.lib.questions import LONG_ANSWER, QUESTIONS
+from bench.lib.results import RESULTS, git_commit, write_json
+from bench.lib.speech import spoken_or_noise
 
-QUESTIONS = [
-    "What is the capital of France?",
-    "How many legs does a spider have?",
-    "What color is the sky on a clear day?",
-    "Can you name a fruit that is yellow?",
-    "What is two plus two?",
-]
-# The barge-in trials ask for a long answer, and interrupt it.
-LONG_ANSWER = "Tell me a long story about a brave knight and a dragon."
+# The barge-in trials ask for LONG_ANSWER, and interrupt it with this.
 BARGE = "Wait, stop. Tell me something else instead."
 
 
-# ------------------------------------------------------------------ audio
-def espeak(text: str, rate: int = INPUT_RATE) -> bytes:
-    """`text` spoken by espeak-ng (en-us, 150 wpm), PCM16 mono resampled to `rate`."""
-    from antiphon.common.audio import resample_pcm16
-
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise SystemExit("espeak-ng is not installed: apt-get install -y espeak-ng")
-    wav = subprocess.run(
-        [exe, "-v", "en-us", "-s", "150", "--stdout", text], check=True, capture_output=True
-    ).stdout
-    with wave.open(io.BytesIO(wav)) as w:
-        if (w.getnchannels(), w.getsampwidth()) != (1, 2):
-            raise SystemExit(f"espeak-ng gave {w.getnchannels()} channels of {w.getsampwidth()} B")
-        pcm, native = w.readframes(w.getnframes()), w.getframerate()
-    return resample_pcm16(pcm, native, rate)
-
-
-def speech(text: str, voice: str = "piper") -> bytes:
-    """Spoken PCM16 24 kHz in `voice`; for Piper, a noise burst if the voice is not installed."""
-    if voice == "espeak":
-        return espeak(text)
-    try:
-        from tests.support.speech import spoken
-
-        return spoken(text)
-    except Exception as exc:  # the voice assets are missing: any sound will do for synthetic
-        print(f"no Piper voice ({exc}); using noise bursts", file=sys.stderr)
-        rng = np.random.default_rng(len(text))
-        n = INPUT_RATE * (600 + 40 * len(text)) // 1000
-        return (rng.normal(0, 3000, n).clip(-32768, 32767).astype("<i2")).tobytes()
-
-
-# ------------------------------------------------------------------ stack
-def stack_env(backend: str, limit: int, barge: bool = False) -> dict[str, str]:
-    env = {
-        # The serving path is measured, not admission: room for every session.
-        "ANTIPHON_MAX_SESSIONS": str(limit),
-        "ANTIPHON_CAPACITY": str(limit),
-        # A session whose socket died frees its slot soon (the next level needs it).
-        "ANTIPHON_DISCONNECT_GRACE_S": "5",
-    }
-    if backend == "synthetic":
-        env["ANTIPHON_BACKEND"] = "synthetic"
-        if barge:
-            # The scripted answer's last clause comes one token after its first audio:
-            # at one word a second, that leaves a second for the barge-in to cancel it.
-            env["ANTIPHON_SYNTHETIC_TOKEN_MS"] = "1000"
-        else:
-            # Stages answer at once: what remains is the serving path's own cost.
-            env |= {
-                "ANTIPHON_SYNTHETIC_ASR_MS": "0",
-                "ANTIPHON_SYNTHETIC_TTFT_MS": "0",
-                "ANTIPHON_SYNTHETIC_TOKEN_MS": "0",
-            }
-    return env
-
-
-class Bench:
-    def __init__(self, backend: str, env: dict[str, str]) -> None:
-        self.env = env
-        self.stack = LocalStack(ports=Ports.free(), extra_env=env)
-        t0 = time.monotonic()
-        print(f"starting the {backend} stack (logs in {self.stack.run_dir}) ...", file=sys.stderr)
-        try:
-            self.stack.start(timeout_s=600)
-        except BaseException:
-            self.stack.stop()
-            raise
-        self.startup_s = round(time.monotonic() - t0, 1)
-        pids = {name: p.pid for name, p in self.stack.procs.items()}
-        self.sampler = ProcSampler(
-            {**pids, "loadgen": os.getpid()}, alone=frozenset({"loadgen"})
-        ).start()
-
-    def sessions_active(self) -> int | None:
-        """The session replica's own count of the sessions it runs (its metrics)."""
-        url = f"http://127.0.0.1:{self.stack.ports.session_metrics}/metrics"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                text = r.read().decode()
-        except OSError:
-            return None
-        for line in text.splitlines():
-            if line.startswith("antiphon_session_sessions_active "):
-                return int(float(line.split()[1]))
-        return None
-
-    def drain(self, timeout_s: float = 30.0) -> dict[str, Any]:
-        """Until the last level's sessions have all ended on the server (or `timeout_s`)."""
-        t0 = time.monotonic()
-        active = self.sessions_active()
-        while active and time.monotonic() - t0 < timeout_s:
-            time.sleep(0.5)
-            active = self.sessions_active()
-        return {"drain_s": round(time.monotonic() - t0, 1), "sessions_left": active}
-
-    @property
-    def url(self) -> str:
-        # The duplex dialect: the load client uses its heartbeats, session.close,
-        # barge-in signal and the native lane.
-        return f"ws://127.0.0.1:{self.stack.ports.gateway}/v1/realtime?duplex=1"
-
-    def stop(self) -> None:
-        self.sampler.stop()
-        self.stack.stop()
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
+def speech(text: str, voice: str) -> bytes:
+    return spoken_or_noise(text, "espeak" if voice == "espeak" else "piper")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.load", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--backend", choices=["synthetic", "cascade"], default="synthetic")
     parser.add_argument("--sessions", default="1,50,200,500", help="levels, comma-separated")
     parser.add_argument("--turns", type=int, default=3, help="turns per session")
@@ -275,7 +140,7 @@ def main() -> None:
     args.no_response_s = args.no_response_s or (10.0 if args.backend == "synthetic" else 60.0)
     # The manual lane keeps its historical file name (other tooling reads it).
     name = args.backend if args.lane == "manual" else f"{args.backend}-{args.lane}"
-    out: Path = args.out or REPO / "bench" / "results" / f"load-{name}.json"
+    out: Path = args.out or RESULTS / f"load-{name}.json"
     fd_limit = raise_fd_limit(max(levels) * 2 + 256)
 
     print(f"preparing speech ({args.voice}) ...", file=sys.stderr)
@@ -306,13 +171,13 @@ def main() -> None:
     )
     report["machine"]["open_files_limit"] = fd_limit
     report["env"] = stack_env(args.backend, limit)
-    bench: Bench | None = None
+    bench: LoadStack | None = None
     try:
         for n in levels:
             if bench is None or args.fresh_stack:
                 if bench is not None:
                     bench.stop()
-                bench = Bench(args.backend, stack_env(args.backend, limit))
+                bench = LoadStack(args.backend, stack_env(args.backend, limit))
                 report.setdefault("startup_s", bench.startup_s)
             options = replace(options, label=f"{args.backend} {args.lane} x{n}")
             level = run_async(run_level(bench.url, n, questions, options, bench.sampler))
@@ -325,7 +190,7 @@ def main() -> None:
             if bench is None or env != bench.env:
                 if bench is not None:
                     bench.stop()
-                bench = Bench(args.backend, env)
+                bench = LoadStack(args.backend, env)
             question = speech(LONG_ANSWER, args.voice)
             barge = trim_leading_silence(speech(BARGE, args.voice))
             report["barge_in"] = run_async(
@@ -337,9 +202,8 @@ def main() -> None:
             bench.stop()
         if args.slo_ms:
             report["capacity"] = capacity(report["levels"], args.slo_ms)
-        out.parent.mkdir(parents=True, exist_ok=True)
         report["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-        out.write_text(json.dumps(report, indent=2))
+        write_json(out, report)
         if report["levels"]:
             plot(report, out.with_suffix(".png"))
     print_summary(report, out)

@@ -1,6 +1,6 @@
 """CPU time of stage0's per-request prompt path, before vLLM gets the request.
 
-    python bench/prompt_path.py [--model FOLDER] [--turns 20] [--sessions 128]
+    python -m bench.prompt_path [--model FOLDER] [--turns 20] [--sessions 128]
 
 What a stage0 worker does for each `Generate` before the engine sees it
 (`CascadeSession._prompt`, then `LlmEngine.generate`): the preamble, the
@@ -43,22 +43,18 @@ import argparse
 import asyncio
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO)]
+from transformers import AutoTokenizer
 
-from transformers import AutoTokenizer  # noqa: E402
-
-from antiphon.stage0 import history, tools  # noqa: E402
-from antiphon.stage0.assets import locate  # noqa: E402
-from antiphon.stage0.chat_tokenizer import ChatTokenizer  # noqa: E402
-from antiphon.stage0.prompt import preamble_for, with_preamble  # noqa: E402
-from antiphon.stage0.settings import Stage0Settings  # noqa: E402
-from antiphon.v1 import common_pb2 as cpb  # noqa: E402
+from antiphon.stage0 import history, tool_prompt
+from antiphon.stage0.assets import locate
+from antiphon.stage0.chat_tokenizer import ChatTokenizer
+from antiphon.stage0.prompt import preamble_for, with_preamble
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.v1 import common_pb2 as cpb
 
 Message = tuple[str, str]
 Path_ = Callable[[Sequence[Message], Sequence[cpb.Tool], int], list[int]]
@@ -108,7 +104,7 @@ def prompt_path(
                 preamble_for(s.llm_preamble, s.llm_style, functions_offered=bool(offered)),
                 s.llm_reminder,
             ),
-            tools.renderer(chat, offered),
+            tool_prompt.renderer(chat, offered),
             count,
             max_model_len=max_model_len,
             reserve=min(s.llm_max_output_tokens, max_model_len // 2),
@@ -180,7 +176,9 @@ async def burst(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.prompt_path", description=(__doc__ or "").split("\n\n")[0]
+    )
     ap.add_argument("--model", help="a tokenizer folder (default: the prepared default model's)")
     ap.add_argument("--turns", type=int, default=20)
     ap.add_argument("--sessions", type=int, default=128)

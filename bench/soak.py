@@ -1,16 +1,16 @@
 """Soak: sessions taking turns for N minutes; RSS per service over time, its slope, errors.
 
-    python bench/soak.py --minutes 30 --sessions 200              # synthetic stages
-    python bench/soak.py --minutes 30 --backend cascade           # real models, at capacity
+    python -m bench.soak --minutes 30 --sessions 200              # synthetic stages
+    python -m bench.soak --minutes 30 --backend cascade           # real models, at capacity
 
-Starts its own stack (`bench/load.py`'s `Bench`: Redis and the four
+Starts its own stack (`bench.lib.loadstack.LoadStack`: Redis and the four
 services as real processes) and keeps `--sessions` sessions busy with
 manual-lane turns of the load client (`antiphon.client.load`: paced 200
 ms appends, commit, `response.create`, to `response.done`) until the time
 is up; a session whose socket dies is replaced by a new one, so the load
 holds. Every
 `--sample-s` the resident memory of each service's process tree is
-sampled (`bench/procstats.py`); after `--warmup-min` (first allocations,
+sampled (`bench/lib/procstats.py`); after `--warmup-min` (first allocations,
 caches filling) the least-squares slope of each is reported in MiB per 10
 minutes: flat memory is a slope near 0. Errors are the `error` events by
 code, turns that did not complete by status, and sockets lost.
@@ -26,19 +26,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from antiphon.client import ClientError  # noqa: E402
-from antiphon.client.load import (  # noqa: E402
+from antiphon.client import ClientError
+from antiphon.client.load import (
     MANUAL,
     LoadSession,
     Question,
@@ -47,7 +43,10 @@ from antiphon.client.load import (  # noqa: E402
     raise_fd_limit,
     run_async,
 )
-from bench.load import QUESTIONS, Bench, git_commit, speech, stack_env  # noqa: E402
+from bench.lib.loadstack import LoadStack, stack_env
+from bench.lib.questions import QUESTIONS
+from bench.lib.results import RESULTS, command_line, git_commit, write_json
+from bench.lib.speech import spoken_or_noise
 
 SERVICES = ("gateway", "session", "stage0", "stage1", "redis")
 
@@ -63,7 +62,9 @@ def slope_per_10min(points: list[tuple[float, float]]) -> float | None:
 
 
 class Soak:
-    def __init__(self, bench: Bench, questions: list[Question], args: argparse.Namespace) -> None:
+    def __init__(
+        self, bench: LoadStack, questions: list[Question], args: argparse.Namespace
+    ) -> None:
         self.bench = bench
         self.questions = questions
         self.args = args
@@ -161,7 +162,9 @@ def report(samples: list[dict[str, Any]], soak: Soak, warmup_s: float) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.soak", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--backend", choices=["synthetic", "cascade"], default="synthetic")
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--sessions", type=int, default=0, help="200 synthetic; capacity cascade")
@@ -176,16 +179,16 @@ def main() -> None:
     args.timeout = args.timeout or (30.0 if args.backend == "synthetic" else 300.0)
     # A tenth of the run, at most 5 minutes, is warm-up unless told otherwise.
     warmup_min = args.warmup_min if args.warmup_min >= 0 else min(5.0, args.minutes / 10)
-    out: Path = args.out or REPO / "bench" / "results" / f"soak-{args.backend}.json"
+    out: Path = args.out or RESULTS / f"soak-{args.backend}.json"
     raise_fd_limit(args.sessions * 2 + 256)
     if args.backend == "synthetic":
         # Any sound will do: the synthetic ASR hears its length, not its words.
         pcm = np.random.default_rng(0).normal(0, 3000, 24000).clip(-32768, 32767)
         questions = [manual_question("noise", pcm.astype("<i2").tobytes())]
     else:
-        questions = [manual_question(q, speech(q)) for q in QUESTIONS]
+        questions = [manual_question(q, spoken_or_noise(q)) for q in QUESTIONS]
     env = stack_env(args.backend, args.sessions + 16)
-    bench = Bench(args.backend, env)
+    bench = LoadStack(args.backend, env)
     try:
         soak = Soak(bench, questions, args)
         samples = run_async(soak.run())
@@ -193,7 +196,7 @@ def main() -> None:
         bench.stop()
     result = {
         "backend": args.backend,
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command_line(),
         "commit": git_commit(),
         "minutes": args.minutes,
         "sessions": args.sessions,
@@ -201,8 +204,7 @@ def main() -> None:
         "env": env,
         **report(samples, soak, warmup_min * 60),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_json(out, result)
     print(f"soak {args.backend}: {args.sessions} sessions for {args.minutes:g} min")
     print(f"{'service':<10} {'MiB/10min':>10} {'first':>8} {'last':>8} {'peak':>8}")
     for name, r in result["rss"].items():
@@ -218,7 +220,7 @@ def main() -> None:
 
 def cascade_capacity() -> int:
     """The capacity the last cascade load run measured, else 2."""
-    path = REPO / "bench" / "results" / "load-cascade.json"
+    path = RESULTS / "load-cascade.json"
     try:
         return int(json.loads(path.read_text())["capacity"]["sessions"]) or 2
     except (OSError, KeyError, ValueError, TypeError):

@@ -1,6 +1,6 @@
 """Resume latency, takeover time and replica memory, on the two-replica cluster (synthetic stages).
 
-    python bench/survival.py --resumes 50 --takeovers 5 --churn 200
+    python -m bench.survival --resumes 50 --takeovers 5 --churn 200
 
 Resume latency: a new socket sends `session.resume` asking for the last
 100 journaled events; measured on the client's clock from opening the
@@ -17,26 +17,18 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
+from bench.lib.cluster import Cluster, running_cluster
+from bench.lib.realtime import MANUAL, RealtimeClient
+from bench.lib.results import RESULTS, write_json
+from bench.lib.stats import pct
 
-from tests.support.cluster import Cluster, running_cluster  # noqa: E402
-from tests.support.realtime import RealtimeClient  # noqa: E402
-
-MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
 REPLAYED = 100
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))], 1)
 
 
 async def resume_latency(cluster: Cluster, rounds: int) -> list[float]:
@@ -110,11 +102,13 @@ async def churn_rss(cluster: Cluster, sessions: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.survival", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--resumes", type=int, default=50)
     parser.add_argument("--takeovers", type=int, default=5)
     parser.add_argument("--churn", type=int, default=200)
-    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "survival.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "survival.json")
     args = parser.parse_args()
     with running_cluster(max_sessions=50, grace_s=30, replay_ttl_s=60) as cluster:
         resume = asyncio.run(resume_latency(cluster, args.resumes))
@@ -123,8 +117,8 @@ def main() -> None:
     report: dict[str, Any] = {
         "resume_latency_ms_100_events": {
             "n": len(resume),
-            "p50": pct(resume, 50),
-            "p99": pct(resume, 99),
+            "p50": pct(resume, 50, 1),
+            "p99": pct(resume, 99, 1),
             "max": round(max(resume), 1),
         },
         "takeover_after_kill9_ms": {
@@ -135,8 +129,7 @@ def main() -> None:
         },
         "replica_rss_mib_over_churn": memory,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
     print(json.dumps(report, indent=2))
 
 

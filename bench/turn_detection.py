@@ -1,6 +1,6 @@
 """End of turn on spoken fixtures: semantic_vad (Smart Turn) against server_vad.
 
-    python bench/turn_detection.py
+    python -m bench.turn_detection
 
 Feeds spoken fixtures, in two voices (Piper and espeak-ng), through stage0's
 own endpointers on the audio's clock, one 32 ms Silero frame at a time:
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,32 +36,24 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO)]
-
-from antiphon.stage0.assets import locate_turn, locate_vad  # noqa: E402
-from antiphon.stage0.turn import (  # noqa: E402
+from antiphon.stage0.assets import locate_turn, locate_vad
+from antiphon.stage0.turn import (
     EAGERNESS,
     WINDOW_SAMPLES,
     SemanticEndpointer,
     SmartTurn,
     window,
 )
-from antiphon.stage0.vad import (  # noqa: E402
+from antiphon.stage0.vad import (
     FRAME_SAMPLES,
     EndpointerConfig,
     SileroVad,
     SpeechStarted,
     SpeechStopped,
 )
-from tests.support.speech import (  # noqa: E402
-    VOICES,
-    Voice,
-    forget,
-    silence,
-    spoken,
-    spoken_paused,
-)
+from bench.lib.questions import LONG_ANSWER, QUESTIONS
+from bench.lib.results import RESULTS
+from bench.lib.speech import VOICES, Voice, forget, silence, spoken, spoken_paused
 
 RATE = 16_000
 BYTES_PER_MS = 32
@@ -71,16 +62,12 @@ LEAD_MS = 500
 TAIL_MS = 9000  # past the longest wait (low: 8 s)
 PAUSE_MS = 700
 SPEECH_LEVEL = 300  # PCM16 amplitude that counts as speech when finding where it ends
-RESULTS = REPO / "bench" / "results" / "turn-detection.json"
+OUT = RESULTS / "turn-detection.json"
 
-# bench/turns.py's and bench/load.py's questions, and three requests.
+# The questions the stack benchmarks ask, and two more requests.
 COMPLETE = [
-    "What is the capital of France?",
-    "How many legs does a spider have?",
-    "What color is the sky on a clear day?",
-    "Can you name a fruit that is yellow?",
-    "What is two plus two?",
-    "Tell me a long story about a brave knight and a dragon.",
+    *QUESTIONS,
+    LONG_ANSWER,
     "Please set a timer for ten minutes.",
     "I would like a large pizza please.",
 ]
@@ -236,10 +223,12 @@ def model_cost(model: SmartTurn, batch: int, repeats: int = 3) -> dict[str, floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.turn_detection", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads per model")
     parser.add_argument("--repeats", type=int, default=3, help="syntheses of each fixture")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     turn = locate_turn()
     model = SmartTurn(turn.onnx, turn.features, threads=args.threads)

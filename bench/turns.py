@@ -1,6 +1,6 @@
 """Spoken turns against the real stack: latency from the client's clock, memory per service.
 
-    python bench/turns.py --turns 5
+    python -m bench.turns --turns 5
 
 Starts its own stack (real models), opens one session with
 `turn_detection: null`, and for each turn streams a spoken question,
@@ -17,33 +17,16 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "deploy" / "local")]
-
-from stack import LocalStack, Ports  # noqa: E402
-
-from tests.support.realtime import RealtimeClient, duplex_url, of_type  # noqa: E402
-from tests.support.speech import spoken  # noqa: E402
-
-QUESTIONS = [
-    "What is the capital of France?",
-    "How many legs does a spider have?",
-    "What color is the sky on a clear day?",
-    "Can you name a fruit that is yellow?",
-    "What is two plus two?",
-]
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+from bench.lib.machine import peak_rss_mib
+from bench.lib.questions import QUESTIONS
+from bench.lib.realtime import MANUAL, RealtimeClient, duplex_url, of_type
+from bench.lib.results import RESULTS, write_json
+from bench.lib.speech import spoken
+from deploy.local.stack import LocalStack, Ports
 
 
 def children(pid: int) -> list[int]:
@@ -71,11 +54,7 @@ async def run_turns(stack: LocalStack, turns: int) -> list[dict[str, Any]]:
     client = await RealtimeClient.connect(duplex_url(stack.ports.gateway))
     results = []
     try:
-        await client.open(
-            type="realtime",
-            audio={"input": {"turn_detection": None}},
-            extra_body={"return_stage_metrics": True},
-        )
+        await client.open(**MANUAL, extra_body={"return_stage_metrics": True})
         for i in range(turns):
             question = QUESTIONS[i % len(QUESTIONS)]
             await client.append(spoken(question))
@@ -128,9 +107,11 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.turns", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--turns", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "turns.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "turns.json")
     args = parser.parse_args()
     stack = LocalStack(ports=Ports.free())
     try:
@@ -146,8 +127,7 @@ def main() -> None:
         }
     finally:
         stack.stop()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
     print(json.dumps({k: report[k] for k in ("startup_s", "summary", "memory")}, indent=2))
     print(f"written to {args.out}")
 

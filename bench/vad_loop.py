@@ -1,11 +1,11 @@
 """How late the event loop runs while the VAD hears N live sessions.
 
-    python bench/vad_loop.py [--sessions 128] [--seconds 10] [--aligned] [--out FILE]
+    python -m bench.vad_loop [--sessions 128] [--seconds 10] [--aligned] [--out FILE]
 
 A stage0 worker runs every session's stream, vLLM's front end and the VAD's
 batching on one asyncio loop. Here N sessions each push a 200 ms chunk of
 speech every 200 ms (their starts spread over one chunk, as live callers'
-are; `--aligned`: all at the same instant, as bench/gpu.py's sessions
+are; `--aligned`: all at the same instant, as bench.gpu's sessions
 speak) into one `VadBatcher`, while a timer due every 10 ms records how late
 it ran: the wait that every other request on that loop (a Generate, a
 token to send) would have had. The script measures whichever VadBatcher
@@ -20,18 +20,15 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO)]
+from antiphon.stage0.assets import locate_vad
+from antiphon.stage0.vad import SileroVad, VadBatcher, VadEvent
 
 # First: it puts the services on the path.
-from bench.gpu import load_speech, pct  # noqa: E402, I001
-
-from antiphon.stage0.assets import locate_vad  # noqa: E402
-from antiphon.stage0.vad import SileroVad, VadBatcher, VadEvent  # noqa: E402
+from bench.lib.questions import load_recorded
+from bench.lib.stats import pct
 
 CHUNK_S = 0.2
 CHUNK_BYTES = int(16000 * CHUNK_S) * 2
@@ -39,7 +36,7 @@ TICK_S = 0.01
 
 
 async def run(sessions: int, seconds: float, aligned: bool) -> dict[str, object]:
-    speech = b"".join(load_speech())
+    speech = b"".join(load_recorded())
     vad = SileroVad(locate_vad(), threads=1)
     sizes: list[int] = []
     batcher = VadBatcher(vad, observe_batch=sizes.append)
@@ -94,7 +91,7 @@ async def run(sessions: int, seconds: float, aligned: bool) -> dict[str, object]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.vad_loop", description=__doc__)
     ap.add_argument("--sessions", type=int, default=128)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--aligned", action="store_true", help="every session speaks in step")

@@ -1,4 +1,4 @@
-"""bench/duplex.py end to end on this CPU: the tiny random Moshi-architecture model
+"""`python -m bench.duplex` end to end on this CPU: the tiny random Moshi-architecture model
 through a real stage0 `moshi` worker and stage1 `mimi` worker, two levels, and the
 reference loop, in well under a minute; the JSON holds what the GPU run reports."""
 

@@ -1,6 +1,6 @@
 """A TCP proxy on loopback that can cut its link: drop every connection, refuse new ones.
 
-`bench/faults.py` points a gateway's `session_address` (and its fallbacks)
+`bench/faults/` points a gateway's `session_address` (and its fallbacks)
 at proxies like this one, so the gateway's link to the session tier can be
 cut while both ends stay up: what a network partition looks like to them.
 """

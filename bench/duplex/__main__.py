@@ -1,0 +1,136 @@
+"""`python -m bench.duplex`: see the package's docstring (bench/duplex/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import bench.duplex
+from bench.duplex.clients import FRAME_S
+from bench.duplex.levels import GAP_P99_MS, STEP_P99_MS, run_worker_levels
+from bench.duplex.reference import run_reference
+from bench.duplex.report import finish, table
+from bench.duplex.workers import STAGE0, STAGE1, unknown_settings, worker_profile
+from bench.lib.machine import device_name, now, version
+from bench.lib.results import RESULTS
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.duplex",
+        description=bench.duplex.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    ap.add_argument("--checkpoint", default="random:7b", help="duplex_checkpoint of both workers")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    ap.add_argument("--context", type=int, default=None, help="attention window in frames")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (workers, reference)")
+    ap.add_argument("--levels", type=ints, default=[1, 16, 32, 64, 96, 128])
+    ap.add_argument("--warmup-s", type=float, default=2.0)
+    ap.add_argument("--window-s", type=float, default=10.0)
+    ap.add_argument("--budget-s", type=float, default=0.0, help="skip what would end after it")
+    ap.add_argument("--client-procs", type=int, default=8)
+    ap.add_argument("--sessions-per-proc", type=int, default=16)
+    ap.add_argument("--startup-timeout", type=float, default=420.0)
+    ap.add_argument("--reference-steps", type=int, default=0, help="default: 100 cuda, 8 cpu")
+    ap.add_argument("--reference-timeout-s", type=float, default=240.0)
+    ap.add_argument(
+        "--reference-share", type=float, default=0.3, help="of the budget, the reference's"
+    )
+    ap.add_argument("--no-reference", dest="reference", action="store_false")
+    ap.add_argument("--torch-compile", action="store_true", help="let moshi torch.compile")
+    ap.add_argument("--stage0-set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--stage1-set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--log-level", default="WARNING")
+    ap.add_argument(
+        "--out", type=Path, help="default: bench/results/duplex-h200.json (cuda), duplex-cpu.json"
+    )
+    ap.add_argument("--check", action="store_true", help="imports and settings only")
+    ap.add_argument("--table", type=Path, help="print a results file as a markdown table")
+    args = ap.parse_args(argv)
+    args.levels = sorted(set(args.levels))
+    if args.dtype is None:
+        args.dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
+    if args.out is None:
+        name = "duplex-h200.json" if args.device.startswith("cuda") else "duplex-cpu.json"
+        args.out = RESULTS / name
+    args.out = args.out.resolve()
+    return args
+
+
+def check(args: argparse.Namespace) -> dict[str, Any]:
+    """What the run needs: the workers' imports, moshi, and the settings they declare."""
+    report: dict[str, Any] = {"device": device_name(), "python": sys.version.split()[0]}
+    backends = ("antiphon.stage0.duplex_engines", "antiphon.stage1.mimi_lockstep")
+    for module in ("moshi.models", STAGE0[0], STAGE1[0], *backends):
+        try:
+            __import__(module)
+            report[module] = "ok"
+        except Exception as exc:
+            report[module] = f"{type(exc).__name__}: {exc}"
+    with contextlib.suppress(ImportError):
+        import torch
+
+        report["cuda_devices"] = torch.cuda.device_count()
+    report["unknown_settings"] = unknown_settings(
+        worker_profile(
+            args, dict.fromkeys(("stage0", "stage1", "stage0_metrics", "stage1_metrics"), 0)
+        )
+    )
+    report["versions"] = {d: version(d) for d in ("torch", "moshi", "grpcio", "protobuf")}
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return
+    if args.check:
+        print(json.dumps(check(args), indent=2))
+        return
+    started = now()
+    deadline = started + args.budget_s if args.budget_s else math.inf
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "device": device_name(),
+        "date": time.strftime("%Y-%m-%d"),
+        "checkpoint": args.checkpoint,
+        "context": args.context,
+        "dtype": args.dtype,
+        "torch_device": args.device,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "table", "check")}
+        | {"capacity": max(args.levels), "frame_ms": FRAME_S * 1000},
+        "versions": {d: version(d) for d in ("torch", "moshi", "grpcio", "numpy")},
+        "real_time_definition": f"worker step p99 < {STEP_P99_MS:.0f} ms (its histogram over"
+        f" the window), no late frame, audio gap p99 < {GAP_P99_MS:.0f} ms (client side, every"
+        " session), every session streaming and no error",
+        "gpu_memory": "workers: nvidia-smi's used MiB per worker process at the window's end"
+        " (null where its pids are not the container's) and the device's peak during the level;"
+        " reference: torch's max_memory_allocated",
+        "levels": [],
+        "skipped_levels": [],
+    }
+    if args.reference:
+        run_reference(args, result, deadline)
+        finish(result, args.out)
+    try:
+        run_worker_levels(args, result, deadline)
+    finally:
+        result["wall_s"] = round(now() - started, 1)
+        finish(result, args.out)
+    print(table(result))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""N sessions acting as the session service does, over client processes of their own:
+paced audio into stage0's Bind, every ModelFrame forwarded to stage1's, audio back."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import multiprocessing as mp
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import grpc
+import numpy as np
+
+from antiphon.common.grpcserver import CHANNEL_OPTIONS
+from antiphon.v1 import stage_pb2 as pb
+from antiphon.v1 import stage_pb2_grpc
+from bench.duplex.workers import OUTPUT_RATE
+from bench.lib.machine import now
+from bench.lib.questions import RECORDED_RATE, load_recorded
+
+FRAME_S = 0.080
+# Streams of one HTTP/2 connection (each session has two).
+STREAMS_PER_CHANNEL = 64
+
+
+@dataclass
+class Schedule:
+    """Monotonic times shared by every client process: audio starts at `start`;
+    the window is [start + warmup, end)."""
+
+    start: float
+    window_start: float
+    end: float
+
+
+@dataclass
+class SessionRecord:
+    index: int
+    opened_s: float | None = None
+    audio_times: list[float] = field(default_factory=list)
+    frame_times: list[float] = field(default_factory=list)
+    late_flagged: int = 0
+    # How late the pacer sent each frame past its deadline, ms (window only).
+    send_lag_ms: list[float] = field(default_factory=list)
+    error: str = ""
+
+
+def speech_loop(rate: int) -> np.ndarray:
+    """The four spoken questions with a second of silence after each, at `rate`
+    (linear interpolation from 16 kHz), as one loop each session starts into."""
+    parts = [np.frombuffer(q, dtype="<i2").astype(np.float32) for q in load_recorded()]
+    src = RECORDED_RATE
+    pcm = np.concatenate([np.concatenate((p, np.zeros(src, np.float32))) for p in parts])
+    t = np.arange(int(len(pcm) * rate / src)) * src / rate
+    return np.interp(t, np.arange(len(pcm)), pcm).astype("<i2")
+
+
+class Stream:
+    """A request queue feeding one Bind call."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def requests(self) -> AsyncIterator[Any]:
+        while (req := await self.queue.get()) is not None:
+            yield req
+
+
+async def run_session(
+    stubs: tuple[Any, Any],
+    rec: SessionRecord,
+    sched: Schedule,
+    pcm: np.ndarray,
+    rate: int,
+    phase: float,
+) -> None:
+    """One session: paced audio to stage0, its frames to stage1, audio back."""
+    up, down = Stream(), Stream()
+    call0 = stubs[0].Bind(up.requests())
+    call1 = stubs[1].Bind(down.requests())
+    sid = f"bench-{rec.index}"
+    up.queue.put_nowait(
+        pb.Stage0Request(open=pb.Stage0Open(session_id=sid, lane=pb.LANE_NATIVE, skip_vad=True))
+    )
+    down.queue.put_nowait(
+        pb.Stage1Request(open=pb.Stage1Open(session_id=sid, sample_rate_hz=OUTPUT_RATE))
+    )
+    t_open = now()
+    await asyncio.gather(call0.initial_metadata(), call1.initial_metadata())
+    rec.opened_s = round(now() - t_open, 3)
+
+    async def send_audio() -> None:
+        samples = int(FRAME_S * rate)
+        offset = (rec.index * 7919 * samples) % len(pcm)
+        # A microphone records nothing before its session opens: no burst to catch up.
+        k = max(0, math.ceil((now() - sched.start - phase) / FRAME_S))
+        while True:
+            deadline = sched.start + phase + k * FRAME_S
+            if deadline >= sched.end:
+                return
+            await asyncio.sleep(max(0.0, deadline - now()))
+            if deadline >= sched.window_start:
+                rec.send_lag_ms.append((now() - deadline) * 1000)
+            at = (offset + k * samples) % (len(pcm) - samples)
+            chunk = pcm[at : at + samples].tobytes()
+            up.queue.put_nowait(pb.Stage0Request(audio=pb.Stage0Audio(epoch=0, pcm16=chunk)))
+            k += 1
+
+    async def forward_frames() -> None:
+        async for ev in call0:
+            if ev.WhichOneof("kind") == "frame":
+                f = ev.frame
+                t = now()
+                rec.frame_times.append(t)
+                if f.late and t >= sched.window_start:
+                    rec.late_flagged += 1
+                decode = pb.DecodeFrame(
+                    epoch=f.epoch,
+                    response_id=f"resp-{sid}",
+                    codes=f.codes,
+                    text=f.text,
+                    index=f.index,
+                )
+                down.queue.put_nowait(pb.Stage1Request(frame=decode))
+            elif ev.WhichOneof("kind") == "error":
+                rec.error = f"stage0 {ev.error.code}: {ev.error.message}"[:200]
+
+    async def read_audio() -> None:
+        async for ev in call1:
+            if ev.WhichOneof("kind") == "audio":
+                rec.audio_times.append(now())
+            elif ev.WhichOneof("kind") == "error":
+                rec.error = f"stage1 {ev.error.code}: {ev.error.message}"[:200]
+
+    readers = [asyncio.create_task(forward_frames()), asyncio.create_task(read_audio())]
+    try:
+        await send_audio()
+        await asyncio.sleep(max(0.0, sched.end - now()))
+    finally:
+        up.queue.put_nowait(None)
+        down.queue.put_nowait(None)
+        for call in (call0, call1):
+            call.cancel()
+        for task in readers:
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await task
+
+
+async def drive(
+    addresses: tuple[str, str], indexes: list[int], sessions: int, sched: Schedule, rate: int
+) -> list[dict[str, Any]]:
+    """This process's sessions, each at its own phase of the 80 ms period."""
+    pcm = speech_loop(rate)
+    options = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+    per = max(1, math.ceil(len(indexes) / STREAMS_PER_CHANNEL))
+    channels = [
+        [grpc.aio.insecure_channel(a, options=options) for _ in range(per)] for a in addresses
+    ]
+    records = [SessionRecord(i) for i in indexes]
+
+    async def one(k: int, rec: SessionRecord) -> None:
+        stubs = (
+            stage_pb2_grpc.Stage0ServiceStub(channels[0][k % per]),
+            stage_pb2_grpc.Stage1ServiceStub(channels[1][k % per]),
+        )
+        try:
+            await run_session(stubs, rec, sched, pcm, rate, FRAME_S * rec.index / sessions)
+        except Exception as exc:
+            rec.error = rec.error or f"{type(exc).__name__}: {exc}"[:200]
+
+    try:
+        await asyncio.gather(*(one(k, r) for k, r in enumerate(records)))
+    finally:
+        for own in channels:
+            for ch in own:
+                await ch.close()
+    return [asdict(r) for r in records]
+
+
+def _client_main(
+    addresses: tuple[str, str],
+    indexes: list[int],
+    sessions: int,
+    sched: Schedule,
+    rate: int,
+    results: Any,
+) -> None:
+    try:
+        results.put(asyncio.run(drive(addresses, indexes, sessions, sched, rate)))
+    except BaseException as exc:
+        results.put([asdict(SessionRecord(i, error=repr(exc)[:200])) for i in indexes])
+        raise
+
+
+def run_clients(
+    args: argparse.Namespace, addresses: tuple[str, str], sessions: int, sched: Schedule, rate: int
+) -> list[dict[str, Any]]:
+    """N sessions over up to --client-procs processes (one level of 1: this process)."""
+    procs = max(1, min(args.client_procs, math.ceil(sessions / args.sessions_per_proc)))
+    shares = [list(range(k, sessions, procs)) for k in range(procs)]
+    if procs == 1:
+        return asyncio.run(drive(addresses, shares[0], sessions, sched, rate))
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    workers = [
+        ctx.Process(target=_client_main, args=(addresses, s, sessions, sched, rate, results))
+        for s in shares
+    ]
+    for w in workers:
+        w.start()
+    out: list[dict[str, Any]] = []
+    for _ in workers:
+        out.extend(results.get(timeout=sched.end - now() + 120))
+    for w in workers:
+        w.join(30)
+    return out

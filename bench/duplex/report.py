@@ -1,0 +1,50 @@
+"""The results file: written after every level, and printed as markdown (`--table`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.duplex.reference import ratios
+from bench.lib.results import write_json
+
+
+def finish(result: dict[str, Any], out: Path) -> None:
+    reference = result.get("reference", {}).get("levels", [])
+    result["ratio"] = ratios(result["levels"], reference, result["settings"]["capacity"])
+    real = [lv["sessions"] for lv in result["levels"] if lv["real_time"]]
+    result["max_real_time_sessions"] = max(real) if real else None
+    write_json(out, result)
+
+
+# ------------------------------------------------------------------ table
+def table(data: dict[str, Any]) -> str:
+    ref = {r["sessions"]: r for r in data.get("reference", {}).get("levels", [])}
+    ratio = {r["sessions"]: r["worker_p99_over_reference_p99"] for r in data.get("ratio", [])}
+    context = data["context"] or data.get("reference", {}).get("context_frames", "default")
+    lines = [
+        f"{data['device']}; {data['checkpoint']}, context {context} frames,"
+        f" {data['dtype']}; window {data['settings']['window_s']} s.",
+        "",
+        "| sessions | step p50 / p99 ms | late | silence | audio gap p50 / p99 ms"
+        " | GPU MiB | real time | reference p50 / p99 ms | p99 ratio |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | :---: | ---: | ---: |",
+    ]
+    for lv in data["levels"]:
+        s, g, r = lv["worker_step_ms"], lv["audio_gap_ms"], ref.get(lv["sessions"], {})
+        mem = lv["gpu_memory_mib"]
+        used = sum(m for m in (mem["stage0"], mem["stage1"]) if m) or mem["device_peak"]
+        lines.append(
+            f"| {lv['sessions']} | {_n(s['p50'])} / {_n(s['p99'])} | {lv['late_frames']:.0f}"
+            f" | {lv['silence_frames']:.0f} | {_n(g['p50'])} / {_n(g['p99'])} | {_n(used, 0)}"
+            f" | {'yes' if lv['real_time'] else 'no'}"
+            f" | {_n(r.get('all_p50_ms'))} / {_n(r.get('all_p99_ms'))}"
+            f" | {_n(ratio.get(lv['sessions']), 2)} |"
+        )
+    for n in data.get("skipped_levels", []):
+        lines.append(f"| {n} | skipped (budget) | | | | | | | |")
+    return "\n".join(lines)
+
+
+def _n(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"

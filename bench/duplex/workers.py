@@ -1,0 +1,165 @@
+"""The two workers of a run, each its own process: a stage0 `moshi` and a stage1 `mimi`
+worker, configured by one profile file (no Redis: each is dialled at its address)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from antiphon.common.grpcserver import check_ready
+from antiphon.v1 import stage_pb2 as pb
+from antiphon.v1 import stage_pb2_grpc
+from bench.lib.machine import now
+from bench.lib.prometheus import scrape
+from bench.lib.results import REPO
+
+# The workers' own services, on their PYTHONPATH.
+SERVICES = [REPO / "services" / s for s in ("common", "stage0", "stage1")]
+STAGE0 = ("antiphon.stage0.main", "antiphon.v1.Stage0Service")
+STAGE1 = ("antiphon.stage1.main", "antiphon.v1.Stage1Service")
+OUTPUT_RATE = 24000
+
+
+def worker_profile(args: argparse.Namespace, ports: dict[str, int]) -> dict[str, Any]:
+    """The profile both workers read (ANTIPHON_PROFILE): a section each, no registry."""
+    capacity = max(args.levels)
+    stage0 = {
+        "backend": "moshi",
+        "listen": f"127.0.0.1:{ports['stage0']}",
+        "metrics_port": ports["stage0_metrics"],
+        "duplex_checkpoint": args.checkpoint,
+        "duplex_device": args.device,
+        "duplex_dtype": args.dtype,
+        "duplex_threads": args.threads,
+        "capacity": capacity,
+    }
+    if args.context:
+        stage0["duplex_context"] = args.context
+    stage1 = {
+        "backend": "mimi",
+        "listen": f"127.0.0.1:{ports['stage1']}",
+        "metrics_port": ports["stage1_metrics"],
+        "duplex_checkpoint": args.checkpoint,
+        "duplex_device": args.device,
+        "duplex_threads": args.threads,
+        "output_rate": OUTPUT_RATE,
+        "capacity": capacity,
+    }
+    if args.torch_compile:
+        stage0["duplex_compile"] = stage1["duplex_compile"] = True
+    stage0 |= dict(kv.split("=", 1) for kv in args.stage0_set)
+    stage1 |= dict(kv.split("=", 1) for kv in args.stage1_set)
+    common = {"log_level": args.log_level, "redis_url": "", "shutdown_grace_s": 3}
+    return {"common": common, "stage0": stage0, "stage1": stage1}
+
+
+def unknown_settings(profile: dict[str, Any]) -> dict[str, list[str]]:
+    """Profile keys the workers' settings classes do not declare (ignored silently there)."""
+    from antiphon.stage0.settings import Stage0Settings
+    from antiphon.stage1.settings import Stage1Settings
+
+    out = {}
+    for section, cls in (("stage0", Stage0Settings), ("stage1", Stage1Settings)):
+        fields = set(cls.model_fields)
+        keys = {**profile["common"], **profile[section]}
+        if missing := sorted(k for k in keys if k not in fields):
+            out[section] = missing
+    return out
+
+
+def worker_env(args: argparse.Namespace, profile_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTIPHON_")}
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *map(str, SERVICES)])
+    env |= {"ANTIPHON_PROFILE": str(profile_path), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    # moshi torch.compiles a few functions unless told not to; the workers do not
+    # (duplex_compile), nor, by this, the reference loop (`--torch-compile`: both do).
+    env["NO_TORCH_COMPILE"] = "" if args.torch_compile else "1"
+    return env
+
+
+class WorkerProcess:
+    """One stage worker in its own process group, logging to a file."""
+
+    def __init__(self, module: str, service: str, address: str, metrics_port: int) -> None:
+        self.module, self.service, self.address = module, service, address
+        self.metrics_port = metrics_port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: Path | None = None
+
+    def start(self, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", self.module],
+                env=env,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    async def wait_ready(self, timeout_s: float) -> float:
+        assert self.proc is not None
+        t0 = now()
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            while now() - t0 < timeout_s:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{self.module} exited ({self.proc.returncode}):\n{self.tail()}"
+                    )
+                if await check_ready(channel, self.service, timeout_s=2.0):
+                    return now() - t0
+                await asyncio.sleep(0.5)
+        raise RuntimeError(f"{self.module} not ready in {timeout_s:.0f}s:\n{self.tail()}")
+
+    async def describe(self) -> pb.StageInfo:
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            stub: Any = (
+                stage_pb2_grpc.Stage0ServiceStub(channel)
+                if "Stage0" in self.service
+                else stage_pb2_grpc.Stage1ServiceStub(channel)
+            )
+            info: pb.StageInfo = await stub.Describe(pb.DescribeRequest(), timeout=10)
+            return info
+
+    def scrape(self) -> dict[str, float]:
+        """Prometheus samples, `name{labels}` -> value (empty when unreachable)."""
+        return scrape([self.metrics_port])
+
+    def tail(self, lines: int = 40) -> str:
+        if self.log is None or not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+async def wait_idle(workers: Sequence[WorkerProcess], timeout_s: float = 30.0) -> None:
+    """Until neither worker holds a session (the last level's slots are free again)."""
+    t0 = now()
+    while now() - t0 < timeout_s:
+        infos = await asyncio.gather(*(w.describe() for w in workers))
+        if all(i.active_sessions == 0 for i in infos):
+            return
+        await asyncio.sleep(0.25)
