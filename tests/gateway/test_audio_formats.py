@@ -3,17 +3,19 @@ and the GA format objects the session is echoed with."""
 
 from __future__ import annotations
 
-import io
 import struct
-import wave
+from typing import Any
 
 import numpy as np
 import pytest
 
 from antiphon.common import audio_formats as formats
+from antiphon.common import g711
 from antiphon.common.audio import float32_to_pcm16
 from antiphon.gateway import audio_formats as af
+from antiphon.gateway.translator import Translator
 from antiphon.v1 import common_pb2 as cpb
+from tests.gateway import client_events as client
 
 
 def _samples(pcm16: bytes) -> list[int]:
@@ -58,16 +60,6 @@ def test_pcm16_passes_through_and_needs_whole_samples() -> None:
 
 
 # ---------------------------------------------------------------------- WAV
-def _stdlib_wav(pcm16: bytes, rate: int) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm16)
-    return buf.getvalue()
-
-
 def _riff(*chunks: tuple[bytes, bytes], data_size: int | None = None) -> bytes:
     body = b"WAVE"
     for cid, payload in chunks:
@@ -83,7 +75,7 @@ def _fmt(tag: int, rate: int, bits: int, channels: int = 1) -> bytes:
 
 def test_wav_pcm16_from_the_stdlib_writer() -> None:
     pcm = _tone(16000, 50)
-    assert af.wav_to_pcm16(_stdlib_wav(pcm, 16000)) == af.Pcm(pcm, 16000)
+    assert af.wav_to_pcm16(client.wav(pcm, 16000)) == af.Pcm(pcm, 16000)
 
 
 def test_wav_float32_is_converted() -> None:
@@ -149,3 +141,171 @@ def test_bad_wav_is_a_typed_decode_error(wav: bytes, code: str) -> None:
 )
 def test_ga_format_echo(fmt: cpb.AudioFormat, ga: dict[str, object]) -> None:
     assert af.ga_format(fmt) == ga
+
+
+# ------------------------------------------- client events, through the translator
+@pytest.mark.parametrize("rate", [16000, 24000])
+def test_pcm_f32le_append_is_clipped_to_pcm16(rate: int) -> None:
+    samples = np.array([0.0, 0.5, -0.5, 1.5, -2.0, np.nan], dtype="<f4")
+    cmd = Translator().translate(
+        client.append(samples.tobytes(), format="pcm_f32le", sample_rate_hz=rate)
+    )
+    got = np.frombuffer(cmd.append_audio.pcm16, dtype="<i2").tolist()
+    assert got == [0, 16384, -16384, 32767, -32768, 0]
+    assert cmd.append_audio.sample_rate_hz == rate
+
+
+def test_pcm_f32le_session_reads_appends_as_float() -> None:
+    t = Translator()
+    t.translate(client.update({"input_audio_format": "pcm_f32le", "sample_rate_hz": 16000}))
+    floats = np.full(160, 0.25, dtype="<f4").tobytes()
+    append = t.translate(client.append(floats)).append_audio
+    assert append.pcm16 == float32_to_pcm16(np.full(160, 0.25))
+    assert append.sample_rate_hz == 0  # the session's (16 kHz) rate, resampled there
+
+
+@pytest.mark.parametrize(
+    ("session", "encoding"),
+    [
+        ({"input_audio_format": "g711_ulaw"}, "g711_ulaw"),
+        ({"input_audio_format": "g711_alaw"}, "g711_alaw"),
+        ({"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcmu"}}}}, "g711_ulaw"),
+        ({"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcma"}}}}, "g711_alaw"),
+    ],
+)
+def test_g711_session_input_is_8khz_and_appends_decode_from_it(
+    session: dict[str, Any], encoding: str
+) -> None:
+    t = Translator()
+    patch = t.translate(client.update(session)).update.config
+    assert patch.input_audio_format == cpb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
+    pcm = client.sine(8000, 400)
+    coded = g711.pcm16_to_ulaw(pcm) if encoding == "g711_ulaw" else g711.pcm16_to_alaw(pcm)
+    append = t.translate(client.append(coded)).append_audio
+    decoded = af.decode(coded, encoding).pcm16
+    assert (append.pcm16, append.sample_rate_hz) == (decoded, 8000)
+    # A later update without a format keeps the declared encoding.
+    t.translate(client.update({"instructions": "x"}))
+    assert t.translate(client.append(coded)).append_audio.pcm16 == decoded
+    # And back to PCM16: raw bytes again.
+    t.translate(client.update({"input_audio_format": "pcm16"}))
+    assert t.translate(client.append(pcm)).append_audio.pcm16 == pcm
+
+
+@pytest.mark.parametrize(
+    ("session", "encoding"),
+    [
+        ({"output_audio_format": "g711_ulaw"}, "g711_ulaw"),
+        ({"audio": {"output": {"format": {"type": "audio/pcma"}}}}, "g711_alaw"),
+    ],
+)
+def test_g711_session_output_is_8khz(session: dict[str, Any], encoding: str) -> None:
+    patch = client.patch(session)
+    assert patch.output_audio_format == cpb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "encode"),
+    [
+        ("g711_ulaw", g711.pcm16_to_ulaw),
+        ("g711_alaw", g711.pcm16_to_alaw),
+        ({"type": "audio/pcmu"}, g711.pcm16_to_ulaw),
+        ({"type": "audio/pcma", "rate": 8000}, g711.pcm16_to_alaw),
+    ],
+)
+def test_per_event_g711_format_overrides_the_session(fmt: Any, encode: Any) -> None:
+    pcm = client.sine(8000, 240)
+    append = Translator().translate(client.append(encode(pcm), format=fmt)).append_audio
+    assert append.sample_rate_hz == 8000
+    assert len(append.pcm16) == len(pcm)
+
+
+def test_per_event_format_also_reads_input_audio_format() -> None:
+    floats = np.zeros(10, dtype="<f4").tobytes()
+    append = (
+        Translator().translate(client.append(floats, input_audio_format="pcm_f32le")).append_audio
+    )
+    assert append.pcm16 == b"\x00\x00" * 10
+
+
+@pytest.mark.parametrize("etype", ["push_chunk", "input.audio.append"])
+@pytest.mark.parametrize("rate", [8000, 16000, 44100])
+def test_legacy_aliases_default_to_wav_and_take_its_rate(etype: str, rate: int) -> None:
+    pcm = client.sine(rate, rate // 10)
+    cmd = Translator().translate({"type": etype, "audio": client.b64(client.wav(pcm, rate))})
+    assert (cmd.append_audio.pcm16, cmd.append_audio.sample_rate_hz) == (pcm, rate)
+
+
+def test_legacy_alias_with_a_format_is_not_wav() -> None:
+    pcm = client.sine(16000, 160)
+    cmd = Translator().translate(
+        {"type": "push_chunk", "chunk": client.b64(pcm), "format": "pcm16"}
+    )
+    assert cmd.append_audio.pcm16 == pcm
+
+
+def test_canonical_append_takes_wav_when_it_says_so() -> None:
+    pcm = client.sine(22050, 2205)
+    append = (
+        Translator().translate(client.append(client.wav(pcm, 22050), format="wav")).append_audio
+    )
+    assert (append.pcm16, append.sample_rate_hz) == (pcm, 22050)
+    same = Translator().translate(
+        client.append(client.wav(pcm, 22050), format="wav", sample_rate_hz=22050)
+    )
+    assert same.append_audio.sample_rate_hz == 22050
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "param"),
+    [
+        ({"format": "opus"}, "unsupported_audio_format", "format"),
+        ({"format": {"type": "audio/aac"}}, "unsupported_audio_format", "format"),
+        ({"format": 16}, "invalid_value", "format"),
+        ({"format": {"type": "audio/pcm", "rate": "x"}}, "invalid_value", "format.rate"),
+        (
+            {"format": {"type": "audio/pcm", "rate": 8000}},
+            "unsupported_audio_format",
+            "format.rate",
+        ),
+        (
+            {"format": "g711_ulaw", "sample_rate_hz": 16000},
+            "unsupported_audio_format",
+            "sample_rate_hz",
+        ),
+        (
+            {"format": "pcm_f32le", "sample_rate_hz": 8000},
+            "unsupported_audio_format",
+            "sample_rate_hz",
+        ),
+        (
+            {"format": {"type": "audio/pcm", "rate": 16000}, "sample_rate_hz": 24000},
+            "invalid_value",
+            "sample_rate_hz",
+        ),
+        ({"format": "pcm_f32le"}, "invalid_audio", "audio"),  # 6 bytes: not whole floats
+        ({"format": "wav"}, "invalid_audio", "audio"),  # no RIFF header
+    ],
+)
+def test_bad_per_event_formats_are_refused(extra: dict[str, Any], code: str, param: str) -> None:
+    err = client.refused(client.append(b"\x00" * 6, **extra))
+    assert (err.code, err.param) == (code, param)
+
+
+@pytest.mark.parametrize(
+    ("wav_bytes", "code"),
+    [
+        (client.wav(b"\x00\x00" * 8, 16000, channels=2), "unsupported_audio_format"),
+        (client.wav(b"\x00\x00" * 8, 12345), "unsupported_audio_format"),
+        (b"RIFF\x00\x00\x00\x00WAVE", "invalid_audio"),
+        (b"RIFF\x00\x00\x00\x00WAVEdata\x02\x00\x00\x00\x00\x00", "invalid_audio"),
+    ],
+)
+def test_bad_wav_is_refused(wav_bytes: bytes, code: str) -> None:
+    err = client.refused({"type": "push_chunk", "chunk": client.b64(wav_bytes)})
+    assert (err.code, err.param) == (code, "audio")
+
+
+def test_legacy_raw_pcm_without_format_is_refused_as_not_wav() -> None:
+    err = client.refused({"type": "push_chunk", "chunk": client.b64(b"\x02\x00" * 4)})
+    assert (err.code, err.param) == ("invalid_audio", "audio")

@@ -17,8 +17,8 @@ from antiphon.gateway.projector import project
 from antiphon.gateway.translator import Translator
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
-from tests.gateway.test_openai_dialect import _event, _state
-from tests.gateway.test_translator import _refused, _sdk_wire
+from tests.gateway import client_events as client
+from tests.gateway import server_events as server
 from tests.support import openai_models
 
 PARAMETERS = {
@@ -37,7 +37,7 @@ WEATHER = {
 
 def _update(**session: Any) -> spb.ClientCommand:
     event: Any = {"type": "session.update", "session": {"type": "realtime", **session}}
-    wire = _sdk_wire(event)
+    wire = client.sdk_wire(event)
     return Translator().translate(wire)
 
 
@@ -69,7 +69,7 @@ def test_an_update_without_tools_leaves_them_and_an_empty_list_clears_them() -> 
     ],
 )
 def test_tools_of_the_wrong_shape_are_refused_by_name(tools: Any, param: str) -> None:
-    error = _refused({"type": "session.update", "session": {"tools": tools}})
+    error = client.refused({"type": "session.update", "session": {"tools": tools}})
     assert error.param == param
 
 
@@ -82,7 +82,7 @@ def test_tools_of_the_wrong_shape_are_refused_by_name(tools: Any, param: str) ->
     ],
 )
 def test_a_tool_choice_not_openai_s_is_refused(choice: Any, param: str) -> None:
-    error = _refused({"type": "session.update", "session": {"tool_choice": choice}})
+    error = client.refused({"type": "session.update", "session": {"tool_choice": choice}})
     assert error.param == param
 
 
@@ -110,7 +110,7 @@ def _with_tools() -> spb.SessionState:
     tool = cpb.Tool(
         name="get_weather", description="Get the weather.", parameters=json.dumps(PARAMETERS)
     )
-    return _state(
+    return server.openai_state(
         input_audio_format=cpb.AudioFormat(encoding="pcm16", sample_rate_hz=24000),
         tools=[tool, cpb.Tool(name="get_time")],
         tool_choice=cpb.ToolChoice(mode="function", name="get_time"),
@@ -118,8 +118,8 @@ def _with_tools() -> spb.SessionState:
 
 
 def test_both_dialects_show_the_tools_as_openai_spells_them() -> None:
-    openai = project_openai(_event("session_updated", _with_tools()))
-    duplex = project(_event("session_updated", _with_tools()))
+    openai = project_openai(server.event("session_updated", _with_tools()))
+    duplex = project(server.event("session_updated", _with_tools()))
     assert openai is not None and openai_models.violations(openai) == []
     for session in (openai["session"], duplex["session"]):
         assert session["tools"] == [
@@ -158,11 +158,11 @@ def test_a_call_s_item_events_are_openai_s_strictly() -> None:
         body = spb.OutputItemEvent(
             response_id="resp_fc_01", output_index=1, item=_call(status, arguments)
         )
-        frame = project_openai(_event(kind, body))
+        frame = project_openai(server.event(kind, body))
         assert frame is not None and openai_models.violations(frame) == []
         assert frame["item"]["arguments"] == arguments and frame["output_index"] == 1
     done = spb.Response(id="resp_fc_01", status="completed", output=[_call("completed", "{}")])
-    frame = project_openai(_event("response_done", spb.ResponseEvent(response=done)))
+    frame = project_openai(server.event("response_done", spb.ResponseEvent(response=done)))
     assert frame is not None and openai_models.violations(frame) == []
     assert frame["response"]["output"][0]["type"] == "function_call"
 
@@ -171,8 +171,8 @@ def test_a_malformed_call_is_a_duplex_diagnostic_only() -> None:
     malformed = spb.MalformedFunctionCall(
         session_id="s", epoch=3, response_id="resp_1", name="search", arguments='{"name": "search"}'
     )
-    assert project_openai(_event("function_call_malformed", malformed)) is None
-    native = project_native(_event("function_call_malformed", malformed))
+    assert project_openai(server.event("function_call_malformed", malformed)) is None
+    native = project_native(server.event("function_call_malformed", malformed))
     assert {k: native[k] for k in ("type", "call_id", "name", "arguments")} == {
         "type": "function_call.done",
         "call_id": None,

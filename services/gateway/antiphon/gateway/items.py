@@ -1,5 +1,6 @@
-"""A `conversation.item.create`'s item -> the typed Item: messages, tool calls
-and their results, in OpenAI's shapes.
+"""The `conversation.item.*` client events -> their typed requests: a
+created item (messages, tool calls and their results, in OpenAI's shapes),
+and the item a retrieve, delete or truncate names.
 
 An `input_audio` part's audio is in the session's input format, as OpenAI
 defines it, and is decoded to PCM16 here like an append's.
@@ -33,6 +34,28 @@ def create_item(event: fields.Event, input_encoding: str) -> spb.CreateItem:
         previous = fields.non_empty_string(previous, "previous_item_id")
         create.previous_item_id = "" if previous == ROOT_ITEM else previous
     return create
+
+
+def item_ref(event: fields.Event) -> spb.ItemRef:
+    """The item a `conversation.item.retrieve` or `.delete` names."""
+    return spb.ItemRef(item_id=_item_id(event))
+
+
+def truncation(event: fields.Event) -> spb.TruncateItem:
+    """A `conversation.item.truncate`: the item, its part, and the audio kept."""
+    return spb.TruncateItem(
+        item_id=_item_id(event),
+        content_index=fields.non_negative_int(
+            fields.required(event, "content_index"), "content_index", fields.INT32_MAX
+        ),
+        audio_end_ms=fields.non_negative_int(
+            fields.required(event, "audio_end_ms"), "audio_end_ms"
+        ),
+    )
+
+
+def _item_id(event: fields.Event) -> str:
+    return fields.non_empty_string(fields.required(event, "item_id"), "item_id")
 
 
 def _item(body: fields.Event, input_encoding: str) -> cpb.Item:

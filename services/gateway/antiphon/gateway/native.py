@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from antiphon.gateway.event_kinds import Kind, body_of, kind_of
 from antiphon.gateway.projector import playback_acknowledged, project
 from antiphon.gateway.shapes import Json
 from antiphon.v1 import session_pb2 as spb
@@ -53,14 +54,13 @@ def normalize(event: Json) -> Json:
 
 
 def project_native(ev: spb.ServerEvent) -> Json:
-    kind = ev.WhichOneof("kind")
     frame = project(ev)
-    assert kind is not None  # project() refuses an event without one
+    kind = kind_of(ev)
     reshape = _NATIVE.get(kind)
     if reshape is None:
         return frame
     envelope = {"event_id": frame["event_id"], "server_event_seq": frame["server_event_seq"]}
-    native = reshape(getattr(ev, kind), frame)
+    native = reshape(body_of(ev, kind), frame)
     return {"type": native.pop("type"), **envelope, **native}
 
 
@@ -144,7 +144,8 @@ def _error(e: spb.ErrorEvent, frame: Json) -> Json:
     }
 
 
-_NATIVE: dict[str, Callable[[Any, Json], Json]] = {
+# Kind -> its native frame, from its body and its Realtime frame.
+_NATIVE: dict[Kind, Callable[[Any, Json], Json]] = {
     "input_committed": _committed,
     "input_cancelled": _cancelled_input,
     "audio_delta": _audio_delta,

@@ -27,7 +27,9 @@ will be created"); the session sends them just before it, in the reference's
 order and in one batch, so `OpenAIProjector` holds them until the commit.
 
 The session opens as the socket is accepted (`Dialect.opens_on_connect`).
-Everything this module leaves out is the duplex dialect's (`?duplex=1`,
+Each frame is built directly in OpenAI's shape: the events OpenAI shares
+with the duplex dialect from `ga_events`, the session, responses and errors
+here. Everything this module leaves out is the duplex dialect's (`?duplex=1`,
 `projector`): the same typed events, projected with the reference's
 extensions.
 """
@@ -37,10 +39,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from antiphon.common.audio_formats import G711, PCM16
+from antiphon.common.audio_formats import G711, PCM16, PCM_OUTPUT_RATE
 from antiphon.gateway.audio_formats import ga_type
-from antiphon.gateway.projector import project
-from antiphon.gateway.shapes import Json, audio_output, item, truncation, turn_detection
+from antiphon.gateway.event_kinds import Kind, body_of, kind_of
+from antiphon.gateway.ga_events import Projection, ga_events
+from antiphon.gateway.shapes import Json, audio_output, error, item, truncation, turn_detection
 from antiphon.gateway.tools import tool_choice_json, tools_json
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -62,24 +65,23 @@ CLIENT_TYPES = frozenset(
     }
 )
 
-# Typed kinds with no OpenAI event and nothing this socket must learn: not sent.
-NOT_SENT = frozenset(
-    {
-        "response_speak",  # the audio deltas say it
-        "response_listen",  # no response follows: nothing to say
-        "overlap_decision",  # its outcome shows (a cancelled response, a later one)
-        "playback_acknowledged",  # answers `playback.ack`, which is not taken here
-        "heartbeat_ack",  # answers `session.heartbeat`, idem
-        "session_closed",  # its socket is gone (a clean close) or never asked
-        "session_resumed",  # the gateway's own fail-over: the client carries on
-        "function_call_malformed",  # a duplex diagnostic: the reply goes on in speech
-    }
-)
+# Typed kinds with no OpenAI event and nothing this socket must learn: not
+# sent, each for its reason.
+NOT_SENT: dict[Kind, str] = {
+    "response_speak": "the audio deltas say it",
+    "response_listen": "no response follows: nothing to say",
+    "overlap_decision": "its outcome shows (a cancelled response, a later one)",
+    "playback_acknowledged": "it answers `playback.ack`, which is not taken here",
+    "heartbeat_ack": "it answers `session.heartbeat`, which is not taken here",
+    "session_closed": "its socket is gone (a clean close) or never asked",
+    "session_resumed": "the gateway's own fail-over: the client carries on",
+    "function_call_malformed": "a duplex diagnostic: the reply goes on in speech",
+}
 
 # Kinds that end this socket's session with no OpenAI event of their own:
 # told as an `error` (type, code, message).
 _Ending = Callable[[Any], tuple[str, str, str]]
-ENDINGS: dict[str, _Ending] = {
+ENDINGS: dict[Kind, _Ending] = {
     "session_expired": lambda e: (
         "invalid_request_error",
         "session_expired",
@@ -124,43 +126,7 @@ ITEM_NOT_FOUND = {
 }
 
 # OpenAI's `audio/pcm` has one rate.
-OPENAI_PCM_RATE = 24000
-
-_PART = ("response_id", "item_id", "output_index", "content_index")
-_CALL = ("response_id", "item_id", "output_index", "call_id")
-# Wire type -> the fields OpenAI sends in it, besides `type` and `event_id`.
-FIELDS: dict[str, tuple[str, ...]] = {
-    "input_audio_buffer.speech_started": ("audio_start_ms", "item_id"),
-    "input_audio_buffer.speech_stopped": ("audio_end_ms", "item_id"),
-    "input_audio_buffer.committed": ("previous_item_id", "item_id"),
-    "input_audio_buffer.cleared": (),
-    "conversation.item.added": ("previous_item_id", "item"),
-    "conversation.item.created": ("previous_item_id", "item"),
-    "conversation.item.done": ("previous_item_id", "item"),
-    "conversation.item.retrieved": ("item",),
-    "conversation.item.deleted": ("item_id",),
-    "conversation.item.truncated": ("item_id", "content_index", "audio_end_ms"),
-    "conversation.item.input_audio_transcription.completed": (
-        "item_id",
-        "content_index",
-        "transcript",
-        "usage",
-    ),
-    "response.output_item.added": ("response_id", "output_index", "item"),
-    "response.output_item.done": ("response_id", "output_index", "item"),
-    "response.content_part.added": (*_PART, "part"),
-    "response.content_part.done": (*_PART, "part"),
-    "response.output_audio.delta": (*_PART, "delta"),
-    "response.output_audio_transcript.delta": (*_PART, "delta"),
-    "response.output_text.delta": (*_PART, "delta"),
-    "response.output_audio.done": _PART,
-    "response.output_audio_transcript.done": (*_PART, "transcript"),
-    "response.output_text.done": (*_PART, "text"),
-    "response.function_call_arguments.delta": (*_CALL, "delta"),
-    "response.function_call_arguments.done": (*_CALL, "name", "arguments"),
-    "rate_limits.updated": ("rate_limits",),
-    "output_audio_buffer.cleared": ("response_id",),
-}
+OPENAI_PCM_RATE = PCM_OUTPUT_RATE
 
 
 class OpenAIProjector:
@@ -174,7 +140,7 @@ class OpenAIProjector:
         frame = project_openai(ev)
         if frame is None:
             return []
-        kind = ev.WhichOneof("kind")
+        kind = kind_of(ev)
         if kind in ("item_added", "item_created") and _user_message(frame["item"]):
             self._held.append(frame)
             return []
@@ -190,25 +156,17 @@ def _user_message(it: Json) -> bool:
 
 def project_openai(ev: spb.ServerEvent) -> Json | None:
     """The OpenAI frame of one typed event, or None when OpenAI has none to send."""
-    kind = ev.WhichOneof("kind")
-    if kind is None:
-        raise ValueError("server event without a kind")
+    kind = kind_of(ev)
     if kind in NOT_SENT:
         return None
-    body = getattr(ev, kind)
-    if kind in ENDINGS:
-        type_, code, message = ENDINGS[kind](body)
-        error = spb.ErrorEvent(type=type_, code=code, message=message)
-        return {"type": "error", "event_id": ev.event_id, **_error(error)}
-    shape = _SHAPES.get(kind)
-    if shape is not None:
-        wire_type, build = shape
-        return {"type": wire_type, "event_id": ev.event_id, **build(body)}
-    frame = project(ev)
-    out: Json = {"type": frame["type"], "event_id": ev.event_id}
-    for key in FIELDS[frame["type"]]:
-        out[key] = openai_item(frame[key]) if key == "item" else frame[key]
-    return out
+    body = body_of(ev, kind)
+    ending = ENDINGS.get(kind)
+    if ending is not None:
+        type_, code, message = ending(body)
+        body = spb.ErrorEvent(type=type_, code=code, message=message)
+        kind = "error"
+    wire_type, build = _PROJECTIONS[kind]
+    return {"type": wire_type, "event_id": ev.event_id, **build(body)}
 
 
 # ------------------------------------------------------------------ shapes
@@ -252,7 +210,7 @@ def response_object(r: spb.Response) -> Json:
         "id": r.id,
         "status": r.status,
         "status_details": status_details(r),
-        "output": [openai_item(item(i)) for i in r.output],
+        "output": [openai_item(i) for i in r.output],
         "output_modalities": list(r.output_modalities),
         # The client's own `response.create` metadata, echoed (LiveKit matches
         # its request by `metadata.client_event_id`); null when it gave none.
@@ -269,16 +227,16 @@ def status_details(r: spb.Response) -> Json | None:
     return None
 
 
-def openai_item(it: Json) -> Json:
+def openai_item(it: cpb.Item) -> Json:
     """An item with its content parts typed as OpenAI types them for its role:
     a user's or system's text is `input_text`, the assistant's `output_text`."""
-    if it.get("type") != "message":
-        return it
-    role = it.get("role")
-    return {**it, "content": [_part(p, role) for p in it.get("content", [])]}
+    shaped = item(it)
+    if it.type != "message":
+        return shaped
+    return {**shaped, "content": [_part(p, it.role) for p in shaped["content"]]}
 
 
-def _part(part: Json, role: Any) -> Json:
+def _part(part: Json, role: str) -> Json:
     kind = part.get("type")
     if kind in ("text", "input_text", "output_text"):
         return {**part, "type": "output_text" if role == "assistant" else "input_text"}
@@ -293,26 +251,15 @@ def error_code(e: spb.ErrorEvent) -> str:
     return ERROR_CODES.get(e.code, e.code)
 
 
-def _error(e: spb.ErrorEvent) -> Json:
-    return {
-        "error": {
-            "type": e.type,
-            "code": error_code(e),
-            "message": e.message,
-            "param": e.param or None,
-            "event_id": e.event_id or None,
-        }
-    }
-
-
 def _response(e: spb.ResponseEvent) -> Json:
     return {"response": response_object(e.response)}
 
 
-_SHAPES: dict[str, tuple[str, Callable[[Any], Json]]] = {
+_PROJECTIONS: dict[Kind, Projection] = {
+    **ga_events(openai_item),
     "session_created": ("session.created", lambda st: {"session": session_object(st)}),
     "session_updated": ("session.updated", lambda st: {"session": session_object(st)}),
     "response_created": ("response.created", _response),
     "response_done": ("response.done", _response),
-    "error": ("error", _error),
+    "error": ("error", lambda e: {"error": error(e, error_code(e))}),
 }

@@ -1,8 +1,9 @@
 """The duplex dialect's JSON for the typed objects its events carry: the
-session, items and their content, responses, playback and turn detection.
+session, items and their content, responses, errors, playback and turn
+detection.
 
 `projector` builds each event around these; OpenAI's dialect reuses those
-whose shape OpenAI shares (`item`, `turn_detection`).
+whose shape OpenAI shares (`item`, `content_part`, `turn_detection`, `error`).
 """
 
 from __future__ import annotations
@@ -129,6 +130,17 @@ def item(it: cpb.Item) -> Json:
     if it.type == "function_call_output":
         return {**base, "call_id": it.call_id, "output": it.output}
     return {**base, "role": it.role, "content": [content_part(p) for p in it.content]}
+
+
+def error(e: spb.ErrorEvent, code: str) -> Json:
+    """An `error` event's object; `code` as the dialect names the refusal."""
+    return {
+        "type": e.type,
+        "code": code,
+        "message": e.message,
+        "param": e.param or None,
+        "event_id": e.event_id or None,
+    }
 
 
 def response_object(r: spb.Response, duplex_type: str) -> Json:

@@ -3,9 +3,11 @@
 The translator accepts both generations of OpenAI's Realtime spellings (the
 beta `input_audio_format: "pcm16"` and the GA `audio.input.format` object)
 and the reference's duplex extensions. Each canonical client event type has
-one builder (`HANDLERS`); the builders read fields through `fields`, session
-objects through `session_patch`, items through `items` and audio through
-`audio_formats`, where base64 audio is decoded, once, to PCM16. An invalid
+one builder (`HANDLERS`): here those that read the connection's declared
+input encoding, in `commands` those that need nothing but their event. The
+builders read fields through `fields`, session objects through
+`session_patch`, items through `items` and audio through `audio_formats`,
+where base64 audio is decoded, once, to PCM16. An invalid
 event raises one ClientError and yields no command, so a refused event
 changes nothing.
 
@@ -24,12 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from antiphon.common.audio_formats import PCM16
-from antiphon.common.ids import valid_session_id
-from antiphon.gateway import fields, tools
+from antiphon.gateway import commands, fields
 from antiphon.gateway.audio_formats import WAV, base64_audio, decode_field, event_format
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.fields import Event
-from antiphon.gateway.items import create_item
+from antiphon.gateway.items import create_item, item_ref, truncation
 from antiphon.gateway.pinned import PinnedConfig
 from antiphon.gateway.session_patch import session_patch, with_query
 from antiphon.v1 import common_pb2 as cpb
@@ -51,10 +52,6 @@ ALIASES = {
 
 # The legacy append aliases carry WAV unless the event names a `format`.
 LEGACY_APPEND_TYPES = ("push_chunk", "input.audio.append")
-# The turn signals `turn.signal` carries; the reference defines only barge-in.
-TURN_SIGNALS = ("barge_in",)
-# `barge_in.source` when the client names none.
-CLIENT_SIGNAL_SOURCE = "client_event"
 
 
 def canonical_type(event: Event) -> str:
@@ -136,7 +133,7 @@ class Translator:
     def _open(self, event: Event, query: dict[str, str]) -> spb.ClientCommand:
         etype = canonical_type(event)
         if etype == "session.resume":
-            return _resume(event)
+            return commands.resume(event)
         if etype != "session.update" or query.get("autostart") == "0":
             expected = "session.resume" if query.get("autostart") == "0" else "session.update"
             raise ClientError(
@@ -216,143 +213,6 @@ def _not_unicode() -> ClientError:
     return ClientError("invalid_value", "strings must be valid Unicode (no lone UTF-16 surrogates)")
 
 
-# ----------------------------------------------------------- stateless builders
-def _resume(event: Event) -> spb.ClientCommand:
-    session_id = fields.string(fields.required(event, "session_id"), "session_id")
-    if not valid_session_id(session_id):
-        raise ClientError("invalid_value", "`session_id` is not a session id", param="session_id")
-    resume = spb.ResumeSession(
-        session_id=session_id,
-        incarnation=fields.non_negative_int(event.get("incarnation", 0), "incarnation"),
-        resume_token=fields.string(fields.required(event, "resume_token"), "resume_token"),
-        last_received_seq=fields.non_negative_int(
-            event.get("last_received_server_event_seq", 0), "last_received_server_event_seq"
-        ),
-    )
-    cmd = spb.ClientCommand(client_type="session.resume", resume=resume)
-    if isinstance(event.get("event_id"), str):
-        cmd.event_id = event["event_id"]
-    return cmd
-
-
-def _event_ack(event: Event) -> spb.ClientCommand:
-    seq = fields.non_negative_int(fields.required(event, "server_event_seq"), "server_event_seq")
-    return spb.ClientCommand(event_ack=spb.EventAck(seq=seq))
-
-
-def _commit(event: Event) -> spb.ClientCommand:
-    commit = spb.CommitInput()
-    if event.get("is_speech") is not None:
-        commit.is_speech = fields.boolean(event["is_speech"], "is_speech")
-    return spb.ClientCommand(commit=commit)
-
-
-def _append_text(event: Event) -> spb.ClientCommand:
-    text = fields.non_empty_string(fields.required(event, "text"), "text")
-    return spb.ClientCommand(append_text=spb.AppendText(text=text))
-
-
-def _item_id(event: Event) -> str:
-    return fields.non_empty_string(fields.required(event, "item_id"), "item_id")
-
-
-def _retrieve_item(event: Event) -> spb.ClientCommand:
-    return spb.ClientCommand(retrieve_item=spb.ItemRef(item_id=_item_id(event)))
-
-
-def _delete_item(event: Event) -> spb.ClientCommand:
-    return spb.ClientCommand(delete_item=spb.ItemRef(item_id=_item_id(event)))
-
-
-def _truncate_item(event: Event) -> spb.ClientCommand:
-    truncate = spb.TruncateItem(
-        item_id=_item_id(event),
-        content_index=fields.non_negative_int(
-            fields.required(event, "content_index"), "content_index", fields.INT32_MAX
-        ),
-        audio_end_ms=fields.non_negative_int(
-            fields.required(event, "audio_end_ms"), "audio_end_ms"
-        ),
-    )
-    return spb.ClientCommand(truncate_item=truncate)
-
-
-def _response_create(event: Event) -> spb.ClientCommand:
-    body = event.get("response") or {}
-    if not isinstance(body, dict):
-        raise ClientError("invalid_value", "`response` must be an object", param="response")
-    req = spb.CreateResponse()
-    # null is "not given" (LiveKit's `generate_reply()` sends it): the session's apply.
-    if body.get("instructions") is not None:
-        req.instructions = fields.string(body["instructions"], "response.instructions")
-    modalities = body.get("output_modalities", body.get("modalities"))
-    if modalities is not None:
-        req.output_modalities.extend(fields.string_list(modalities, "response.output_modalities"))
-    if body.get("temperature") is not None:
-        req.temperature = fields.number(body["temperature"], "response.temperature")
-    tokens = body.get("max_output_tokens", body.get("max_response_output_tokens"))
-    if tokens is not None:
-        req.max_output_tokens = fields.max_tokens(tokens, "response.max_output_tokens")
-    tools.read_into(body, req, "response")
-    metadata = body.get("metadata")
-    if metadata is not None:
-        if not isinstance(metadata, dict):
-            raise ClientError(
-                "invalid_value", "`metadata` must be an object", param="response.metadata"
-            )
-        req.metadata.update({str(k): str(v) for k, v in metadata.items()})
-    return spb.ClientCommand(create_response=req)
-
-
-def _response_cancel(event: Event) -> spb.ClientCommand:
-    rid = event.get("response_id") or ""
-    return spb.ClientCommand(
-        cancel_response=spb.CancelResponse(response_id=fields.string(rid, "response_id"))
-    )
-
-
-def _barge_in_signal(source: object, param: str) -> spb.BargeIn:
-    if source is None:
-        return spb.BargeIn(source=CLIENT_SIGNAL_SOURCE)
-    return spb.BargeIn(source=fields.non_empty_string(source, param))
-
-
-def _barge_in(event: Event) -> spb.ClientCommand:
-    return spb.ClientCommand(barge_in=_barge_in_signal(event.get("source"), "source"))
-
-
-def _turn_signal(event: Event) -> spb.ClientCommand:
-    signal = fields.string(fields.required(event, "event"), "event")
-    if signal not in TURN_SIGNALS:
-        raise ClientError(
-            "invalid_value",
-            f"turn.signal event {signal!r} is not supported; use one of {TURN_SIGNALS}",
-            param="event",
-        )
-    payload = fields.obj(event.get("payload"), "payload")
-    return spb.ClientCommand(barge_in=_barge_in_signal(payload.get("source"), "payload.source"))
-
-
-def _playback_ack(event: Event) -> spb.ClientCommand:
-    ack = spb.PlaybackAck(
-        response_id=fields.non_empty_string(fields.required(event, "response_id"), "response_id"),
-        played_ms=fields.non_negative_int(fields.required(event, "played_ms"), "played_ms"),
-    )
-    if event.get("item_id") is not None:
-        ack.item_id = fields.non_empty_string(event["item_id"], "item_id")
-    if event.get("committed_ms") is not None:
-        ack.committed_ms = fields.non_negative_int(event["committed_ms"], "committed_ms")
-        if ack.committed_ms > ack.played_ms:
-            raise ClientError(
-                "invalid_value",
-                "`committed_ms` cannot exceed `played_ms`: only played audio can be committed",
-                param="committed_ms",
-            )
-    if event.get("truncate") is not None:
-        ack.truncate = fields.boolean(event["truncate"], "truncate")
-    return spb.ClientCommand(playback_ack=ack)
-
-
 # A builder gets the connection's translator (for the declared input
 # encoding) and the event; mypy checks every entry of HANDLERS against this.
 Handler = Callable[[Translator, Event], spb.ClientCommand]
@@ -379,23 +239,29 @@ def _fixed(command: spb.ClientCommand) -> Handler:
 HANDLERS: dict[str, Handler] = {
     "session.update": Translator._update,
     "input_audio_buffer.append": Translator._append,
-    "input_audio_buffer.commit": _stateless(_commit),
+    "input_audio_buffer.commit": _stateless(commands.commit),
     "input_audio_buffer.clear": _fixed(spb.ClientCommand(clear_input=spb.ClearInput())),
     "input.cancel": _fixed(spb.ClientCommand(cancel_input=spb.CancelInput())),
-    "input.text.append": _stateless(_append_text),
+    "input.text.append": _stateless(commands.append_text),
     "conversation.item.create": Translator._create_item,
-    "conversation.item.retrieve": _stateless(_retrieve_item),
-    "conversation.item.delete": _stateless(_delete_item),
-    "conversation.item.truncate": _stateless(_truncate_item),
-    "response.create": _stateless(_response_create),
-    "response.cancel": _stateless(_response_cancel),
+    "conversation.item.retrieve": _stateless(
+        lambda event: spb.ClientCommand(retrieve_item=item_ref(event))
+    ),
+    "conversation.item.delete": _stateless(
+        lambda event: spb.ClientCommand(delete_item=item_ref(event))
+    ),
+    "conversation.item.truncate": _stateless(
+        lambda event: spb.ClientCommand(truncate_item=truncation(event))
+    ),
+    "response.create": _stateless(commands.response_create),
+    "response.cancel": _stateless(commands.response_cancel),
     "output_audio_buffer.clear": _fixed(
         spb.ClientCommand(clear_output_audio=spb.ClearOutputAudio())
     ),
-    "barge_in": _stateless(_barge_in),
-    "turn.signal": _stateless(_turn_signal),
-    "playback.ack": _stateless(_playback_ack),
+    "barge_in": _stateless(commands.barge_in),
+    "turn.signal": _stateless(commands.turn_signal),
+    "playback.ack": _stateless(commands.playback_ack),
     "session.close": _fixed(spb.ClientCommand(close=spb.CloseSession())),
     "session.heartbeat": _fixed(spb.ClientCommand(heartbeat=spb.Heartbeat())),
-    "session.event_ack": _stateless(_event_ack),
+    "session.event_ack": _stateless(commands.event_ack),
 }
