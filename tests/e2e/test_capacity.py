@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from stack import LocalStack, Ports, free_port
 
 from antiphon.common.workers import TTL_HEARTBEATS, WorkerInfo, WorkerRegistry, index_key
+from antiphon.session import keys
 from tests.support import tiers
 from tests.support.polling import eventually, redis_now_ms
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
@@ -130,7 +131,7 @@ async def bound_stage0(pool: Pool, created: Event) -> str:
     r = aioredis.Redis.from_url(pool.stack.redis_url)
     try:
         raw: bytes | None = await r.hget(  # type: ignore[assignment]
-            f"ap:{{{created['session']['id']}}}:session", "stage0"
+            keys.session(created["session"]["id"]), "stage0"
         )
     finally:
         await r.aclose()

@@ -201,6 +201,8 @@ async def test_a_dropped_session_holds_no_stage_slot_and_answers_with_its_histor
         )
         await full.ws.close()
         await others.pop()[0].ws.close()
+        await load_is(workers, (1, 1))  # that session ended: a slot on each worker is free
+        # Not a barrier: the claim is about a session detached for 10 s.
         await asyncio.sleep(max(0.0, 10.0 - (time.monotonic() - dropped_at)))
         again = await resume(two_slot_stack, created, first)
         try:

@@ -22,6 +22,7 @@ import pytest
 import redis.asyncio as aioredis
 from stack import LocalStack
 
+from antiphon.session import keys
 from tests.support import golden, openai_models, reference
 from tests.support.realtime import MANUAL, RealtimeClient, ask, duplex_url, of_type
 from tests.support.speech import silence, spoken, weather_question
@@ -284,7 +285,7 @@ async def _detached(stack: LocalStack, session_id: str) -> None:
     r = aioredis.Redis.from_url(stack.redis_url)
     try:
         for _ in range(200):
-            bound = await r.hget(f"ap:{{{session_id}}}:session", "stage0")  # type: ignore[misc]
+            bound = await r.hget(keys.session(session_id), "stage0")  # type: ignore[misc]
             if bound == b"":
                 return
             await asyncio.sleep(0.05)

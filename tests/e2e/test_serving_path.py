@@ -18,6 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 from stack import LocalStack
 
+from antiphon.session import keys
 from antiphon.v1 import session_pb2 as spb
 from tests.support.realtime import (
     MANUAL,
@@ -134,7 +135,7 @@ async def test_server_event_seq_strictly_increases_and_every_event_is_journaled(
     r = aioredis.Redis.from_url(synthetic_stack.redis_url)
     try:
         entries: list[tuple[bytes, dict[bytes, bytes]]] = await r.xrange(  # type: ignore[assignment]
-            f"ap:{{{session_id}}}:journal"
+            keys.journal(session_id)
         )
     finally:
         await r.aclose()

@@ -12,16 +12,18 @@ import asyncio
 import contextlib
 import re
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import grpc
 import pytest
 import redis.asyncio as aioredis
 
+from antiphon.session import keys
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import session_pb2_grpc
 from tests.support import tiers
 from tests.support.cluster import Cluster, running_cluster
+from tests.support.polling import eventually
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
 from tests.support.speech import silence, spoken
 
@@ -66,6 +68,52 @@ async def drop(client: RealtimeClient) -> None:
         await client.ws.wait_closed()
 
 
+async def redis_holds(
+    cluster: Cluster, fact: Callable[[aioredis.Redis], Awaitable[bool]], timeout_s: float = 30.0
+) -> None:
+    """Until `fact` holds in the cluster's Redis (TimeoutError after `timeout_s`: a hang)."""
+    r = aioredis.Redis.from_url(cluster.stack.redis_url)
+    try:
+        await eventually(lambda: fact(r), timeout_s)
+    finally:
+        await r.aclose()
+
+
+async def detached(cluster: Cluster, created: Event) -> None:
+    """Until the session's owner has heard of the drop: detached, it gave its
+    stage1 slot back (a response in flight ends first) and says so in Redis."""
+    sid = created["session"]["id"]
+
+    async def released(r: aioredis.Redis) -> bool:
+        return await r.hget(keys.session(sid), "stage1") == b""  # type: ignore[misc]
+
+    await redis_holds(cluster, released)
+
+
+async def ended(cluster: Cluster, created: Event) -> None:
+    """Until the session's cleanup has finished: its admission slot goes last."""
+    sid = created["session"]["id"]
+
+    async def released(r: aioredis.Redis) -> bool:
+        return not await r.sismember(keys.ADMITTED, sid)  # type: ignore[misc]
+
+    await redis_holds(cluster, released)
+
+
+async def no_session_keys(r: aioredis.Redis) -> bool:
+    async for _ in r.scan_iter(match=keys.EVERY_SESSION_KEY):
+        return False
+    return True
+
+
+async def answers(r: aioredis.Redis) -> bool:
+    """Redis is up with its data loaded (while loading its AOF it answers LOADING)."""
+    try:
+        return bool(await r.ping())
+    except aioredis.RedisError:
+        return False
+
+
 async def resume(
     cluster: Cluster, created: Event, last_seq: int, *, gateway: int = 2, token: str = ""
 ) -> RealtimeClient:
@@ -89,7 +137,7 @@ async def test_a_dropped_socket_resumes_on_another_gateway_with_exact_replay(
     await client.until(lambda e: e["type"] == "response.output_audio.delta")
     seen = list(client.events)
     await drop(client)  # mid-response, no session.close
-    await asyncio.sleep(0.5)
+    await detached(cluster, created)
     again = await resume(cluster, created, seen[-1]["server_event_seq"], gateway=2)
     try:
         resumed = await again.until(lambda e: e["type"] in ("session.resumed", "error"))
@@ -133,7 +181,7 @@ async def test_resume_with_a_wrong_token_is_refused_and_changes_nothing(cluster:
 async def test_resume_after_the_grace_period_is_expired(cluster: Cluster) -> None:
     client, created = await open_client(cluster)
     await drop(client)
-    await asyncio.sleep(GRACE_S + 1.5)
+    await ended(cluster, created)  # its grace period ran out
     late = await resume(cluster, created, 2)
     try:
         err = await late.until(lambda e: e["type"] == "error")
@@ -294,7 +342,7 @@ async def test_redis_restarted_between_turns_the_session_continues(cluster: Clus
         await start_turn(client)
         await client.response_cycle()
         cluster.stack.restart_redis()
-        await asyncio.sleep(0.5)
+        await redis_holds(cluster, answers)
         await start_turn(client, "Still there?")
         cycle = await client.response_cycle()
         assert of_type(cycle, "response.done")[0]["response"]["status"] == "completed"
@@ -355,13 +403,14 @@ async def test_redis_keys_return_to_baseline_after_200_sessions(cluster: Cluster
             await c.close()
 
     try:
-        await asyncio.sleep(REPLAY_TTL_S + 1)  # earlier tests' keys expire
+        # Earlier tests' sessions expire (graces, then replay TTLs).
+        await eventually(lambda: no_session_keys(r), timeout_s=60)
         keys_before = await r.dbsize()
         for _ in range(40):
             await asyncio.gather(*(one() for _ in range(MAX_SESSIONS)))
-        await asyncio.sleep(REPLAY_TTL_S + 1.5)
+        await eventually(lambda: no_session_keys(r), timeout_s=REPLAY_TTL_S + 30)
         assert await r.dbsize() <= keys_before
-        assert await r.scard("ap:admitted") == 0
+        assert await r.scard(keys.ADMITTED) == 0
     finally:
         await r.aclose()
 

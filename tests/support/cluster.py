@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from stack import LocalStack, Ports, free_port
 
+from antiphon.session import keys
 from tests.support.realtime import with_duplex
 
 SESSION_SERVICE = "antiphon.v1.SessionService"
@@ -46,7 +47,7 @@ class Cluster:
         r = aioredis.Redis.from_url(self.stack.redis_url)
         try:
             raw: bytes | None = await r.hget(  # type: ignore[assignment]
-                f"ap:{{{session_id}}}:session", "replica"
+                keys.session(session_id), "replica"
             )
             replica = (raw or b"").decode()
         finally:

@@ -3,17 +3,22 @@
 An event the journal refused is never sent, so what a client saw is always
 in the journal a resume replays from. A refusal because another replica
 owns the session now (`NotOwnerError`) means this actor must stand down.
+
+What is journaled is the serialized `ServerEvent`, as it is sent: the
+journal's format is the wire's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from google.protobuf.message import Message
 
 from antiphon.common.ids import new_id
 from antiphon.session.attachment import Attachment, Outbound
+from antiphon.session.event_kinds import EventKind, server_event
 from antiphon.session.metrics import SessionMetrics
-from antiphon.session.responses import Event
 from antiphon.session.store import Journal, NotOwnerError
 from antiphon.v1 import session_pb2 as spb
 
@@ -42,9 +47,8 @@ class Emitter:
         self._metrics = metrics
         self._on_not_owner = on_not_owner
 
-    async def emit(self, kind: str, msg: Any) -> None:
-        ev = spb.ServerEvent(seq=self.seq + 1, event_id=new_id("event"))
-        getattr(ev, kind).CopyFrom(msg)
+    async def emit(self, kind: EventKind, msg: Message) -> None:
+        ev = server_event(self.seq + 1, kind, msg)
         try:
             with self._metrics.journal_latency.time():
                 await self._journal.append_event(
@@ -57,7 +61,7 @@ class Emitter:
         self._metrics.events.labels(kind).inc()
         self._attachment.send(ev)
 
-    async def emit_all(self, events: list[Event]) -> None:
+    async def emit_all(self, events: Iterable[tuple[EventKind, Message]]) -> None:
         for kind, msg in events:
             await self.emit(kind, msg)
 

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 ADMITTED = "ap:admitted"
 
+# Every per-session key of every session, as a SCAN MATCH pattern (Redis
+# patterns take braces literally): what is left of sessions, for tests and
+# operators.
+EVERY_SESSION_KEY = "ap:{*}:*"
+
 
 def session(session_id: str) -> str:
     return f"ap:{{{session_id}}}:session"

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -27,14 +27,29 @@ from antiphon.session.errors import Rejection
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.settings import SessionSettings
 from antiphon.session.snapshot import Snapshot, resumes
-from antiphon.session.stages import BindError, Binding, StagePool
+from antiphon.session.stages import BindError, Binding
 from antiphon.session.store import SessionStore
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 
 log = logging.getLogger(__name__)
 
+# What a stream attached to a session gets: the session's actor, the queue
+# of events for the stream, and the attachment's generation (its fence).
 Attached = tuple[SessionActor, Outbound, int]
+
+
+class Stages(Protocol):
+    """The stage workers sessions bind to (`stages.StagePool`); each bind
+    raises `BindError` when no worker takes the session."""
+
+    async def bind_stage0(
+        self, on_event: Callable[[Any], None], *, avoid: str = ""
+    ) -> tuple[Binding[stage_pb2.Stage0Request], stage_pb2.StageInfo]: ...
+
+    async def bind_stage1(
+        self, on_event: Callable[[Any], None], *, avoid: str = ""
+    ) -> tuple[Binding[stage_pb2.Stage1Request], stage_pb2.StageInfo]: ...
 
 
 class SessionRegistry:
@@ -43,7 +58,7 @@ class SessionRegistry:
         *,
         settings: SessionSettings,
         store: SessionStore,
-        pool: StagePool,
+        pool: Stages,
         metrics: SessionMetrics,
     ) -> None:
         self._settings = settings
