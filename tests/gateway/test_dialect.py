@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from antiphon.common.event_kinds import EventKind, kind_of
 from antiphon.gateway import openai_dialect as od
 from antiphon.gateway.dialect import DUPLEX, NATIVE, OPENAI, Dialect, realtime_dialect
-from antiphon.gateway.event_kinds import Kind, kind_of
 from antiphon.gateway.translator import Translator
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import server_events as server
@@ -36,7 +36,7 @@ def test_extension_client_events_are_refused_and_openai_s_taken() -> None:
 
 
 # Kinds a dialect does not send, each with its reason: only OpenAI's leaves any out.
-NOT_SENT: dict[str, dict[Kind, str]] = {
+NOT_SENT: dict[str, dict[EventKind, str]] = {
     DUPLEX.name: {},
     NATIVE.name: {},
     OPENAI.name: od.NOT_SENT,

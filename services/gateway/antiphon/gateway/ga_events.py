@@ -13,7 +13,7 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
-from antiphon.gateway.event_kinds import Kind
+from antiphon.common.event_kinds import EventKind
 from antiphon.gateway.shapes import Json, content_part
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -81,8 +81,8 @@ def _content_part_event(e: spb.ContentPartEvent) -> Json:
     return {**part_ref(e.ref), "part": content_part(e.part)}
 
 
-def ga_events(item_json: ItemJson) -> dict[Kind, Projection]:
-    """Kind -> (wire type, GA fields) of every event both dialects send under
+def ga_events(item_json: ItemJson) -> dict[EventKind, Projection]:
+    """EventKind -> (wire type, GA fields) of every event both dialects send under
     OpenAI's name, with items as `item_json` shapes them."""
 
     def item_event(e: spb.ItemEvent) -> Json:

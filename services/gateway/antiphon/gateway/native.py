@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from antiphon.gateway.event_kinds import Kind, body_of, kind_of
+from antiphon.common.event_kinds import EventKind, body_of, kind_of
 from antiphon.gateway.projector import playback_acknowledged, project
 from antiphon.gateway.shapes import Json
 from antiphon.v1 import session_pb2 as spb
@@ -144,8 +144,8 @@ def _error(e: spb.ErrorEvent, frame: Json) -> Json:
     }
 
 
-# Kind -> its native frame, from its body and its Realtime frame.
-_NATIVE: dict[Kind, Callable[[Any, Json], Json]] = {
+# EventKind -> its native frame, from its body and its Realtime frame.
+_NATIVE: dict[EventKind, Callable[[Any, Json], Json]] = {
     "input_committed": _committed,
     "input_cancelled": _cancelled_input,
     "audio_delta": _audio_delta,

@@ -40,8 +40,8 @@ from collections.abc import Callable
 from typing import Any
 
 from antiphon.common.audio_formats import G711, PCM16, PCM_OUTPUT_RATE
+from antiphon.common.event_kinds import EventKind, body_of, kind_of
 from antiphon.gateway.audio_formats import ga_type
-from antiphon.gateway.event_kinds import Kind, body_of, kind_of
 from antiphon.gateway.ga_events import Projection, ga_events
 from antiphon.gateway.shapes import Json, audio_output, error, item, truncation, turn_detection
 from antiphon.gateway.tools import tool_choice_json, tools_json
@@ -67,7 +67,7 @@ CLIENT_TYPES = frozenset(
 
 # Typed kinds with no OpenAI event and nothing this socket must learn: not
 # sent, each for its reason.
-NOT_SENT: dict[Kind, str] = {
+NOT_SENT: dict[EventKind, str] = {
     "response_speak": "the audio deltas say it",
     "response_listen": "no response follows: nothing to say",
     "overlap_decision": "its outcome shows (a cancelled response, a later one)",
@@ -81,7 +81,7 @@ NOT_SENT: dict[Kind, str] = {
 # Kinds that end this socket's session with no OpenAI event of their own:
 # told as an `error` (type, code, message).
 _Ending = Callable[[Any], tuple[str, str, str]]
-ENDINGS: dict[Kind, _Ending] = {
+ENDINGS: dict[EventKind, _Ending] = {
     "session_expired": lambda e: (
         "invalid_request_error",
         "session_expired",
@@ -255,7 +255,7 @@ def _response(e: spb.ResponseEvent) -> Json:
     return {"response": response_object(e.response)}
 
 
-_PROJECTIONS: dict[Kind, Projection] = {
+_PROJECTIONS: dict[EventKind, Projection] = {
     **ga_events(openai_item),
     "session_created": ("session.created", lambda st: {"session": session_object(st)}),
     "session_updated": ("session.updated", lambda st: {"session": session_object(st)}),

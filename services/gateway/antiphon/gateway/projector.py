@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from antiphon.common.audio_formats import PCM16
-from antiphon.gateway.event_kinds import Kind, body_of, kind_of
+from antiphon.common.event_kinds import EventKind, body_of, kind_of
 from antiphon.gateway.ga_events import Projection, ga_events, part_ref, truncated
 from antiphon.gateway.shapes import (
     Json,
@@ -124,7 +124,7 @@ def _malformed_call(e: spb.MalformedFunctionCall) -> Json:
 
 
 # The duplex dialect's own events: OpenAI has none of these, or its own shape.
-_DUPLEX: dict[Kind, Projection] = {
+_DUPLEX: dict[EventKind, Projection] = {
     "session_created": ("session.created", _session_state),
     "session_updated": ("session.updated", _session_state),
     "session_closed": (
@@ -224,7 +224,7 @@ def _item_truncated(e: spb.ItemTruncated) -> Json:
 
 # GA kind -> the duplex fields that follow OpenAI's in its frame. Tier 2
 # echoes the originating native event under `event`.
-_EXTENSIONS: dict[Kind, Callable[[Any], Json]] = {
+_EXTENSIONS: dict[EventKind, Callable[[Any], Json]] = {
     "input_committed": _committed,
     "audio_delta": _audio_delta,
     "item_deleted": lambda e: {
@@ -238,7 +238,7 @@ _EXTENSIONS: dict[Kind, Callable[[Any], Json]] = {
 }
 
 
-def _extended(kind: Kind, projection: Projection) -> Projection:
+def _extended(kind: EventKind, projection: Projection) -> Projection:
     extend = _EXTENSIONS.get(kind)
     if extend is None:
         return projection
@@ -246,7 +246,7 @@ def _extended(kind: Kind, projection: Projection) -> Projection:
     return wire_type, lambda e: {**build(e), **extend(e)}
 
 
-_PROJECTIONS: dict[Kind, Projection] = {
+_PROJECTIONS: dict[EventKind, Projection] = {
     **{kind: _extended(kind, p) for kind, p in ga_events(item).items()},
     **_DUPLEX,
 }

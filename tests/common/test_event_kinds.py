@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from antiphon.gateway.event_kinds import KINDS, body_of, kind_of
+from antiphon.common.event_kinds import KINDS, body_of, kind_of
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import server_events as server
 
 
 def test_kind_spells_exactly_the_oneof_cases_of_the_protos() -> None:
     """`server.KINDS` is read from the descriptor: a kind added to (or renamed in)
-    `ServerEvent.kind` fails here until `Kind` spells it too."""
+    `ServerEvent.kind` fails here until `EventKind` spells it too."""
     assert list(KINDS) == server.KINDS
 
 

@@ -1,12 +1,13 @@
 """The kinds of typed server event: the cases of `ServerEvent`'s `kind` oneof.
 
-The protos own the list; `Kind` spells it for mypy, so a dialect's table keyed
-by kind, or a comparison with one, fails type-checking on a typo. An event's
-kind is read in one place (`kind_of`), against the same list, and
-`tests/gateway/test_event_kinds.py` pins `Kind` to the descriptor: a kind the
-protos gain fails that test until it is spelled here, and then
-`tests/gateway/test_dialect.py` until each dialect projects it or says why
-it does not send it.
+The protos own the list; `EventKind` spells it for mypy, so a session part
+that emits a kind, or a dialect's table keyed by kind, fails type-checking on
+a typo. Shared by the session service (which emits events) and the gateway
+(which projects them). An event's kind is read in one place (`kind_of`),
+against the same list, and `tests/common/test_event_kinds.py` pins
+`EventKind` to the descriptor: a kind the protos gain fails that test until
+it is spelled here, and then `tests/gateway/test_dialect.py` until each
+dialect projects it or says why it does not send it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Literal, TypeGuard, get_args
 
 from antiphon.v1 import session_pb2 as spb
 
-Kind = Literal[
+EventKind = Literal[
     "session_created",
     "session_updated",
     "session_closed",
@@ -59,23 +60,23 @@ Kind = Literal[
     "function_call_arguments_done",
     "function_call_malformed",
 ]
-KINDS: tuple[Kind, ...] = get_args(Kind)
+KINDS: tuple[EventKind, ...] = get_args(EventKind)
 
 
-def _is_kind(name: str) -> TypeGuard[Kind]:
+def _is_kind(name: str) -> TypeGuard[EventKind]:
     return name in KINDS
 
 
-def kind_of(ev: spb.ServerEvent) -> Kind:
+def kind_of(ev: spb.ServerEvent) -> EventKind:
     """The event's kind; raises ValueError for an event without one."""
     name = ev.WhichOneof("kind")
     if name is None:
         raise ValueError("server event without a kind")
     if not _is_kind(name):
-        raise ValueError(f"server event kind {name!r} is not spelled in `Kind`")
+        raise ValueError(f"server event kind {name!r} is not spelled in `EventKind`")
     return name
 
 
-def body_of(ev: spb.ServerEvent, kind: Kind) -> Any:
+def body_of(ev: spb.ServerEvent, kind: EventKind) -> Any:
     """The message the event carries as `kind` (its type varies with the kind)."""
     return getattr(ev, kind)
