@@ -77,7 +77,7 @@ def test_a_whole_item_is_resampled_with_nothing_held_back() -> None:
 # ------------------------------------------------------------------ turns
 def test_a_sealed_audio_turn_is_pending_until_heard_then_done() -> None:
     turns = Turns("sess_1", last_item_id="item_prev", turn_id=3)
-    turns.text.append("and this")
+    turns.text_appended("and this")
     events = turns.seal_audio("item_new", epoch=2, deferred=True)
     assert [k for k, _ in events] == ["item_added", "item_created", "input_committed"]
     committed = cast(spb.InputCommitted, events[-1][1])
@@ -87,7 +87,7 @@ def test_a_sealed_audio_turn_is_pending_until_heard_then_done() -> None:
         4,
     )
     assert committed.response_create_deferred and committed.history_len == 1
-    assert turns.last_item_id == "item_new" and not turns.text
+    assert turns.last_item_id == "item_new" and not turns.has_text
     heard = turns.heard("item_new", "hello there")
     assert heard is not None and not heard.created
     assert [k for k, _ in heard.events] == ["transcription_completed", "item_done"]
@@ -99,7 +99,8 @@ def test_a_sealed_audio_turn_is_pending_until_heard_then_done() -> None:
 
 def test_a_text_turn_is_complete_at_once_and_takes_the_next_turn_number() -> None:
     turns = Turns("sess_1", turn_id=1)
-    turns.text += ["two", "words"]
+    turns.text_appended("two")
+    turns.text_appended("words")
     item, events = turns.seal_text(epoch=0, deferred=False)
     assert item.content[0].text == "two words"
     assert [k for k, _ in events][-1] == "item_done"

@@ -4,6 +4,7 @@ model makes told as OpenAI tells it; with plain objects (no Redis, gRPC or socke
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
@@ -11,10 +12,10 @@ from prometheus_client import CollectorRegistry
 
 from antiphon.session import items, policy, session_config
 from antiphon.session.conversation import Conversation
+from antiphon.session.current_config import CurrentConfig
 from antiphon.session.errors import Rejection
 from antiphon.session.journal import Emitter
 from antiphon.session.metrics import SessionMetrics
-from antiphon.session.playback import Ledgers
 from antiphon.session.response_control import ResponseControl
 from antiphon.session.responses import Event
 from antiphon.session.store import SessionStore
@@ -114,7 +115,7 @@ class Recorder:
     """An emitter that keeps what it would journal and send."""
 
     def __init__(self) -> None:
-        self.events: list[Event] = []
+        self.events: list[tuple[str, Any]] = []
 
     async def emit(self, kind: str, msg: Any) -> None:
         self.events.append((kind, msg))
@@ -165,14 +166,11 @@ class Session:
         self.conversation = Conversation(cast(SessionStore, self.store), "s", "own")
         self.turns = Turns("s", last_item_id="item_user", turn_id=1)
         self.control = ResponseControl(
-            session_id="s",
-            config=lambda: self.cfg,
-            max_output_tokens=CEILING,
+            config=CurrentConfig("s", cfg, max_output_tokens=CEILING),
             emitter=cast(Emitter, self.emitter),
             links=self.links,
             turns=self.turns,
             conversation=self.conversation,
-            ledgers=Ledgers(),
             metrics=SessionMetrics(CollectorRegistry()),
             persist=self._persist,
         )
@@ -208,7 +206,7 @@ def done(response_id: str) -> stage_pb2.GenerationDone:
     return stage_pb2.GenerationDone(epoch=4, response_id=response_id, finish_reason="stop")
 
 
-def of(events: list[Event], kind: str) -> list[Any]:
+def of(events: Sequence[tuple[str, Any]], kind: str) -> list[Any]:
     return [msg for k, msg in events if k == kind]
 
 

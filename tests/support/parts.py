@@ -10,9 +10,9 @@ from prometheus_client import CollectorRegistry
 
 from antiphon.session.attachment import Attachment
 from antiphon.session.conversation import Conversation
+from antiphon.session.current_config import CurrentConfig
 from antiphon.session.journal import Emitter
 from antiphon.session.metrics import SessionMetrics
-from antiphon.session.playback import Ledgers
 from antiphon.session.response_control import ResponseControl
 from antiphon.session.stage_links import StageLinks
 from antiphon.session.turns import Turns
@@ -42,9 +42,7 @@ def response_control(
     attachment.attach(seq=0)
     metrics = SessionMetrics(CollectorRegistry())
     return ResponseControl(
-        session_id=session_id,
-        config=lambda: config,
-        max_output_tokens=64,
+        config=CurrentConfig(session_id, config, max_output_tokens=64),
         emitter=Emitter(
             journal=journal,
             session_id=session_id,
@@ -57,7 +55,6 @@ def response_control(
         links=links,
         turns=Turns(session_id, last_item_id=last_item_id),
         conversation=conversation,
-        ledgers=Ledgers(),
         metrics=metrics,
         persist=_nothing,
     )

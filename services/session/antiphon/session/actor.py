@@ -2,11 +2,13 @@
 
 Client commands and stage results enter the same mailbox and are handled
 one at a time, so wire order is mailbox order and no two handlers race on
-session state. The actor is that loop and its wiring; each job is a part
-it owns: the attachment (which stream speaks for the client), the emitter
-(numbers, journals, then sends every event), the stage links (epoch fence
-and fail-over), the input buffer, the user's turns, the response control
-and the client's edits of the conversation.
+session state. The actor is that loop, its wiring and the session's life
+(open, resume, detach, close, expiry, standing down); every other job is a
+part it builds, each the one writer of its facts: the configuration, the
+attachment (which stream speaks for the client), the emitter (numbers,
+journals, then sends every event), the stage links (epoch fence) and the
+worker slots, the user's turns, listening, the response control, the
+client's edits, and the routing of client commands and stage events.
 """
 
 from __future__ import annotations
@@ -14,28 +16,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace
 
 from antiphon.common.ids import new_id
-from antiphon.session import errors, mail, policy, session_config
+from antiphon.session import errors, mail
 from antiphon.session.attachment import Attachment, Outbound
+from antiphon.session.commands import ClientCommands
 from antiphon.session.conversation import Conversation
+from antiphon.session.current_config import CurrentConfig
+from antiphon.session.deadlines import Deadlines
 from antiphon.session.edits import Edits
 from antiphon.session.errors import Rejection
-from antiphon.session.input_buffer import InputBuffer
 from antiphon.session.journal import Emitter, replay
 from antiphon.session.listening import Listening
 from antiphon.session.metrics import SessionMetrics
-from antiphon.session.playback import Ledgers
 from antiphon.session.response_control import ResponseControl
 from antiphon.session.settings import SessionSettings
 from antiphon.session.snapshot import Snapshot, resumes, token_hash
 from antiphon.session.stage_events import StageEvents
 from antiphon.session.stage_links import Rebind, StageLinks
+from antiphon.session.stage_workers import StageWorkers
 from antiphon.session.stages import BindError, Binding
 from antiphon.session.store import NotOwnerError, SessionStore
 from antiphon.session.turns import Turns
@@ -65,7 +68,9 @@ class SessionActor:
         sid = self.session_id = snapshot.session_id
         self.owner_token = owner_token
         self._incarnation = snapshot.incarnation
-        self._config = snapshot.config
+        self._config = CurrentConfig(
+            sid, snapshot.config, max_output_tokens=settings.max_output_tokens
+        )
         self._token_hash = snapshot.token_hash
         self._resume_token = ""
         self._store = store
@@ -79,20 +84,22 @@ class SessionActor:
         self._command_room = asyncio.Semaphore(settings.max_pending_commands)
         # A response left open by a previous owner, to be ended on takeover.
         self._orphaned_response = snapshot.active_response
-        self._last_activity = time.monotonic()
-        self._created_ms = snapshot.created_ms
+        self._deadlines = Deadlines(
+            snapshot.created_ms,
+            max_duration_s=settings.max_session_duration_s,
+            idle_ttl_s=settings.idle_ttl_s,
+        )
         self._closed = asyncio.Event()
 
-        def config() -> cpb.SessionConfig:
-            return self._config
-
+        # The parts, each the one writer of its facts (see each module).
+        config = self._config
         self._attachment = Attachment(
             sid,
             snapshot.attachment,
             max_events=settings.max_outbound_events,
             overflows=metrics.backlog_overflows.labels("outbound"),
         )
-        self._emitter = Emitter(
+        emitter = self._emitter = Emitter(
             journal=store,
             session_id=sid,
             owner_token=owner_token,
@@ -101,67 +108,72 @@ class SessionActor:
             metrics=metrics,
             on_not_owner=self._stand_down,
         )
-        self._links = StageLinks(
+        links = self._links = StageLinks(
             stage0=stage0,
             stage1=stage1,
             info=info,
             epoch=snapshot.epoch,
             rebind=rebind,
-            stage0_open=lambda: policy.stage0_open(sid, self._config),
-            stage1_open=lambda: policy.stage1_open(sid, self._config),
+            stage0_open=config.stage0_open,
+            stage1_open=config.stage1_open,
         )
-        input_buffer = InputBuffer(settings.max_pending_input_bytes_per_session)
-        self._turns = Turns(sid, last_item_id=snapshot.last_item_id, turn_id=snapshot.turn_id)
-        self._conversation = Conversation(store, sid, owner_token)
-        ledgers = Ledgers()
-        self._responses = ResponseControl(
-            session_id=sid,
+        turns = self._turns = Turns(
+            sid, last_item_id=snapshot.last_item_id, turn_id=snapshot.turn_id
+        )
+        conversation = Conversation(store, sid, owner_token)
+        persist = self._persist
+        responses = self._responses = ResponseControl(
             config=config,
-            max_output_tokens=settings.max_output_tokens,
-            emitter=self._emitter,
-            links=self._links,
-            turns=self._turns,
-            conversation=self._conversation,
-            ledgers=ledgers,
+            emitter=emitter,
+            links=links,
+            turns=turns,
+            conversation=conversation,
             metrics=metrics,
-            persist=self._persist,
-        )
-        self._edits = Edits(
-            session_id=sid,
-            config=config,
-            emitter=self._emitter,
-            links=self._links,
-            turns=self._turns,
-            input_buffer=input_buffer,
-            responses=self._responses,
-            conversation=self._conversation,
-            ledgers=ledgers,
-            persist=self._persist,
+            persist=persist,
         )
         listening = self._listening = Listening(
-            session_id=sid,
             config=config,
             settings=settings,
-            emitter=self._emitter,
-            links=self._links,
-            input_buffer=input_buffer,
-            turns=self._turns,
-            responses=self._responses,
-            conversation=self._conversation,
-            persist=self._persist,
+            emitter=emitter,
+            links=links,
+            turns=turns,
+            responses=responses,
+            conversation=conversation,
+            persist=persist,
+        )
+        edits = Edits(
+            config=config,
+            emitter=emitter,
+            links=links,
+            turns=turns,
+            listening=listening,
+            responses=responses,
+            conversation=conversation,
+            persist=persist,
+        )
+        workers = self._workers = StageWorkers(
+            links=links, attachment=self._attachment, emitter=emitter, persist=persist
         )
         self._stage_events = StageEvents(
-            session_id=sid,
             config=config,
-            closed=self._closed.is_set,
-            emitter=self._emitter,
-            links=self._links,
-            attachment=self._attachment,
-            turns=self._turns,
+            links=links,
             listening=listening,
-            responses=self._responses,
+            responses=responses,
+            workers=workers,
+            emitter=emitter,
             metrics=metrics,
-            persist=self._persist,
+        )
+        self._commands = ClientCommands(
+            config=config,
+            owner_token=owner_token,
+            store=store,
+            metrics=metrics,
+            emitter=emitter,
+            links=links,
+            listening=listening,
+            responses=responses,
+            edits=edits,
+            state=self._state,
         )
 
     # ----------------------------------------------------------- outside
@@ -203,21 +215,24 @@ class SessionActor:
         """Handle mail until the session closes."""
         try:
             while not self._closed.is_set():
-                item = await self.mailbox.get()
-                try:
-                    await self._handle(item)
-                except NotOwnerError:
-                    pass  # stood down: another replica carries the session on
-                except Exception:
-                    log.exception("session handler failed", extra={"session_id": self.session_id})
-                    with contextlib.suppress(Exception):
-                        await self._emitter.error(
-                            spb.ErrorEvent(
-                                type="server_error", code="internal_error", message="internal error"
-                            )
-                        )
+                await self.handle(await self.mailbox.get())
         finally:
             self._attachment.end()
+
+    async def handle(self, item: mail.Mail) -> None:
+        """One piece of mail, as the loop handles it (tests call it directly)."""
+        try:
+            await self._handle(item)
+        except NotOwnerError:
+            pass  # stood down: another replica carries the session on
+        except Exception:
+            log.exception("session handler failed", extra={"session_id": self.session_id})
+            with contextlib.suppress(Exception):
+                await self._emitter.error(
+                    spb.ErrorEvent(
+                        type="server_error", code="internal_error", message="internal error"
+                    )
+                )
 
     # ---------------------------------------------------------- dispatch
     async def _handle(self, item: mail.Mail) -> None:
@@ -228,7 +243,7 @@ class SessionActor:
                     # A write from a replaced attachment: refused, never applied.
                     self._metrics.stale_dropped.labels("attachment").inc()
                     return
-                self._last_activity = time.monotonic()
+                self._deadlines.touch()
                 try:
                     await self._command(cmd)
                 except Rejection as rejected:
@@ -261,93 +276,12 @@ class SessionActor:
         kind = cmd.WhichOneof("kind")
         self._metrics.commands.labels(kind or "none").inc()
         match kind:
-            case "append_audio":
-                with self._metrics.append_latency.time():
-                    await self._append(cmd)
-            case "commit":
-                await self._listening.commit(cmd.commit)
-            case "clear_input":
-                await self._listening.clear()
-            case "cancel_input":
-                await self._listening.cancel()
-            case "append_text":
-                self._turns.text.append(cmd.append_text.text)
-            case "create_item" | "retrieve_item" | "delete_item" | "truncate_item":
-                await self._edits.item_command(cmd)
-            case "clear_output_audio":
-                r = self._responses.active
-                if r is not None:
-                    await self._responses.cancel_active("output_audio_cleared")
-                await self._emitter.emit(
-                    "output_audio_cleared", spb.OutputAudioCleared(response_id=r.id if r else "")
-                )
-            case "barge_in":
-                self._require(self._links.capabilities.supports_barge_in, "supports_barge_in", cmd)
-                await self._responses.barge_in(cmd.barge_in.source)
-            case "playback_ack":
-                await self._edits.playback_ack(cmd.playback_ack)
-            case "update":
-                await self._update(cmd)
-            case "create_response":
-                await self._responses.create(cmd.create_response)
-            case "cancel_response":
-                await self._responses.cancel(cmd.cancel_response.response_id)
-            case "heartbeat":
-                # Any command refreshes the idle lease; this one only does that.
-                await self._emitter.emit(
-                    "heartbeat_ack", spb.HeartbeatAck(session_id=self.session_id)
-                )
-            case "event_ack":
-                await self._store.trim_acked(self.session_id, self.owner_token, cmd.event_ack.seq)
             case "close":
                 await self._close("session_close")
             case "client_gone":
                 await self._client_gone(cmd.client_gone)
-            case "rejected":
-                # Refused at the gateway; journaled here so it keeps its place.
-                await self._emitter.error(cmd.rejected)
             case _:
-                raise errors.invalid("invalid_event", f"unexpected command {kind}")
-
-    def _require(self, supported: bool, capability: str, cmd: spb.ClientCommand) -> None:
-        if not supported:
-            level = self._links.capabilities.implementation_level
-            raise errors.unsupported(cmd.client_type, capability, level)
-
-    async def _append(self, cmd: spb.ClientCommand) -> None:
-        if cmd.operation_id and not await self._store.record_operation(
-            self.session_id, self.owner_token, cmd.operation_id
-        ):
-            # A retry of an append already applied: its result was nothing, so
-            # the cached result is nothing too.
-            self._metrics.duplicates.inc()
-            return
-        self._listening.append(cmd.append_audio)
-
-    # ------------------------------------------------------------ config
-    async def _update(self, cmd: spb.ClientCommand) -> None:
-        try:
-            merged = session_config.merge(
-                self._config, cmd.update.config, max_output_tokens=self._settings.max_output_tokens
-            )
-        except session_config.ConfigError as exc:
-            raise errors.invalid(exc.code, str(exc), exc.param) from exc
-        if merged.overlap_policy == policy.BARGE_IN:
-            self._require(self._links.capabilities.supports_barge_in, "supports_barge_in", cmd)
-        lane_changed = session_config.lane(merged) != session_config.lane(self._config)
-        self._config = merged
-        await self._store.set_fields(
-            self.session_id, self.owner_token, {"config": merged.SerializeToString()}
-        )
-        patch = cmd.update.config
-        # A model-native model is prompted with the persona and voice at open
-        # (PersonaPlex): a new one starts it afresh with them.
-        persona = self._links.model_native and (
-            patch.HasField("instructions") or patch.HasField("voice")
-        )
-        if lane_changed or persona or patch.has_turn_detection or patch.HasField("overlap_policy"):
-            self._links.configure()
-        await self._emitter.emit("session_updated", self._state())
+                await self._commands.handle(cmd)
 
     # ------------------------------------------------------ attach, resume
     async def _open(self, on_connect: bool, answer: asyncio.Future[Any]) -> None:
@@ -398,7 +332,7 @@ class SessionActor:
         outbound, generation, replaced = self._attachment.attach(self._emitter.seq)
         if replaced:
             self._metrics.takeovers.labels("attachment").inc()
-        self._last_activity = time.monotonic()
+        self._deadlines.touch()
         return outbound, generation
 
     def _rotate_token(self) -> None:
@@ -427,7 +361,7 @@ class SessionActor:
             "client gone",
             extra={"session_id": self.session_id, "clean": gone.clean, "code": gone.close_code},
         )
-        if gone.clean and not self._config.resumable:
+        if gone.clean and not self._config.now.resumable:
             await self._close("client_closed")
         else:
             how = "resumable_close" if gone.clean else "dropped"
@@ -455,10 +389,7 @@ class SessionActor:
         if self._responses.active is not None:
             await self._responses.cancel_active("client_disconnected")
         await self._listening.let_go()
-        self._links.unbound.clear()
-        await self._stage_events.release("stage1")
-        if not self._turns.pending:
-            await self._stage_events.release("stage0")
+        await self._workers.let_go(keep_stage0=self._listening.owes_transcripts)
 
     # ----------------------------------------------------------- closing
     async def _close(self, reason: str) -> None:
@@ -504,24 +435,17 @@ class SessionActor:
         self._links.close_soon()
 
     async def _tick(self) -> None:
-        """The registry's periodic check: stages to rebind, the session's age,
-        the idle lease."""
-        await self._stage_events.retry_unbound()
-        limit_s = self._settings.max_session_duration_s
-        # The session's clock, not a socket's: a session outlives its sockets
-        # (resumes, fail-over), and the age is counted from its open, in Redis.
-        if limit_s and self._created_ms and time.time() * 1000 - self._created_ms > limit_s * 1000:
-            await self._expire("max_duration_expired")
-            return
-        idle = time.monotonic() - self._last_activity
-        if self._settings.idle_ttl_s and idle > self._settings.idle_ttl_s:
-            await self._expire("idle_ttl_expired")
+        """The registry's periodic check: stages to rebind, then the deadlines."""
+        await self._workers.retry_unbound()
+        reason = self._deadlines.passed()
+        if reason is not None:
+            await self._expire(reason)
 
     # ------------------------------------------------------------- state
     def _state(self, *, with_token: bool = False) -> spb.SessionState:
         active = self._responses.active
         return spb.SessionState(
-            config=self._config,
+            config=self._config.now,
             session_id=self.session_id,
             incarnation=self._incarnation,
             attachment_generation=self._attachment.generation,
@@ -540,7 +464,7 @@ class SessionActor:
         return Snapshot(
             session_id=self.session_id,
             incarnation=self._incarnation,
-            config=self._config,
+            config=self._config.now,
             seq=self._emitter.seq,
             epoch=self._links.epoch,
             turn_id=self._turns.turn_id,

@@ -61,7 +61,7 @@ class Conversation:
     async def store_assistant(self, item: cpb.Item, ledger: Ledger) -> None:
         """Into history right after the turn it answers, even if later turns came first."""
         await self.place(item, ledger.previous_item_id)
-        ledger.in_history = True
+        ledger.stored()
 
     async def store_heard(self, ledger: Ledger, audio_end_ms: int) -> str:
         """Keep in history the words whose audio ends by `audio_end_ms`: the next prompt."""

@@ -13,14 +13,13 @@ from collections.abc import Awaitable, Callable
 from antiphon.common.ids import new_id
 from antiphon.session import items
 from antiphon.session.conversation import Conversation, ItemNotFound
+from antiphon.session.current_config import CurrentConfig
 from antiphon.session.errors import Rejection, invalid, unsupported
-from antiphon.session.input_buffer import InputBuffer, to_stage0
 from antiphon.session.journal import Emitter
-from antiphon.session.playback import Ledgers
+from antiphon.session.listening import Listening
 from antiphon.session.response_control import ResponseControl
 from antiphon.session.stage_links import StageLinks
 from antiphon.session.turns import Turns, item_events
-from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 
 
@@ -28,26 +27,22 @@ class Edits:
     def __init__(
         self,
         *,
-        session_id: str,
-        config: Callable[[], cpb.SessionConfig],
+        config: CurrentConfig,
         emitter: Emitter,
         links: StageLinks,
         turns: Turns,
-        input_buffer: InputBuffer,
+        listening: Listening,
         responses: ResponseControl,
         conversation: Conversation,
-        ledgers: Ledgers,
         persist: Callable[[], Awaitable[None]],
     ) -> None:
-        self._session_id = session_id
         self._config = config
         self._emitter = emitter
         self._links = links
         self._turns = turns
-        self._input = input_buffer
+        self._listening = listening
         self._responses = responses
         self._conversation = conversation
-        self._ledgers = ledgers
         self._persist = persist
 
     async def item_command(self, cmd: spb.ClientCommand) -> None:
@@ -72,24 +67,13 @@ class Edits:
         audio = items.needs_transcription(req.item)
         if audio:
             # Heard by stage0 like a commit, then stored where it was asked to go.
-            if not self._input.empty:
-                raise invalid(
-                    "input_audio_buffer_not_empty",
-                    "commit or clear the input audio buffer before creating an audio item",
-                    "item.content",
-                )
-            if after:
-                await self._conversation.get(after)  # ItemNotFound before anything changes
             rate = next(p.sample_rate_hz for p in req.item.content if p.audio)
-            rate = rate or self._config().input_audio_format.sample_rate_hz
-            self._links.audio(to_stage0(audio, rate, self._links.input_rate))
-            self._turns.expect_created(item, after)
-            self._links.commit(item.id)
+            await self._listening.hear_created(item, audio, rate, after)
             return
         await self._conversation.insert(item, after)
         previous = after if after is not None else self._turns.last_item_id
         if after is None:
-            self._turns.last_item_id = item.id
+            self._turns.item_added(item.id)
             await self._persist()
         await self._emitter.emit_all(
             item_events(previous, item, "item_added", "item_created", "item_done")
@@ -98,7 +82,7 @@ class Edits:
     async def _delete(self, item_id: str) -> None:
         await self._conversation.delete(item_id)
         if item_id == self._turns.last_item_id:
-            self._turns.last_item_id = await self._conversation.last_id()
+            self._turns.newest_deleted(await self._conversation.last_id())
             await self._persist()
         await self._emitter.emit("item_deleted", spb.ItemDeleted(item_id=item_id))
 
@@ -108,7 +92,7 @@ class Edits:
         if not caps.supports_audio_truncate:
             raise unsupported(cmd.client_type, "supports_audio_truncate", caps.implementation_level)
         await self._responses.stop_for_truncate(req.item_id)
-        ledger = self._ledgers.find(item_id=req.item_id)
+        ledger = self._responses.ledger(item_id=req.item_id)
         if ledger is None:
             await self._conversation.get(req.item_id)  # an unknown id is item_not_found
             raise invalid(
@@ -134,7 +118,7 @@ class Edits:
         )
 
     async def playback_ack(self, ack: spb.PlaybackAck) -> None:
-        ledger = self._ledgers.find(response_id=ack.response_id, item_id=ack.item_id)
+        ledger = self._responses.ledger(response_id=ack.response_id, item_id=ack.item_id)
         r = self._responses.active
         if ledger is None and r is not None and ack.response_id in ("", r.id):
             ledger = r.ledger
@@ -147,13 +131,13 @@ class Edits:
         committed = ack.committed_ms if ack.HasField("committed_ms") else ack.played_ms
         ledger.acknowledge(ack.played_ms, committed)
         done = r is None or r.ledger is not ledger
-        if done and (ack.truncate or self._config().playback_commit_policy == "ack_only"):
+        if done and (ack.truncate or self._config.now.playback_commit_policy == "ack_only"):
             # What was heard becomes the history (ack_only), or cuts it (truncate).
             await self._conversation.store_heard(ledger, ledger.committed_ms)
         await self._emitter.emit(
             "playback_acknowledged",
             spb.PlaybackAcknowledged(
-                session_id=self._session_id,
+                session_id=self._config.session_id,
                 epoch=self._links.epoch,
                 response_id=ledger.response_id,
                 item_id=ledger.item_id,

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from antiphon.session import errors, policy
+from antiphon.session import errors
 from antiphon.session.conversation import Conversation
+from antiphon.session.current_config import CurrentConfig
 from antiphon.session.errors import Rejection
-from antiphon.session.input_buffer import InputBuffer
+from antiphon.session.input_buffer import InputBuffer, to_stage0
 from antiphon.session.journal import Emitter
 from antiphon.session.response_control import ResponseControl
 from antiphon.session.settings import SessionSettings
@@ -26,39 +27,70 @@ from antiphon.v1 import stage_pb2
 
 
 class Listening:
+    """The only writer of the input buffer; seals turns through `Turns`."""
+
     def __init__(
         self,
         *,
-        session_id: str,
-        config: Callable[[], cpb.SessionConfig],
+        config: CurrentConfig,
         settings: SessionSettings,
         emitter: Emitter,
         links: StageLinks,
-        input_buffer: InputBuffer,
         turns: Turns,
         responses: ResponseControl,
         conversation: Conversation,
         persist: Callable[[], Awaitable[None]],
     ) -> None:
-        self._session_id = session_id
         self._config = config
         self._settings = settings
         self._emitter = emitter
         self._links = links
-        self._input = input_buffer
+        self._input = InputBuffer(settings.max_pending_input_bytes_per_session)
         self._turns = turns
         self._responses = responses
         self._conversation = conversation
         self._persist = persist
 
+    @property
+    def owes_transcripts(self) -> bool:
+        """Stage0 still owes the transcript of a sealed turn."""
+        return self._turns.pending > 0
+
+    def stage0_lost(self) -> None:
+        """Stage0's worker died: the turns whose transcript it owed end unheard."""
+        self._turns.transcripts_lost()
+
     # ---------------------------------------------------------- commands
     def append(self, audio: spb.AppendAudio) -> None:
-        rate = audio.sample_rate_hz or self._config().input_audio_format.sample_rate_hz
+        rate = audio.sample_rate_hz or self._config.now.input_audio_format.sample_rate_hz
         self._links.audio(
             self._input.accept(
                 audio.pcm16, rate, self._links.input_rate, bounded=not self._links.model_native
             )
         )
+
+    def append_text(self, text: str) -> None:
+        """`input.text.append`: text that joins the next commit's turn."""
+        self._turns.text_appended(text)
+
+    async def hear_created(
+        self, item: cpb.Item, audio: bytes, rate: int, after: str | None
+    ) -> None:
+        """A created audio item with no transcript: stage0 hears it like a
+        commit, and it is stored where it was asked to go once heard. Refused
+        while the user's own input is uncommitted (the two would mix)."""
+        if not self._input.empty:
+            raise errors.invalid(
+                "input_audio_buffer_not_empty",
+                "commit or clear the input audio buffer before creating an audio item",
+                "item.content",
+            )
+        if after:
+            await self._conversation.get(after)  # ItemNotFound before anything changes
+        rate = rate or self._config.now.input_audio_format.sample_rate_hz
+        self._links.audio(to_stage0(audio, rate, self._links.input_rate))
+        self._turns.expect_created(item, after)
+        self._links.commit(item.id)
 
     async def commit(self, commit: spb.CommitInput) -> None:
         if commit.HasField("is_speech") and not commit.is_speech:
@@ -71,13 +103,13 @@ class Listening:
             await self._responses.listen("silence_commit")
             return
         limit = self._settings.max_pending_turns_per_session
-        if len(self._turns.pending) >= limit:
+        if self._turns.pending >= limit:
             raise Rejection(
                 "rate_limit_error",
                 "too_many_pending_turns",
                 f"max_pending_turns_per_session ({limit}) turns are still being processed",
             )
-        if self._input.empty and self._turns.text:
+        if self._input.empty and self._turns.has_text:
             await self._commit_text()
             return
         if self._input.empty:
@@ -109,7 +141,7 @@ class Listening:
         # Projected as `input_audio_buffer.cleared` (with the native event inside).
         await self._emitter.emit(
             "input_cancelled",
-            spb.InputCancelled(session_id=self._session_id, epoch=self._links.epoch),
+            spb.InputCancelled(session_id=self._config.session_id, epoch=self._links.epoch),
         )
 
     async def let_go(self) -> None:
@@ -129,7 +161,9 @@ class Listening:
 
     async def speech_stopped(self, msg: stage_pb2.VadSpeechStopped) -> None:
         """Server VAD: the end of speech commits the turn."""
-        item_id, speech_ms, stopped = self._turns.speech_stopped(msg, self._config().turn_detection)
+        item_id, speech_ms, stopped = self._turns.speech_stopped(
+            msg, self._config.now.turn_detection
+        )
         await self._emitter.emit_all([stopped])
         if not self._input.empty and not await self._acknowledged_overlap(speech_ms, item_id):
             await self._commit_audio(item_id)
@@ -157,10 +191,8 @@ class Listening:
         await self._conversation.append(item)
         await self._emitter.emit_all(events)
         await self._persist()
-        config = self._config()
-        if config.auto_response:
-            opts = policy.default_options(config, self._settings.max_output_tokens)
-            await self._responses.start(opts, eager=False)
+        if self._config.now.auto_response:
+            await self._responses.start(self._config.default_options(), eager=False)
 
     # ------------------------------------------------------------ inside
     async def _acknowledged_overlap(self, speech_ms: int, item_id: str = "") -> bool:
@@ -196,4 +228,4 @@ class Listening:
     def _clear(self) -> None:
         self._links.clear_input()
         self._input.clear()
-        self._turns.text.clear()
+        self._turns.input_cleared()

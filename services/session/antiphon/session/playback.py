@@ -42,6 +42,10 @@ class Ledger:
         self.generated_ms += duration_ms
         self.sent_ms = self.generated_ms
 
+    def stored(self) -> None:
+        """The response's item was put into the conversation history."""
+        self.in_history = True
+
     def heard(self, audio_end_ms: int) -> str:
         """The transcript up to the last word whose audio ends at or before `audio_end_ms`."""
         cut = 0

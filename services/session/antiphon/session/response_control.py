@@ -19,10 +19,11 @@ from collections.abc import Awaitable, Callable
 from antiphon.common.ids import new_id
 from antiphon.session import items, policy, session_config
 from antiphon.session.conversation import Conversation
+from antiphon.session.current_config import CurrentConfig
 from antiphon.session.errors import invalid
 from antiphon.session.journal import Emitter
 from antiphon.session.metrics import SessionMetrics
-from antiphon.session.playback import Ledgers
+from antiphon.session.playback import Ledger, Ledgers
 from antiphon.session.responses import ResponseOptions, ResponseState, item_status
 from antiphon.session.stage_links import StageLinks
 from antiphon.session.turns import Turns
@@ -36,84 +37,88 @@ MAX_HELD_FRAMES = 64
 
 
 class ResponseControl:
+    """The only writer of the active response, the one deferred behind it,
+    and the playback ledgers of the responses that ended."""
+
     def __init__(
         self,
         *,
-        session_id: str,
-        config: Callable[[], cpb.SessionConfig],
-        max_output_tokens: int,
+        config: CurrentConfig,
         emitter: Emitter,
         links: StageLinks,
         turns: Turns,
         conversation: Conversation,
-        ledgers: Ledgers,
         metrics: SessionMetrics,
         persist: Callable[[], Awaitable[None]],
     ) -> None:
-        self._session_id = session_id
         self._config = config
-        self._max_output_tokens = max_output_tokens
         self._emitter = emitter
         self._links = links
         self._turns = turns
         self._conversation = conversation
-        self._ledgers = ledgers
         self._metrics = metrics
         self._persist = persist
-        self.active: ResponseState | None = None
+        self._active: ResponseState | None = None
         self._deferred: ResponseOptions | None = None
+        # What the client played of recent answers, for acks and truncations
+        # that come after their `response.done`.
+        self._ledgers = Ledgers()
         # The reply a client's truncate stopped, until its own cancel arrives.
         self._stopped_by_truncate = ""
         # A model-native session's frames that came while the response before
         # was still being decoded: they start the next one once it is done.
         self._held_frames: list[stage_pb2.ModelFrame] = []
 
+    @property
+    def active(self) -> ResponseState | None:
+        return self._active
+
+    def ledger(self, *, response_id: str = "", item_id: str = "") -> Ledger | None:
+        """The playback ledger of an ended response, by its id or its item's."""
+        return self._ledgers.find(response_id=response_id, item_id=item_id)
+
     # ------------------------------------------------------------ start
     async def auto_start(self, *, eager: bool = True) -> None:
         """A turn was sealed: answer it, if the session answers by itself."""
-        if policy.auto_response(self._config()):
-            await self.start(
-                policy.default_options(self._config(), self._max_output_tokens), eager=eager
-            )
+        if self._config.auto_response:
+            await self.start(self._config.default_options(), eager=eager)
 
     async def create(self, req: spb.CreateResponse) -> None:
         """`response.create`."""
-        if self.active is not None:
+        if self._active is not None:
             raise invalid(
                 "conversation_already_has_active_response",
-                f"Conversation already has an active response in progress: {self.active.id}.",
+                f"Conversation already has an active response in progress: {self._active.id}.",
             )
-        await self.start(
-            policy.requested_options(self._config(), req, self._max_output_tokens), eager=True
-        )
+        await self.start(self._config.requested_options(req), eager=True)
 
     async def start(self, opts: ResponseOptions, *, eager: bool) -> None:
-        if self.active is not None:
+        if self._active is not None:
             self._deferred = opts
             return
         rid = new_id("resp")
-        self.active = ResponseState(
+        self._active = ResponseState(
             id=rid,
             item_id=f"item_{rid}",
-            session_id=self._session_id,
+            session_id=self._config.session_id,
             epoch=self._links.epoch,
             turn_id=self._turns.turn_id,
             previous_item_id=self._turns.last_item_id,
             options=opts,
         )
-        self._turns.last_item_id = self.active.item_id
+        self._turns.item_added(self._active.item_id)
         await self._persist()
         if eager:
-            await self._emitter.emit_all(self.active.created_events())
+            await self._emitter.emit_all(self._active.created_events())
         if self._links.model_native:
             # Nothing to ask: it answers with the model's next speech.
-            self.active.generation_requested = True
+            self._active.generation_requested = True
         elif not self._turns.pending:
-            await self._generate(self.active)
+            await self._generate(self._active)
 
     async def heard_all(self) -> None:
         """The turns it waited for are heard: generate now, if it was waiting."""
-        r = self.active
+        r = self._active
         if not self._turns.pending and r is not None and not r.generation_requested:
             await self._generate(r)
 
@@ -128,7 +133,7 @@ class ResponseControl:
             messages,
             r.options.temperature,
             r.options.max_output_tokens,
-            retention_ratio=session_config.retention_ratio(self._config()),
+            retention_ratio=session_config.retention_ratio(self._config.now),
             tools=r.options.tools,
             tool_choice=r.options.tool_choice,
         )
@@ -136,7 +141,7 @@ class ResponseControl:
     # ----------------------------------------------------------- cancel
     async def cancel(self, wanted: str) -> None:
         """`response.cancel` (of `wanted`, or of whatever is active)."""
-        r = self.active
+        r = self._active
         if r is None and self._stopped_by_truncate and wanted in ("", self._stopped_by_truncate):
             # The cancel that follows a truncate of the reply being said (the
             # OpenAI SDKs send both): the truncate already stopped it.
@@ -150,25 +155,34 @@ class ResponseControl:
 
     async def stop_for_truncate(self, item_id: str) -> None:
         """A truncate of what is still being said: it stops first."""
-        r = self.active
+        r = self._active
         if r is not None and r.item_id == item_id:
             self._stopped_by_truncate = r.id
             await self.cancel_active("client_cancelled")
 
     async def cancel_active(self, reason: str) -> None:
         """Advance the epoch so no stale output of the old one is accepted, then end it."""
-        r = self.active
+        r = self._active
         self._links.advance_epoch()
         await self._persist()
         if r is not None:
             await self.finish(r, "cancelled", reason)
+
+    async def clear_output_audio(self) -> None:
+        """`output_audio_buffer.clear`: the reply being played stops."""
+        r = self._active
+        if r is not None:
+            await self.cancel_active("output_audio_cleared")
+        await self._emitter.emit(
+            "output_audio_cleared", spb.OutputAudioCleared(response_id=r.id if r else "")
+        )
 
     def drop_deferred(self) -> None:
         self._deferred = None
 
     # ----------------------------------------------------------- finish
     async def finish(self, r: ResponseState, status: str, reason: str = "") -> None:
-        config = self._config()
+        config = self._config.now
         r.settle(status)
         if not r.created:
             await self._emitter.emit_all(r.created_events())
@@ -189,7 +203,7 @@ class ResponseControl:
         )
         self._ledgers.add(r.ledger)
         self._metrics.responses.labels(status).inc()
-        self.active = None
+        self._active = None
         await self._persist()
         if self._deferred is not None:
             opts, self._deferred = self._deferred, None
@@ -207,19 +221,19 @@ class ResponseControl:
         for call in r.calls:
             await self._conversation.place(call, previous)
             previous = call.id
-        if self._turns.last_item_id == r.item_id and (r.calls or not r.opened):
+        if r.calls or not r.opened:
             # The last item is its last call, or (no message, no call) the turn it answered.
-            self._turns.last_item_id = r.calls[-1].id if r.calls else r.previous_item_id
+            self._turns.response_ended(r.item_id, r.calls[-1].id if r.calls else r.previous_item_id)
 
     async def fail(self, code: str, response_id: str = "") -> None:
         """A stage failed (for `response_id`, or for whatever is active)."""
-        r = self.active
+        r = self._active
         if r is not None and (not response_id or response_id == r.id):
             await self.finish(r, "failed", code)
 
     # ---------------------------------------------------- stage results
     def current(self, response_id: str) -> ResponseState | None:
-        r = self.active
+        r = self._active
         if r is None or r.id != response_id:
             self._metrics.stale_dropped.labels("response").inc()
             return None
@@ -250,7 +264,7 @@ class ResponseControl:
         r.metrics.stage1_first_audio_ms = first_audio_ms
         if not r.created and not r.text and not r.calls:
             # Nothing visible: the model chose to stay silent.
-            self.active = None
+            self._active = None
             await self.listen("model_listen")
             return
         if r.audio and r.opened:
@@ -271,7 +285,7 @@ class ResponseControl:
             await self._emitter.emit(
                 "function_call_malformed",
                 spb.MalformedFunctionCall(
-                    session_id=self._session_id,
+                    session_id=self._config.session_id,
                     epoch=self._links.epoch,
                     response_id=r.id,
                     name=msg.call.name,
@@ -291,7 +305,7 @@ class ResponseControl:
                     msg.text,
                     msg.duration_ms,
                     list(msg.marks),
-                    self._config().output_audio_format,
+                    self._config.now.output_audio_format,
                 )
             )
 
@@ -305,14 +319,14 @@ class ResponseControl:
     # ------------------------------------------------ model-native speech
     async def on_model_frame(self, frame: stage_pb2.ModelFrame) -> None:
         """One frame of a model that decides itself when to talk."""
-        r = self.active
+        r = self._active
         if r is not None and r.model_quiet:
             # Its last frames' audio is still being decoded: this frame waits.
             if len(self._held_frames) < MAX_HELD_FRAMES:
                 self._held_frames.append(frame)
                 return
             await self.fail("stage1_timeout", r.id)
-            r = self.active
+            r = self._active
         talking = frame.decision == stage_pb2.DECISION_SPEAK and frame.epoch == self._links.epoch
         if not talking:
             if r is not None and r.model_spoke:
@@ -320,10 +334,8 @@ class ResponseControl:
             self._links.decode(frame, "")
             return
         if r is None:
-            await self.start(
-                policy.default_options(self._config(), self._max_output_tokens), eager=True
-            )
-            r = self.active
+            await self.start(self._config.default_options(), eager=True)
+            r = self._active
             assert r is not None
         if not r.created:
             await self._emitter.emit_all(r.created_events())
@@ -351,7 +363,7 @@ class ResponseControl:
     async def listen(self, reason: str) -> None:
         await self._emitter.emit(
             "response_listen",
-            spb.Listen(session_id=self._session_id, epoch=self._links.epoch, reason=reason),
+            spb.Listen(session_id=self._config.session_id, epoch=self._links.epoch, reason=reason),
         )
 
     async def overlap(self, action: str, reason: str, overlap_ms: int = 0) -> None:
@@ -359,9 +371,9 @@ class ResponseControl:
         await self._emitter.emit(
             "overlap_decision",
             spb.OverlapDecision(
-                session_id=self._session_id,
+                session_id=self._config.session_id,
                 epoch=self._links.epoch,
-                policy=policy.overlap_policy(self._config()),
+                policy=policy.overlap_policy(self._config.now),
                 action=action,
                 reason=reason,
                 overlap_ms=overlap_ms,
@@ -373,9 +385,9 @@ class ResponseControl:
 
     async def speech_over_response(self) -> None:
         """The user started speaking: if the assistant is answering, the overlap policy decides."""
-        if self.active is None:
+        if self._active is None:
             return
-        config = self._config()
+        config = self._config.now
         if policy.overlap_policy(config) == policy.BARGE_IN:
             await self.overlap("barge_in", "server_vad_utterance_active")
             await self.cancel_active("barge_in")
@@ -386,13 +398,9 @@ class ResponseControl:
     async def barge_in(self, source: str) -> None:
         """The client's own VAD heard the user over the assistant."""
         await self.overlap("barge_in", f"client_{source or 'signal'}")
-        if self.active is not None:
+        if self._active is not None:
             await self.cancel_active("barge_in")
 
     def is_short_overlap(self, speech_ms: int, short_ms: int) -> bool:
         """A remark this short over an auto-response ("mm-hm") is no turn."""
-        return (
-            self.active is not None
-            and policy.auto_response(self._config())
-            and speech_ms < short_ms
-        )
+        return self._active is not None and self._config.auto_response and speech_ms < short_ms

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from google.protobuf.message import Message
+
 from antiphon.common import audio_formats
 from antiphon.common.ids import new_id
 from antiphon.session import tools
+from antiphon.session.event_kinds import EventKind
 from antiphon.session.playback import Ledger
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 
 # (oneof field name, message): what the actor journals and sends.
-Event = tuple[str, object]
+Event = tuple[EventKind, Message]
 
 
 @dataclass

@@ -1,27 +1,26 @@
 """What the stage workers send a session, routed to the part it is for.
 
 Stage0's news about the user's input goes to listening, generation to the
-response control, stage1's speech to the response control. Results of a
-binding the session let go are dropped; a binding's end means its worker
-died: what it owed ends with a typed reason and another worker takes over.
+response control, stage1's speech to the response control. Each event's
+message type finds its handler (`Routes`); results of a binding the
+session let go are dropped; a binding's end means its worker died: what it
+owed ends with a typed reason and another worker takes over.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from antiphon.session import session_config
-from antiphon.session.attachment import Attachment
+from antiphon.session.current_config import CurrentConfig
 from antiphon.session.journal import Emitter
 from antiphon.session.listening import Listening
 from antiphon.session.metrics import SessionMetrics
+from antiphon.session.oneof_routes import Routes
 from antiphon.session.response_control import ResponseControl
 from antiphon.session.stage_links import StageLinks
+from antiphon.session.stage_workers import StageWorkers
 from antiphon.session.stages import Binding, StreamEnded
-from antiphon.session.turns import Turns
-from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 
@@ -31,41 +30,54 @@ log = logging.getLogger(__name__)
 # events, utterances, transcripts) is the user's input, whatever happened to
 # the reply: the speech that barged in is the next turn, even when its end
 # was detected before stage0 saw the cancel.
-GENERATION_EVENTS = ("delta", "tool_call", "done", "error")
+GENERATION_EVENTS = (
+    stage_pb2.GenerationDelta,
+    stage_pb2.GenerationToolCall,
+    stage_pb2.GenerationDone,
+    stage_pb2.StageError,
+)
+# Every stage1 event is fenced: it is all speech of some response.
+SPEECH_EVENTS = (stage_pb2.AudioChunk, stage_pb2.SynthesisDone, stage_pb2.StageError)
 
 
 class StageEvents:
     def __init__(
         self,
         *,
-        session_id: str,
-        config: Callable[[], cpb.SessionConfig],
-        closed: Callable[[], bool],
-        emitter: Emitter,
+        config: CurrentConfig,
         links: StageLinks,
-        attachment: Attachment,
-        turns: Turns,
         listening: Listening,
         responses: ResponseControl,
+        workers: StageWorkers,
+        emitter: Emitter,
         metrics: SessionMetrics,
-        persist: Callable[[], Awaitable[None]],
     ) -> None:
-        self._session_id = session_id
         self._config = config
-        self._closed = closed
-        self._emitter = emitter
         self._links = links
-        self._attachment = attachment
-        self._turns = turns
         self._listening = listening
         self._responses = responses
+        self._workers = workers
+        self._emitter = emitter
         self._metrics = metrics
-        self._persist = persist
-
-    async def retry_unbound(self) -> None:
-        """Stages whose worker died with none to replace it: try again."""
-        for stage, failed in list(self._links.unbound.items()):
-            await self.replace_worker(stage, failed)
+        self.stage0 = (
+            Routes(stage_pb2.Stage0Event)
+            .route(stage_pb2.VadSpeechStarted, self._speech_started)
+            .route(stage_pb2.VadSpeechStopped, self._speech_stopped)
+            .route(stage_pb2.Transcript, listening.transcript)
+            .route(stage_pb2.Utterance, listening.utterance)
+            .route(stage_pb2.UnitDecision, self._unit_decision)
+            .route(stage_pb2.GenerationDelta, responses.on_delta)
+            .route(stage_pb2.GenerationToolCall, responses.on_tool_call)
+            .route(stage_pb2.GenerationDone, responses.on_generation_done)
+            .route(stage_pb2.StageError, self._stage0_error)
+            .route(stage_pb2.ModelFrame, responses.on_model_frame)
+        )
+        self.stage1 = (
+            Routes(stage_pb2.Stage1Event)
+            .route(stage_pb2.AudioChunk, responses.on_audio)
+            .route(stage_pb2.SynthesisDone, responses.on_speech_done)
+            .route(stage_pb2.StageError, self._stage1_error)
+        )
 
     async def handle(self, stage: str, result: Any) -> None:
         if isinstance(result, StreamEnded):
@@ -80,53 +92,51 @@ class StageEvents:
             await self._stage1_event(result.event)
             return
         await self._stage0_event(result.event)
-        if self._attachment.detached and not self._turns.pending:
-            # The turns it still owed are heard: its slot goes back now.
-            await self.release("stage0")
+        if not self._listening.owes_transcripts:
+            # The turns it still owed are heard: a detached session's slot goes back now.
+            await self._workers.release_if_detached("stage0")
 
     async def _stage0_event(self, ev: stage_pb2.Stage0Event) -> None:
-        kind = ev.WhichOneof("kind")
-        msg = getattr(ev, kind or "")
-        if kind in GENERATION_EVENTS and msg.epoch != self._links.epoch:
+        msg = self.stage0.message(ev)
+        if msg is None:
+            return
+        if isinstance(msg, GENERATION_EVENTS) and msg.epoch != self._links.epoch:
             self._metrics.stale_dropped.labels("stage0").inc()
             return
-        server_vad = session_config.lane(self._config()) == stage_pb2.LANE_SERVER_VAD
-        match kind:
-            case "speech_started":
-                await self._listening.speech_started(msg, server_vad=server_vad)
-            case "speech_stopped" if server_vad:
-                await self._listening.speech_stopped(msg)
-            case "transcript":
-                await self._listening.transcript(msg)
-            case "utterance":
-                await self._listening.utterance(msg)
-            case "unit_decision":
-                if msg.decision == stage_pb2.DECISION_LISTEN:
-                    await self._responses.listen("model_listen")
-            case "delta":
-                await self._responses.on_delta(msg)
-            case "tool_call":
-                await self._responses.on_tool_call(msg)
-            case "done":
-                await self._responses.on_generation_done(msg)
-            case "error":
-                await self._stage_error("stage0", msg)
-            case "frame":
-                await self._responses.on_model_frame(msg)
+        await self.stage0.dispatch(msg)
 
     async def _stage1_event(self, ev: stage_pb2.Stage1Event) -> None:
-        kind = ev.WhichOneof("kind")
-        msg = getattr(ev, kind or "")
-        if msg.epoch != self._links.epoch:
+        msg = self.stage1.message(ev)
+        if msg is None:
+            return
+        if isinstance(msg, SPEECH_EVENTS) and msg.epoch != self._links.epoch:
             self._metrics.stale_dropped.labels("stage1").inc()
             return
-        match kind:
-            case "audio":
-                await self._responses.on_audio(msg)
-            case "done":
-                await self._responses.on_speech_done(msg)
-            case "error":
-                await self._stage_error("stage1", msg)
+        await self.stage1.dispatch(msg)
+
+    # ------------------------------------------------------- stage0 news
+    @property
+    def _server_vad(self) -> bool:
+        return self._config.lane == stage_pb2.LANE_SERVER_VAD
+
+    async def _speech_started(self, msg: stage_pb2.VadSpeechStarted) -> None:
+        await self._listening.speech_started(msg, server_vad=self._server_vad)
+
+    async def _speech_stopped(self, msg: stage_pb2.VadSpeechStopped) -> None:
+        # Only server VAD ends a turn by itself; in other lanes the VAD only
+        # tells of speech over an answer.
+        if self._server_vad:
+            await self._listening.speech_stopped(msg)
+
+    async def _unit_decision(self, msg: stage_pb2.UnitDecision) -> None:
+        if msg.decision == stage_pb2.DECISION_LISTEN:
+            await self._responses.listen("model_listen")
+
+    async def _stage0_error(self, msg: stage_pb2.StageError) -> None:
+        await self._stage_error("stage0", msg)
+
+    async def _stage1_error(self, msg: stage_pb2.StageError) -> None:
+        await self._stage_error("stage1", msg)
 
     async def _stage_error(self, stage: str, msg: stage_pb2.StageError) -> None:
         code = msg.code or f"{stage}_error"
@@ -135,22 +145,22 @@ class StageEvents:
         )
         await self._responses.fail(code, msg.response_id)
 
+    # ------------------------------------------------------- fail-over
     async def _stage_lost(self, stage: str, binding: Binding[Any]) -> None:
         """A stage worker died: end what it owed, and carry on with another."""
-        if self._closed() or not self._links.is_current(stage, binding):
+        if not self._links.is_current(stage, binding):
             return  # a binding we closed or already replaced
-        log.warning("stage stream lost", extra={"session_id": self._session_id, "stage": stage})
+        log.warning(
+            "stage stream lost", extra={"session_id": self._config.session_id, "stage": stage}
+        )
         self._metrics.stage_failovers.labels(stage).inc()
         if stage == "stage0":
             # Transcripts it owed will not come: those turns end here.
-            self._turns.pending.clear()
+            self._listening.stage0_lost()
         # Never left open: a typed reason, and the next turn works.
         await self._responses.fail(f"{stage}_unavailable")
-        if self._attachment.detached:
-            # Nobody to serve: a resume binds a worker again.
-            await self.release(stage)
+        if not await self._workers.replace_lost(stage, binding.address):
             return
-        await self.replace_worker(stage, binding.address)
         if stage == "stage0" and self._links.model_native:
             # A model-native model's memory of the call (its KV cache) died
             # with the worker: the client is told the model starts afresh.
@@ -162,22 +172,3 @@ class StageEvents:
                     "with a fresh model context (it no longer remembers the call so far)",
                 )
             )
-
-    async def replace_worker(self, stage: str, failed: str) -> None:
-        try:
-            await self._links.replace(stage, failed)
-        except Exception as exc:
-            # Tried again at every tick until a worker of the stage is back.
-            await self._emitter.error(
-                spb.ErrorEvent(
-                    type="server_error",
-                    code="stage_unavailable",
-                    message=f"no {stage} worker is available: {exc}",
-                )
-            )
-            return
-        await self._persist()
-
-    async def release(self, stage: str) -> None:
-        if await self._links.release(stage):
-            await self._persist()

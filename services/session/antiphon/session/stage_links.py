@@ -49,14 +49,19 @@ class StageLinks:
     ) -> None:
         self._bindings: dict[str, Binding[Any]] = {"stage0": stage0, "stage1": stage1}
         self._info = {"stage0": info[0], "stage1": info[1]}
-        self.epoch = epoch
+        self._epoch = epoch
         self._rebind = rebind
         self._stage0_open = stage0_open
         self._stage1_open = stage1_open
         # Stages whose worker died with no replacement yet: stage -> its address.
-        self.unbound: dict[str, str] = {}
+        self._unbound: dict[str, str] = {}
 
     # ------------------------------------------------------------ state
+    @property
+    def epoch(self) -> int:
+        """The fence: requests carry it, and results of an earlier one are stale."""
+        return self._epoch
+
     @property
     def capabilities(self) -> cpb.Capabilities:
         """Of the workers bound now (or last bound, while given back)."""
@@ -72,6 +77,12 @@ class StageLinks:
         """Stage0's model decides itself when to talk (it streams `ModelFrame`s)."""
         return self._info["stage0"].capabilities.model_native
 
+    @property
+    def unbound(self) -> dict[str, str]:
+        """Stages whose worker died with none to replace it yet: stage -> the
+        address that failed (a copy: `replace` and `forget_unbound` change it)."""
+        return dict(self._unbound)
+
     def addresses(self) -> dict[str, str]:
         """Where each stage's work runs, for operators ("" while given back)."""
         return {stage: self._bindings[stage].address for stage in STAGES}
@@ -81,13 +92,13 @@ class StageLinks:
 
     # ---------------------------------------------------------- stage0
     def audio(self, pcm16: bytes) -> None:
-        self._send0(audio=stage_pb2.Stage0Audio(epoch=self.epoch, pcm16=pcm16))
+        self._send0(audio=stage_pb2.Stage0Audio(epoch=self._epoch, pcm16=pcm16))
 
     def commit(self, item_id: str) -> None:
-        self._send0(commit=stage_pb2.Stage0Commit(epoch=self.epoch, item_id=item_id))
+        self._send0(commit=stage_pb2.Stage0Commit(epoch=self._epoch, item_id=item_id))
 
     def clear_input(self) -> None:
-        self._send0(clear_input=stage_pb2.Stage0ClearInput(epoch=self.epoch))
+        self._send0(clear_input=stage_pb2.Stage0ClearInput(epoch=self._epoch))
 
     def configure(self) -> None:
         """The lane or turn detection changed: stage0 reconfigures in place."""
@@ -106,7 +117,7 @@ class StageLinks:
     ) -> None:
         self._send0(
             generate=stage_pb2.Generate(
-                epoch=self.epoch,
+                epoch=self._epoch,
                 response_id=response_id,
                 messages=messages,
                 temperature=temperature,
@@ -122,7 +133,7 @@ class StageLinks:
         self._bindings["stage1"].send(
             stage_pb2.Stage1Request(
                 text=stage_pb2.SynthesizeText(
-                    epoch=self.epoch, response_id=response_id, text=text, final=final
+                    epoch=self._epoch, response_id=response_id, text=text, final=final
                 )
             )
         )
@@ -133,7 +144,7 @@ class StageLinks:
         self._bindings["stage1"].send(
             stage_pb2.Stage1Request(
                 frame=stage_pb2.DecodeFrame(
-                    epoch=self.epoch,
+                    epoch=self._epoch,
                     response_id=response_id,
                     codes=frame.codes,
                     text=frame.text if response_id else "",
@@ -145,10 +156,10 @@ class StageLinks:
     # ----------------------------------------------------------- fence
     def advance_epoch(self) -> None:
         """Both stages stop and drop all work of earlier epochs."""
-        self.epoch += 1
-        self._send0(cancel=stage_pb2.Stage0Cancel(epoch=self.epoch))
+        self._epoch += 1
+        self._send0(cancel=stage_pb2.Stage0Cancel(epoch=self._epoch))
         self._bindings["stage1"].send(
-            stage_pb2.Stage1Request(cancel=stage_pb2.Stage1Cancel(epoch=self.epoch))
+            stage_pb2.Stage1Request(cancel=stage_pb2.Stage1Cancel(epoch=self._epoch))
         )
 
     # --------------------------------------------------------- binding
@@ -194,10 +205,14 @@ class StageLinks:
         try:
             self._bindings[stage], self._info[stage] = await self._rebind(stage, failed)
         except Exception:
-            self.unbound[stage] = failed
+            self._unbound[stage] = failed
             raise
-        self.unbound.pop(stage, None)
+        self._unbound.pop(stage, None)
         self.open(stage)
+
+    def forget_unbound(self) -> None:
+        """Detached: no stage is sought a worker until a resume binds them again."""
+        self._unbound.clear()
 
     async def close(self) -> None:
         for stage in STAGES:

@@ -3,15 +3,18 @@
 A commit (the client's, or server VAD's at the end of speech) seals the
 input into a user item at once; its transcript comes later from stage0, so
 the item waits here as pending until it is heard. Everything is plain state
-and returns the events to emit; the actor stores items and sends events.
+and returns the events to emit; listening and edits store the items and
+send the events. Other parts never write these facts: they tell `Turns`
+what happened (`item_added`, `response_ended`, `transcripts_lost`, ...).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from antiphon.common.ids import new_id
 from antiphon.session import items
+from antiphon.session.event_kinds import EventKind
 from antiphon.session.responses import Event
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
@@ -41,23 +44,74 @@ class Heard:
     insert_after: str | None = None
 
 
-@dataclass
 class Turns:
-    session_id: str
-    last_item_id: str = ""
-    turn_id: int = 0
-    pending: dict[str, PendingItem] = field(default_factory=dict)
-    # `input.text.append` text waiting for the turn's commit.
-    text: list[str] = field(default_factory=list)
-    # Server VAD: the item id `speech_started` announced, for its turn.
-    speech_item_id: str = ""
-    speech_start_ms: int = 0
+    """The user's turns: the only writer of which item is the newest, the
+    turn number, the items waiting for their transcript and the text
+    waiting for a commit. Other parts tell it what happened."""
+
+    def __init__(self, session_id: str, *, last_item_id: str = "", turn_id: int = 0) -> None:
+        self.session_id = session_id
+        self._last_item_id = last_item_id
+        self._turn_id = turn_id
+        self._pending: dict[str, PendingItem] = {}
+        # `input.text.append` text waiting for the turn's commit.
+        self._text: list[str] = []
+        # Server VAD: the item id `speech_started` announced, for its turn.
+        self._speech_item_id = ""
+        self._speech_start_ms = 0
+
+    # ------------------------------------------------------------- facts
+    @property
+    def last_item_id(self) -> str:
+        """The newest item of the conversation: the one the next item follows."""
+        return self._last_item_id
+
+    @property
+    def turn_id(self) -> int:
+        return self._turn_id
+
+    @property
+    def pending(self) -> int:
+        """Sealed items whose transcript stage0 still owes."""
+        return len(self._pending)
+
+    @property
+    def has_text(self) -> bool:
+        return bool(self._text)
+
+    # ------------------------------------------------------ what happened
+    def text_appended(self, text: str) -> None:
+        """`input.text.append`: joins the next commit's turn."""
+        self._text.append(text)
+
+    def input_cleared(self) -> None:
+        """The uncommitted input went (cleared, cancelled, or only a remark)."""
+        self._text.clear()
+
+    def item_added(self, item_id: str) -> None:
+        """An item went to the end of the conversation: the next one follows it."""
+        self._last_item_id = item_id
+
+    def newest_deleted(self, newest_now: str) -> None:
+        """The newest item was deleted: `newest_now` is the conversation's last."""
+        self._last_item_id = newest_now
+
+    def response_ended(self, item_id: str, last_id: str) -> None:
+        """The response whose item is `item_id` ended with `last_id` as its
+        last item (its last call, or the turn it answered when it said
+        nothing): the newest, unless an item came after it meanwhile."""
+        if self._last_item_id == item_id:
+            self._last_item_id = last_id
+
+    def transcripts_lost(self) -> None:
+        """Stage0's worker died: the transcripts it owed will not come."""
+        self._pending.clear()
 
     # ----------------------------------------------------------- sealing
     def seal_text(self, epoch: int, *, deferred: bool) -> tuple[cpb.Item, list[Event]]:
         """A turn of `input.text.append` text only: complete at once."""
-        item = items.user_text_item(new_id("item"), " ".join(self.text))
-        self.text.clear()
+        item = items.user_text_item(new_id("item"), " ".join(self._text))
+        self._text.clear()
         previous, events = self._new_turn(item, epoch, deferred=deferred)
         events.append(("item_done", spb.ItemEvent(previous_item_id=previous, item=item)))
         return item, events
@@ -65,11 +119,11 @@ class Turns:
     def seal_audio(self, item_id: str, epoch: int, *, deferred: bool) -> list[Event]:
         """The buffered audio becomes a user item whose transcript is pending."""
         item = items.user_audio_item(item_id or new_id("item"), "")
-        previous = self.last_item_id
-        self.pending[item.id] = PendingItem(
-            previous_item_id=previous, extra_text=" ".join(self.text)
+        previous = self._last_item_id
+        self._pending[item.id] = PendingItem(
+            previous_item_id=previous, extra_text=" ".join(self._text)
         )
-        self.text.clear()
+        self._text.clear()
         return self._new_turn(item, epoch, deferred=deferred)[1]
 
     def seal_utterance(
@@ -84,17 +138,17 @@ class Turns:
     def expect_created(self, item: cpb.Item, after: str | None) -> None:
         """A `conversation.item.create` audio item stage0 is to hear: stored
         where asked once heard."""
-        self.pending[item.id] = PendingItem(
-            previous_item_id=after if after is not None else self.last_item_id,
+        self._pending[item.id] = PendingItem(
+            previous_item_id=after if after is not None else self._last_item_id,
             created=item,
             insert_after=after,
         )
         if after is None:
-            self.last_item_id = item.id
+            self._last_item_id = item.id
 
     def heard(self, item_id: str, transcript: str) -> Heard | None:
         """Stage0's transcript of a pending item (None: not ours, or dropped)."""
-        pending = self.pending.pop(item_id, None)
+        pending = self._pending.pop(item_id, None)
         return None if pending is None else self._heard(item_id, pending, transcript)
 
     def committed_without_item(self, epoch: int, item_id: str = "") -> spb.InputCommitted:
@@ -103,58 +157,58 @@ class Turns:
         `committed.item_id` is never null): the one the VAD announced, or a
         fresh id that no item will take."""
         return spb.InputCommitted(
-            previous_item_id=self.last_item_id,
+            previous_item_id=self._last_item_id,
             item_id=item_id or new_id("item"),
-            turn_id=self.turn_id,
+            turn_id=self._turn_id,
             epoch=epoch,
             session_id=self.session_id,
         )
 
     # ------------------------------------------------------- server VAD
     def speech_started(self, audio_start_ms: int) -> Event:
-        self.speech_item_id = new_id("item")
-        self.speech_start_ms = audio_start_ms
+        self._speech_item_id = new_id("item")
+        self._speech_start_ms = audio_start_ms
         return (
             "speech_started",
-            spb.SpeechStarted(audio_start_ms=audio_start_ms, item_id=self.speech_item_id),
+            spb.SpeechStarted(audio_start_ms=audio_start_ms, item_id=self._speech_item_id),
         )
 
     def speech_stopped(
         self, msg: stage_pb2.VadSpeechStopped, turn_detection: cpb.TurnDetection
     ) -> tuple[str, int, Event]:
         """The item id the turn takes, how long the user spoke, and the event."""
-        item_id = self.speech_item_id or new_id("item")
-        self.speech_item_id = ""
+        item_id = self._speech_item_id or new_id("item")
+        self._speech_item_id = ""
         if msg.HasField("speech_ms"):
             speech_ms = msg.speech_ms
         else:
             # The VAD's span holds the prefix padding and the closing silence too.
             speech_ms = (
                 msg.audio_end_ms
-                - self.speech_start_ms
+                - self._speech_start_ms
                 - turn_detection.prefix_padding_ms
                 - turn_detection.silence_duration_ms
             )
-        event = (
+        event: Event = (
             "speech_stopped",
             spb.SpeechStopped(audio_end_ms=msg.audio_end_ms, item_id=item_id),
         )
         return item_id, speech_ms, event
 
     def forget_speech(self) -> None:
-        self.speech_item_id = ""
+        self._speech_item_id = ""
 
     # ------------------------------------------------------------ inside
     def _new_turn(self, item: cpb.Item, epoch: int, *, deferred: bool) -> tuple[str, list[Event]]:
-        previous = self.last_item_id
-        self.turn_id += 1
-        self.last_item_id = item.id
+        previous = self._last_item_id
+        self._turn_id += 1
+        self._last_item_id = item.id
         committed = spb.InputCommitted(
             previous_item_id=previous,
             item_id=item.id,
-            turn_id=self.turn_id,
+            turn_id=self._turn_id,
             epoch=epoch,
-            history_len=len(self.pending),
+            history_len=len(self._pending),
             session_id=self.session_id,
             response_create_deferred=deferred,
         )
@@ -185,6 +239,6 @@ class Turns:
         )
 
 
-def item_events(previous: str, item: cpb.Item, *kinds: str) -> list[Event]:
+def item_events(previous: str, item: cpb.Item, *kinds: EventKind) -> list[Event]:
     """One item's event under each of `kinds` (`item_added`, `item_created`, `item_done`)."""
     return [(kind, spb.ItemEvent(previous_item_id=previous, item=item)) for kind in kinds]
