@@ -16,7 +16,7 @@ from antiphon.client import (
     ServerUnreachable,
 )
 from antiphon.client.events import InputTranscript, Resumed
-from bench.tcpproxy import TcpProxy
+from bench.lib.tcpproxy import TcpProxy
 from tests.support.speech import spoken
 
 pytestmark = pytest.mark.stack

@@ -106,6 +106,6 @@ def test_bench_main_says_so_when_the_server_is_unreachable(tmp_path: Path) -> No
     assert next(iter(lv["refused"])).startswith("connect_")
 
 
-@pytest.mark.parametrize("script", ["bench.load", "bench.soak", "bench.faults"])
+@pytest.mark.parametrize("script", ["bench.load", "bench.soak", "bench.faults.__main__"])
 def test_the_bench_scripts_import_the_load_generator_they_run(script: str) -> None:
     assert callable(importlib.import_module(script).main)

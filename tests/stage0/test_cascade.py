@@ -3,15 +3,18 @@
 The session service commits a server_vad turn only after stage0's
 `speech_stopped` has travelled to it and back. Meanwhile live audio keeps
 arriving, so these tests feed audio the way a microphone does (200 ms at a
-time, then silence) and commit only after more silence was heard.
+time, then silence) and commit only after more silence was heard. Each
+chunk is fed once the VAD and the end-of-turn model have answered for the
+one before (as a live caller's 200 ms apart would find them).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import numpy as np
 import pytest
@@ -32,12 +35,40 @@ from tests.support.speech import VOICES, Voice, spoken, spoken_paused
 
 CHUNK = 6400  # 200 ms of PCM16 at 16 kHz
 SILENCE = b"\x00" * CHUNK
+T = TypeVar("T")
+
+
+class Seen(Generic[T]):
+    """What a session gave out, in order, and a wait for the first that matches."""
+
+    def __init__(self) -> None:
+        self.items: list[T] = []
+        self._changed = asyncio.Event()
+
+    def append(self, item: T) -> None:
+        self.items.append(item)
+        self._changed.set()
+
+    def clear(self) -> None:
+        self.items.clear()
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(list(self.items))
+
+    async def first(self, found: Callable[[T], bool], timeout_s: float = 30) -> T:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                for item in self.items:
+                    if found(item):
+                        return item
+                self._changed.clear()
+                await self._changed.wait()
 
 
 class _Preparing(ScriptedLlm):
     """An LLM that is only told of the messages to make ready (these tests never generate)."""
 
-    def __init__(self, prepared: list[tuple[str, str]]) -> None:
+    def __init__(self, prepared: Seen[tuple[str, str]]) -> None:
         super().__init__(ttft_ms=0, token_ms=0)
         self._prepared = prepared
 
@@ -53,8 +84,9 @@ class Hearing:
     turn: SmartTurn
     asr: WhisperAsr
     executor: ThreadPoolExecutor
-    # What sessions asked the LLM to make ready for their next prompts.
-    prepared: list[tuple[str, str]] = field(default_factory=list)
+    # What sessions asked the LLM to make ready for their next prompts (each
+    # test that looks sets a fresh one: it waits on the test's event loop).
+    prepared: Seen[tuple[str, str]] = field(default_factory=Seen)
 
     @property
     def llm(self) -> TextGenerator:
@@ -79,108 +111,118 @@ def hearing(assets: Stage0Assets) -> Hearing:
     )
 
 
+Events = Seen[pb.Stage0Event]
+
+
 @pytest.fixture
-async def events() -> AsyncIterator[list[pb.Stage0Event]]:
-    yield []
+async def events() -> Events:
+    return Seen()
+
+
+@dataclass
+class Listening:
+    """A cascade session, and the batchers its VAD and end-of-turn model run in."""
+
+    session: CascadeSession
+    vad: VadBatcher
+    turn: TurnBatcher
+
+    def handle(self, req: pb.Stage0Request) -> None:
+        self.session.handle(req)
+
+    async def feed(self, pcm16: bytes) -> None:
+        """Audio as a microphone sends it, each chunk once the VAD has run all
+        audio before it and the end-of-turn model answered what it was asked."""
+        for i in range(0, len(pcm16), CHUNK):
+            chunk = pcm16[i : i + CHUNK]
+            self.handle(pb.Stage0Request(audio=pb.Stage0Audio(pcm16=chunk + SILENCE[len(chunk) :])))
+            async with asyncio.timeout(10):
+                await self.vad.idle()
+                await self.turn.idle()
+
+    async def close(self) -> None:
+        await self.session.close()
 
 
 def _session(
     hearing: Hearing,
-    events: list[pb.Stage0Event],
+    events: Events,
     lane: pb.Lane,
     td: cpb.TurnDetection | None = None,
-) -> CascadeSession:
+) -> Listening:
+    vad = VadBatcher(hearing.vad)
+    turn = TurnBatcher(hearing.turn, executor=hearing.executor)
     session = CascadeSession(
-        hearing,
-        Stage0Settings(),
-        events.append,
-        Stage0Metrics(CollectorRegistry()),
-        VadBatcher(hearing.vad),
-        TurnBatcher(hearing.turn, executor=hearing.executor),
+        hearing, Stage0Settings(), events.append, Stage0Metrics(CollectorRegistry()), vad, turn
     )
     td = td or cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_SERVER_VAD)
     session.handle(
         pb.Stage0Request(open=pb.Stage0Open(session_id="s", lane=lane, turn_detection=td))
     )
-    return session
+    return Listening(session, vad, turn)
 
 
-async def _feed(session: CascadeSession, pcm16: bytes) -> None:
-    """Audio as a microphone sends it, each chunk given time for the VAD to run."""
-    for i in range(0, len(pcm16), CHUNK):
-        chunk = pcm16[i : i + CHUNK]
-        session.handle(pb.Stage0Request(audio=pb.Stage0Audio(pcm16=chunk + SILENCE[len(chunk) :])))
-        await asyncio.sleep(0.01)
-
-
-def _kinds(events: list[pb.Stage0Event]) -> list[str]:
+def _kinds(events: Events) -> list[str]:
     return [str(e.WhichOneof("kind")) for e in events]
 
 
-async def _transcript(events: list[pb.Stage0Event], timeout_s: float = 30) -> pb.Transcript:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            for e in events:
-                if e.WhichOneof("kind") == "transcript":
-                    return e.transcript
-            await asyncio.sleep(0.05)
+async def _transcript(events: Events) -> pb.Transcript:
+    return (await events.first(lambda e: e.HasField("transcript"))).transcript
 
 
 @pytest.mark.models
 @pytest.mark.parametrize("voice", VOICES)
 @pytest.mark.parametrize("late_ms", [0, 600, 2000])
 async def test_server_vad_commit_after_speech_stopped_hears_the_utterance(
-    hearing: Hearing, events: list[pb.Stage0Event], late_ms: int, voice: Voice
+    hearing: Hearing, events: Events, late_ms: int, voice: Voice
 ) -> None:
     """The commit that follows `speech_stopped` transcribes the speech, even when
     more live silence arrived in between (the audio is never trimmed away);
     the transcript is made ready for the prompt of the turn it starts."""
-    hearing.prepared.clear()
+    hearing.prepared = Seen()
     session = _session(hearing, events, pb.LANE_SERVER_VAD)
     try:
         question = spoken("What color is the sky on a sunny day?", 16000, voice)
-        await _feed(session, SILENCE * 2 + question)
+        await session.feed(SILENCE * 2 + question)
         for _ in range(30):
             if "speech_stopped" in _kinds(events):
                 break
-            await _feed(session, SILENCE)
+            await session.feed(SILENCE)
         (stopped,) = [e.speech_stopped for e in events if e.HasField("speech_stopped")]
         # The spoken span alone: no padding, no closing silence, within the fixture.
         assert 1000 < stopped.speech_ms <= len(question) // 32, stopped
-        await _feed(session, SILENCE * (late_ms // 200))
+        await session.feed(SILENCE * (late_ms // 200))
         session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="item_1")))
         heard = await _transcript(events)
         assert heard.item_id == "item_1"
         assert "sky" in heard.text.lower() and "sunny" in heard.text.lower(), heard.text
-        await asyncio.sleep(0)
-        assert hearing.prepared == [("user", heard.text.strip())]
+        await hearing.prepared.first(lambda _prepared: True)
+        assert hearing.prepared.items == [("user", heard.text.strip())]
     finally:
         await session.close()
 
 
-async def _greeted(
-    hearing: Hearing, events: list[pb.Stage0Event], say: Callable[[str], bytes]
-) -> CascadeSession:
+async def _greeted(hearing: Hearing, events: Events, say: Callable[[str], bytes]) -> Listening:
     """A server_vad session whose VAD has ended a first utterance, not yet committed."""
     session = _session(hearing, events, pb.LANE_SERVER_VAD)
-    await _feed(session, say("Good morning to you.") + SILENCE * 5)
+    await session.feed(say("Good morning to you.") + SILENCE * 5)
     assert "speech_stopped" in _kinds(events)
     return session
 
 
 @pytest.mark.models
 async def test_server_vad_commit_takes_only_the_segmented_utterance(
-    hearing: Hearing, events: list[pb.Stage0Event], say: Callable[[str], bytes]
+    hearing: Hearing, events: Events, say: Callable[[str], bytes]
 ) -> None:
     """Speech that starts before the commit of the one before it belongs to the next turn."""
     session = await _greeted(hearing, events, say)
     try:
-        await _feed(session, say("Tell me about the weather tomorrow."))
+        await session.feed(say("Tell me about the weather tomorrow."))
         session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="first")))
         first = await _transcript(events)
         assert "morning" in first.text.lower() and "weather" not in first.text.lower(), first.text
         events.clear()
-        await _feed(session, SILENCE * 5)
+        await session.feed(SILENCE * 5)
         session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="second")))
         second = await _transcript(events)
         assert second.item_id == "second" and "weather" in second.text.lower(), second.text
@@ -190,13 +232,13 @@ async def test_server_vad_commit_takes_only_the_segmented_utterance(
 
 @pytest.mark.models
 async def test_cleared_input_drops_a_segmented_utterance(
-    hearing: Hearing, events: list[pb.Stage0Event], say: Callable[[str], bytes]
+    hearing: Hearing, events: Events, say: Callable[[str], bytes]
 ) -> None:
     """A short overlap the session dropped (it clears the input) is never a later turn."""
     session = await _greeted(hearing, events, say)
     try:
         session.handle(pb.Stage0Request(clear_input=pb.Stage0ClearInput()))
-        await _feed(session, say("Tell me about the weather tomorrow.") + SILENCE * 5)
+        await session.feed(say("Tell me about the weather tomorrow.") + SILENCE * 5)
         session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="only")))
         heard = await _transcript(events)
         assert "weather" in heard.text.lower() and "morning" not in heard.text.lower(), heard.text
@@ -204,7 +246,7 @@ async def test_cleared_input_drops_a_segmented_utterance(
         await session.close()
 
 
-def _stopped_ms(events: list[pb.Stage0Event]) -> list[int]:
+def _stopped_ms(events: Events) -> list[int]:
     return [
         e.speech_stopped.audio_end_ms for e in events if e.WhichOneof("kind") == "speech_stopped"
     ]
@@ -220,16 +262,16 @@ SEMANTIC = cpb.TurnDetection(mode=cpb.TURN_DETECTION_MODE_SEMANTIC_VAD, eagernes
 
 @pytest.mark.models
 async def test_semantic_vad_ends_a_complete_question_sooner_than_server_vad_would(
-    hearing: Hearing, events: list[pb.Stage0Event]
+    hearing: Hearing, events: Events
 ) -> None:
     """Smart Turn hears a finished question: the turn ends well inside server_vad's
     500 ms of silence, and the commit that follows transcribes it whole."""
     question = SILENCE * 2 + spoken("What is the capital of France?", 16000, "piper")
     session = _session(hearing, events, pb.LANE_SERVER_VAD, SEMANTIC)
     try:
-        await _feed(session, question)
+        await session.feed(question)
         for _ in range(10):
-            await _feed(session, SILENCE)
+            await session.feed(SILENCE)
             if _stopped_ms(events):
                 break
         (stopped,) = _stopped_ms(events)
@@ -243,7 +285,7 @@ async def test_semantic_vad_ends_a_complete_question_sooner_than_server_vad_woul
 
 @pytest.mark.models
 async def test_semantic_vad_waits_through_a_mid_sentence_pause(
-    hearing: Hearing, events: list[pb.Stage0Event]
+    hearing: Hearing, events: Events
 ) -> None:
     """A 700 ms pause after "What I really want is" ends no turn (server_vad's 500 ms
     would): one turn, ended after the last word, holding the whole sentence."""
@@ -251,9 +293,9 @@ async def test_semantic_vad_waits_through_a_mid_sentence_pause(
     sentence = SILENCE * 2 + spoken_paused(text, 5, 700, 16000, "espeak")
     session = _session(hearing, events, pb.LANE_SERVER_VAD, SEMANTIC)
     try:
-        await _feed(session, sentence)
+        await session.feed(sentence)
         for _ in range(25):  # up to auto's 4 s of silence, and more
-            await _feed(session, SILENCE)
+            await session.feed(SILENCE)
             if _stopped_ms(events):
                 break
         (stopped,) = _stopped_ms(events)

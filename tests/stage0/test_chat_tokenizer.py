@@ -11,7 +11,7 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from antiphon.stage0 import history, tools
+from antiphon.stage0 import history, tool_prompt
 from antiphon.stage0.assets import Stage0Assets
 from antiphon.stage0.chat_tokenizer import ChatTokenizer
 from antiphon.stage0.prompt import preamble_for, with_preamble
@@ -25,10 +25,13 @@ WEATHER = cpb.Tool(
 )
 TIME = cpb.Tool(name="get_time", description="Get the local time.")
 CALL = (
-    tools.CALL,
+    tool_prompt.CALL,
     json.dumps({"call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'}),
 )
-RESULT = (tools.RESULT, json.dumps({"call_id": "c1", "output": '{"temp_c": 21, "sky": "clear"}'}))
+RESULT = (
+    tool_prompt.RESULT,
+    json.dumps({"call_id": "c1", "output": '{"temp_c": 21, "sky": "clear"}'}),
+)
 
 
 def turns(n: int) -> list[Message]:
@@ -72,10 +75,12 @@ def prompts(chat: ChatTokenizer, messages: Sequence[Message]) -> list[str]:
     them (the template's own way), and with them told in the system message."""
     full = with_preamble(messages, preamble_for("Be brief.", "No lists.", False), "Answer it.")
     offered = [WEATHER, TIME]
-    described = tools.described(tools.spoken_messages(full, calls_as_json=True), offered)
+    described = tool_prompt.described(
+        tool_prompt.spoken_messages(full, calls_as_json=True), offered
+    )
     return [
-        tools.renderer(chat, ())(full),
-        tools.renderer(chat, offered)(full),
+        tool_prompt.renderer(chat, ())(full),
+        tool_prompt.renderer(chat, offered)(full),
         chat.render_chat(described),
     ]
 
@@ -109,7 +114,7 @@ def test_a_cut_history_counts_and_encodes_as_the_whole_tokenizer_does(
     chat = ChatTokenizer(tokenizer)
     messages = with_preamble(turns(40))
     for offered in ((), (WEATHER,)):
-        render = tools.renderer(chat, offered)
+        render = tool_prompt.renderer(chat, offered)
         fitted = [
             history.fit_prompt(
                 messages, render, count, max_model_len=512, reserve=64, retention_ratio=0.8
@@ -123,7 +128,7 @@ def test_a_cut_history_counts_and_encodes_as_the_whole_tokenizer_does(
 @pytest.mark.models
 def test_a_new_turn_encodes_only_the_pieces_it_adds(tokenizer: PreTrainedTokenizerBase) -> None:
     chat = ChatTokenizer(tokenizer)
-    render = tools.renderer(chat, ())
+    render = tool_prompt.renderer(chat, ())
     messages = with_preamble(turns(10))
     chat.encode(render(messages))
     before = chat.encoded
@@ -141,7 +146,7 @@ def test_a_turn_made_ready_encodes_nothing_when_asked(
     """The answer and the new question, made ready as the worker produced them,
     leave nothing for the request path to encode, and the ids are unchanged."""
     chat = ChatTokenizer(tokenizer)
-    render = tools.renderer(chat, offered)
+    render = tool_prompt.renderer(chat, offered)
     messages = with_preamble(turns(10), preamble_for("Be brief.", "", bool(offered)))
     chat.encode(render(messages))
     answer, question = ("assistant", "About 150 million km."), ("user", "And Mars?")

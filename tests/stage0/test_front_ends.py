@@ -29,7 +29,7 @@ from antiphon.stage0.settings import Stage0Settings
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
-from bench.gpu import free_ports
+from bench.lib.machine import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 FRONT_ENDS = 2

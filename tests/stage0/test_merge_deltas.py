@@ -1,9 +1,9 @@
-"""cascade.merge_deltas: text deltas of one response (same id, same epoch) fold into one
+"""responder.merge_deltas: text deltas of one response (same id, same epoch) fold into one
 whose text is both; anything else stays a message of its own."""
 
 from __future__ import annotations
 
-from antiphon.stage0.cascade import merge_deltas
+from antiphon.stage0.responder import merge_deltas
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 

@@ -1,5 +1,6 @@
-"""Function calling on stage0 (tools.py), with a scripted model: what reaches the
-prompt, how a call is read out of free text, and which passes answer."""
+"""Function calling on stage0 with a scripted model (tools.py and the modules it
+uses, tool_prompt.py and tool_calls.py): what reaches the prompt, how a call is
+read out of free text, and which passes answer."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from antiphon.stage0 import tools
+from antiphon.stage0 import tool_calls, tool_prompt, tools
 from antiphon.stage0.generation import GenerationMetrics, Guided, LlmOutput
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
@@ -53,14 +54,14 @@ def ask(question: str, *declared: cpb.Tool, mode: str = "auto", name: str = "") 
     ],
 )
 def test_a_call_is_read_from_tags_fences_or_bare_json(text: str) -> None:
-    out = tools.parse_call(text, ["get_weather"])
+    out = tool_calls.parse_call(text, ["get_weather"])
     assert out is not None and not out.refused
     assert (out.call.name, json.loads(out.call.arguments)) == ("get_weather", {"city": "Paris"})
 
 
 def test_a_function_nobody_declared_is_refused_with_what_the_model_wrote() -> None:
     text = '{"name": "two_plus_two", "arguments": {}}'
-    out = tools.parse_call(text, ["get_weather"])
+    out = tool_calls.parse_call(text, ["get_weather"])
     assert out is not None and out.refused
     assert (out.call.name, out.call.arguments) == ("two_plus_two", text)
 
@@ -69,12 +70,12 @@ def test_a_function_nobody_declared_is_refused_with_what_the_model_wrote() -> No
     "text", ["Paris is sunny.", "{not json", '{"city": "Paris"}', '{"name": 3, "arguments": {}}']
 )
 def test_what_is_not_shaped_like_a_call_is_no_call(text: str) -> None:
-    assert tools.parse_call(text, ["get_weather"]) is None
+    assert tool_calls.parse_call(text, ["get_weather"]) is None
 
 
 # ----------------------------------------------------------------- scanner
-def scan(*chunks: str) -> tuple[list[str], tools.CallScanner]:
-    scanner = tools.CallScanner()
+def scan(*chunks: str) -> tuple[list[str], tool_calls.CallScanner]:
+    scanner = tool_calls.CallScanner()
     return [scanner.feed(c) for c in chunks], scanner
 
 
@@ -118,7 +119,7 @@ HISTORY = [
 
 
 def test_with_tools_a_tools_aware_template_gets_calls_and_results_its_own_way() -> None:
-    messages = tools.template_messages(tools.pairs(HISTORY))
+    messages = tool_prompt.template_messages(tool_prompt.pairs(HISTORY))
     assert messages[2] == {
         "role": "assistant",
         "content": "Let me look.",
@@ -130,30 +131,34 @@ def test_with_tools_a_tools_aware_template_gets_calls_and_results_its_own_way() 
         ],
     }
     assert messages[3] == {"role": "tool", "content": '{"c": 21}'}
-    assert tools.template_tools([WEATHER])[0]["function"]["parameters"]["required"] == ["city"]
+    assert tool_prompt.template_tools([WEATHER])[0]["function"]["parameters"]["required"] == [
+        "city"
+    ]
 
 
 def test_a_spoken_answer_sees_calls_and_results_in_plain_words() -> None:
-    messages = tools.spoken_messages(tools.pairs(HISTORY))
+    messages = tool_prompt.spoken_messages(tool_prompt.pairs(HISTORY))
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "assistant", "user"]
     assert messages[3]["content"] == 'I called get_weather({"city": "Paris"}).'
     assert messages[4]["content"].startswith('get_weather returned: {"c": 21}.')
 
 
 def test_a_template_without_tools_is_told_them_in_the_system_message() -> None:
-    messages = tools.described(tools.spoken_messages(tools.pairs(HISTORY)), [WEATHER])
+    messages = tool_prompt.described(
+        tool_prompt.spoken_messages(tool_prompt.pairs(HISTORY)), [WEATHER]
+    )
     assert messages[0]["content"].startswith("Be brief.\n\nYou can call these functions:")
     assert "- get_weather: Get the current weather in a city." in messages[0]["content"]
 
 
 def test_a_guided_call_may_name_only_the_functions_allowed_with_their_arguments() -> None:
-    one = tools.call_schema([WEATHER])
+    one = tool_calls.call_schema([WEATHER])
     assert one["properties"]["name"] == {"const": "get_weather"}
     assert one["properties"]["arguments"]["required"] == ["city"]
-    both = tools.call_schema([WEATHER, TIME])
+    both = tool_calls.call_schema([WEATHER, TIME])
     names = [o["properties"]["name"]["const"] for o in both["anyOf"]]
     assert names == ["get_weather", "get_time"]
-    assert both["anyOf"][1]["properties"]["arguments"] == tools.NO_PARAMETERS
+    assert both["anyOf"][1]["properties"]["arguments"] == tool_prompt.NO_PARAMETERS
 
 
 # ------------------------------------------------------------------ passes
@@ -209,7 +214,7 @@ class ScriptedModel:
 
 async def run(model: ScriptedModel, req: pb.Generate) -> list[tools.Output]:
     def prompt(offered: Sequence[cpb.Tool]) -> str:
-        return tools.renderer(model, offered)(tools.pairs(req.messages))
+        return tool_prompt.renderer(model, offered)(tool_prompt.pairs(req.messages))
 
     return [
         o
@@ -224,7 +229,7 @@ def said(outputs: list[tools.Output]) -> str:
 
 
 def calls(outputs: list[tools.Output]) -> list[tuple[str, bool]]:
-    return [(o.call.name, o.refused) for o in outputs if isinstance(o, tools.ToolCallOut)]
+    return [(o.call.name, o.refused) for o in outputs if isinstance(o, tool_calls.ToolCallOut)]
 
 
 def ends_once(outputs: list[tools.Output]) -> bool:
@@ -237,7 +242,9 @@ async def test_required_is_one_guided_pass_over_every_declared_function() -> Non
     out = await run(model, ask("Hi", WEATHER, TIME, mode="required"))
     assert calls(out) == [("get_weather", False)] and said(out) == "" and ends_once(out)
     (only,) = model.passes
-    assert only.guided is not None and only.guided.json_schema == tools.call_schema([WEATHER, TIME])
+    assert only.guided is not None and only.guided.json_schema == tool_calls.call_schema(
+        [WEATHER, TIME]
+    )
 
 
 async def test_a_named_function_is_the_only_one_the_guided_pass_allows() -> None:
@@ -245,7 +252,7 @@ async def test_a_named_function_is_the_only_one_the_guided_pass_allows() -> None
     out = await run(model, ask("Hi", WEATHER, TIME, mode="function", name="get_time"))
     assert calls(out) == [("get_time", False)]
     guided = model.passes[0].guided
-    assert guided is not None and guided.json_schema == tools.call_schema([TIME])
+    assert guided is not None and guided.json_schema == tool_calls.call_schema([TIME])
 
 
 async def test_auto_says_words_as_they_come_in_one_pass() -> None:

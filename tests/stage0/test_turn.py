@@ -6,10 +6,13 @@ import asyncio
 import importlib.util
 import itertools
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from antiphon.common.assets import MissingAssetError
@@ -320,3 +323,31 @@ async def test_batcher_runs_every_waiting_session_in_one_call(smart_turn: SmartT
     assert [answers[k] for k in range(3)] == pytest.approx(
         [float(p) for p in expected[:3]], abs=1e-5
     )
+
+
+class _HeldModel:
+    """Smart Turn's boundary (`predict`), answering once the test lets it."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+
+    def predict(self, windows: list[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
+        self.go.wait(5)
+        return np.full(len(windows), SPEECH, dtype=np.float32)
+
+
+async def test_batcher_idle_waits_until_every_window_is_answered() -> None:
+    """`idle` is the barrier tests feed audio by: an idle batcher answers at once,
+    a busy one once the last answer was delivered."""
+    model = _HeldModel()
+    answers: list[float] = []
+    with ThreadPoolExecutor(1) as executor:
+        batcher = TurnBatcher(cast(SmartTurn, model), executor=executor)
+        await asyncio.wait_for(batcher.idle(), 1)
+        batcher.submit("s", window(b"\0\0" * WINDOW_SAMPLES), answers.append)
+        idle = asyncio.ensure_future(batcher.idle())
+        finished, _ = await asyncio.wait({idle}, timeout=0.05)
+        assert not finished and answers == []
+        model.go.set()
+        await asyncio.wait_for(idle, 5)
+        assert answers == [pytest.approx(SPEECH)]

@@ -9,7 +9,8 @@ See docs/client.md.
 """
 
 from antiphon.client.collector import EventCollector, Timings
-from antiphon.client.duplex import DEFAULT_URL, DuplexClient, Reconnect
+from antiphon.client.connect import DEFAULT_URL, Reconnect
+from antiphon.client.duplex import DuplexClient
 from antiphon.client.errors import (
     ClientError,
     ProtocolError,

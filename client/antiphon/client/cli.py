@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from antiphon.client import audio
-from antiphon.client.duplex import DEFAULT_URL, DuplexClient
+from antiphon.client.connect import DEFAULT_URL
+from antiphon.client.duplex import DuplexClient
 from antiphon.client.errors import (
     ClientError,
     ProtocolError,

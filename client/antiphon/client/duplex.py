@@ -4,9 +4,9 @@ It speaks both dialects of `/v1/realtime`: OpenAI's (the session opens on
 connect) and the duplex one (`?duplex=1`: the first `session.update` opens it,
 events carry `server_event_seq`, and a dropped connection is resumed).
 
-One reader task per connection reads every frame, stamps it with the
-monotonic clock, drops what a replay repeats, and hands it to the response
-demultiplexer, to the listeners and to every open `events()` iterator.
+One reader task per connection reads every frame and hands it to the
+consumer's side (session_events.py: deduplicated, stamped with the monotonic
+clock, fanned out to responses, listeners and `events()` iterators).
 When the connection drops without a close from either side, the reader
 reconnects and sends `session.resume` with the token, the incarnation and
 the last sequence number it holds: the server replays the rest, so a
@@ -20,73 +20,30 @@ import base64
 import contextlib
 import itertools
 import json
-import random
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any, Generic, Self, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any, Self
+from urllib.parse import urlsplit
 
 import websockets
 from websockets.asyncio.client import ClientConnection
 
 from antiphon.client import audio
-from antiphon.client.errors import (
-    ClientError,
-    ProtocolError,
-    Refused,
-    ServerUnreachable,
-    SessionClosed,
+from antiphon.client.connect import (
+    DEFAULT_RECONNECT,
+    DEFAULT_URL,
+    Reconnect,
+    ResumePoint,
+    ask_resume,
+    connect,
+    is_duplex,
+    with_query,
 )
-from antiphon.client.events import (
-    ErrorEvent,
-    Event,
-    ResponseCreated,
-    Resumed,
-    SessionEnded,
-    SessionEvent,
-    parse,
-)
-from antiphon.client.responses import ResponseHandle
-
-DEFAULT_URL = "ws://127.0.0.1:8000/v1/realtime?duplex=1"
-# Frames the client logs in both directions (`on_frame`): "<" in, ">" out.
-FrameLog = Callable[[str, dict[str, Any]], None]
-Listener = Callable[[Event], None]
-# Attachment-scoped events: their `server_event_seq` is a cursor, not a journal position.
-_CURSOR_EVENTS = frozenset({"session.resumed", "session.replaced", "session.resync_required"})
-T = TypeVar("T")
+from antiphon.client.errors import ClientError, ProtocolError, Refused, SessionClosed
+from antiphon.client.events import ErrorEvent, Event, Resumed, SessionEnded, SessionEvent
+from antiphon.client.session_events import FrameLog, SessionEvents
 
 
-@dataclass(frozen=True)
-class Reconnect:
-    """How a dropped connection is retried: `attempts` tries, with jittered
-    exponential backoff from `first_delay_s` up to `max_delay_s`."""
-
-    attempts: int = 6
-    first_delay_s: float = 0.25
-    max_delay_s: float = 4.0
-
-    def delays(self) -> list[float]:
-        return [
-            min(self.max_delay_s, self.first_delay_s * 2**i) * random.uniform(0.5, 1.0)
-            for i in range(self.attempts)
-        ]
-
-
-def is_duplex(url: str) -> bool:
-    parts = urlsplit(url)
-    flag = dict(parse_qsl(parts.query)).get("duplex", "")
-    return flag.lower() in ("1", "true", "yes")
-
-
-def with_query(url: str, **params: str) -> str:
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query)) | params
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-class DuplexClient:
+class DuplexClient(SessionEvents):
     """An async context manager: entering opens the session, leaving closes it.
 
     `session` is the `session.update` body the session opens with (OpenAI's
@@ -101,7 +58,7 @@ class DuplexClient:
         *,
         api_key: str | None = None,
         session: dict[str, Any] | None = None,
-        reconnect: Reconnect | None = Reconnect(),
+        reconnect: Reconnect | None = DEFAULT_RECONNECT,
         heartbeat_s: float = 10.0,
         open_timeout_s: float = 10.0,
         on_frame: FrameLog | None = None,
@@ -115,27 +72,14 @@ class DuplexClient:
         self._reconnect = reconnect if self.duplex else None
         self._heartbeat_s = heartbeat_s
         self._open_timeout_s = open_timeout_s
-        self._on_frame = on_frame
+        super().__init__(on_frame)
         self._ws: ClientConnection | None = None
         self._connected = asyncio.Event()
         self._closing = False
-        self._ended: str = ""  # why the session is over, once it is
-        self._over = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
-        self._streams: list[asyncio.Queue[Event | None]] = []
-        self._listeners: list[Listener] = []
-        self._responses: dict[str, ResponseHandle] = {}
-        self._new_responses: list[asyncio.Queue[ResponseHandle | None]] = []
         self._ids = itertools.count(1)
-        # What the session is, as the server last said it.
-        self.session: dict[str, Any] = {}
-        self.session_id = ""
-        self.resume_token = ""
-        self.incarnation = 0
-        self.last_seq = 0
         self.resumes = 0
-        self.active_response_id = ""
 
     # ------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Self:
@@ -346,87 +290,9 @@ class DuplexClient:
             }
         )
 
-    # ------------------------------------------------------------ receiving
-    def subscribe(self) -> asyncio.Queue[Event | None]:
-        """A queue of every event from now on (None once the session is over)."""
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        if self._ended:
-            queue.put_nowait(None)
-        self._streams.append(queue)
-        return queue
-
-    def unsubscribe(self, queue: asyncio.Queue[Event | None]) -> None:
-        _discard(self._streams, queue)
-
-    def add_listener(self, listener: Listener) -> None:
-        """`listener(event)` is called for every event, in the reader, as it arrives."""
-        self._listeners.append(listener)
-
-    def events(self) -> Feed[Event]:
-        """Every server event from now on (from this call, not from the first
-        `anext`), until the session is over."""
-        queue = self.subscribe()
-        return Feed(queue, lambda: self.unsubscribe(queue))
-
-    def __aiter__(self) -> AsyncIterator[Event]:
-        return self.events()
-
-    async def wait_for(self, *types: str, timeout: float = 60) -> Event:
-        """The next event of one of `types`; an `error` on the way raises `ProtocolError`."""
-        async with asyncio.timeout(timeout), self.events() as events:
-            async for event in events:
-                if event.type in types:
-                    return event
-                if isinstance(event, ErrorEvent):
-                    raise ProtocolError(event.raw)
-        raise SessionClosed(self._ended)
-
-    def responses(self) -> Feed[ResponseHandle]:
-        """Each response created from now on (from this call), as it is created."""
-        queue: asyncio.Queue[ResponseHandle | None] = asyncio.Queue()
-        if self._ended:
-            queue.put_nowait(None)
-        self._new_responses.append(queue)
-        return Feed(queue, lambda: _discard(self._new_responses, queue))
-
-    async def next_response(self, timeout: float = 120) -> ResponseHandle:
-        """The next response created, read to its end."""
-        async with asyncio.timeout(timeout), self.responses() as responses:
-            async for handle in responses:
-                await handle.wait()
-                return handle
-        raise SessionClosed(self._ended)
-
-    @property
-    def input_rate(self) -> int:
-        return _rate(self.session, "input")
-
-    @property
-    def output_rate(self) -> int:
-        return _rate(self.session, "output")
-
     # ------------------------------------------------------------ the reader
     async def _connect(self, url: str) -> ClientConnection:
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        try:
-            return await websockets.connect(
-                url,
-                additional_headers=headers,
-                max_size=None,
-                open_timeout=self._open_timeout_s,
-                ping_interval=None,
-                # No permessage-deflate (websockets offers it by default, uvicorn
-                # accepts): the traffic is base64 PCM, which barely compresses, and
-                # both ends would pay zlib on every frame. At 200 sessions in one
-                # process it doubled the client's CPU and its commit -> first audio.
-                compression=None,
-            )
-        except websockets.InvalidStatus as exc:
-            status = exc.response.status_code
-            body = exc.response.body.decode(errors="replace") if exc.response.body else ""
-            raise Refused(f"HTTP {status} from {url}: {body}".strip(), status=status) from exc
-        except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
-            raise ServerUnreachable(url, exc) from exc
+        return await connect(url, api_key=self._api_key, open_timeout_s=self._open_timeout_s)
 
     async def _read(self) -> None:
         self._connected.set()
@@ -447,53 +313,6 @@ class DuplexClient:
         if not self._closing:
             self._end("connection lost")
 
-    def _receive(self, raw: dict[str, Any]) -> None:
-        event = parse(raw, time.monotonic())
-        if self._on_frame is not None:
-            self._on_frame("<", raw)
-        seq = event.seq
-        # Only journaled events can come twice. An error no session journaled
-        # carries seq 0, and the attachment-scoped events carry the cursor they
-        # resumed from (a gateway's own fail-over forwards its `session.resumed`,
-        # with the rotated token): neither is a replay, both must get through.
-        if seq and event.type not in _CURSOR_EVENTS:
-            if seq <= self.last_seq:
-                return  # replayed twice: the consumer has it already
-            self.last_seq = seq
-        self._deliver(event)
-        if isinstance(event, SessionEnded):
-            self._end(event.reason)
-
-    def _deliver(self, event: Event) -> None:
-        if isinstance(event, SessionEvent):
-            self.session = event.session or self.session
-            self.session_id = event.session_id or self.session_id
-            self.resume_token = str(event.raw.get("resume_token") or self.resume_token)
-            self.incarnation = int(event.raw.get("incarnation") or self.incarnation)
-        self._route(event)
-        for listener in self._listeners:
-            listener(event)
-        for queue in self._streams:
-            queue.put_nowait(event)
-
-    def _route(self, event: Event) -> None:
-        """Hand a response's events to its handle (a new one on `response.created`)."""
-        rid = event.response_id
-        if isinstance(event, ResponseCreated):
-            created = ResponseHandle(rid)
-            self._responses[rid] = created
-            self.active_response_id = rid
-            for queue in self._new_responses:
-                queue.put_nowait(created)
-        handle = self._responses.get(rid) if rid else None
-        if handle is None:
-            return
-        handle.feed(event)
-        if handle.finished:
-            del self._responses[rid]
-            if self.active_response_id == rid:
-                self.active_response_id = ""
-
     async def _resume(self) -> bool:
         """Reconnect and `session.resume`; False when the session cannot come back."""
         if self._reconnect is None or not self.resume_token:
@@ -505,7 +324,8 @@ class DuplexClient:
                 ws = await self._connect(url)
             except ClientError:
                 continue
-            answer = await self._ask_resume(ws)
+            at = ResumePoint(self.session_id, self.incarnation, self.resume_token, self.last_seq)
+            answer = await ask_resume(ws, at, self._open_timeout_s)
             if answer is None:
                 await ws.close()
                 continue  # refused for now (no worker room): the token still works
@@ -522,32 +342,6 @@ class DuplexClient:
             return True
         return False
 
-    async def _ask_resume(self, ws: ClientConnection) -> Event | None:
-        """`session.resumed`, an `error` that is final, or None to try again."""
-        await ws.send(
-            json.dumps(
-                {
-                    "type": "session.resume",
-                    "session_id": self.session_id,
-                    "incarnation": self.incarnation,
-                    "resume_token": self.resume_token,
-                    "last_received_server_event_seq": self.last_seq,
-                }
-            )
-        )
-        try:
-            async with asyncio.timeout(self._open_timeout_s):
-                while True:
-                    event = parse(json.loads(await ws.recv()), time.monotonic())
-                    if event.type == "session.resumed" or isinstance(event, SessionEnded):
-                        return event
-                    if isinstance(event, ErrorEvent):
-                        # No worker room is for now; anything else is final.
-                        full = event.raw.get("error", {}).get("type") == "rate_limit_error"
-                        return None if full else event
-        except (TimeoutError, websockets.ConnectionClosed):
-            return None
-
     async def _beat(self) -> None:
         """Duplex: keep the lease warm and let the server trim what we have read."""
         while True:
@@ -555,62 +349,3 @@ class DuplexClient:
             with contextlib.suppress(ClientError):
                 await self.send({"type": "session.heartbeat"})
                 await self.send({"type": "session.event_ack", "server_event_seq": self.last_seq})
-
-    def _end(self, reason: str) -> None:
-        if self._ended:
-            return
-        self._ended = reason
-        self._over.set()
-        for queue in self._streams:
-            queue.put_nowait(None)
-        for waiting in self._new_responses:
-            waiting.put_nowait(None)
-        for handle in self._responses.values():
-            handle.abandon()
-        self._responses.clear()
-
-    @property
-    def ended(self) -> str:
-        """Why the session is over; "" while it is not."""
-        return self._ended
-
-
-class Feed(Generic[T]):
-    """An async iterator over what a client hands out, subscribed when made
-    (so nothing between the call and the first `anext` is missed); `aclose`
-    or leaving `async with` unsubscribes."""
-
-    def __init__(self, queue: asyncio.Queue[T | None], unsubscribe: Callable[[], None]) -> None:
-        self._queue = queue
-        self._unsubscribe = unsubscribe
-
-    def __aiter__(self) -> Feed[T]:
-        return self
-
-    async def __anext__(self) -> T:
-        item = await self._queue.get()
-        if item is None:
-            self._queue.put_nowait(None)  # over for every later call too
-            await self.aclose()
-            raise StopAsyncIteration
-        return item
-
-    async def aclose(self) -> None:
-        self._unsubscribe()
-
-    async def __aenter__(self) -> Feed[T]:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-def _discard(items: list[Any], item: Any) -> None:
-    with contextlib.suppress(ValueError):
-        items.remove(item)
-
-
-def _rate(session: dict[str, Any], direction: str) -> int:
-    fmt = ((session.get("audio") or {}).get(direction) or {}).get("format") or {}
-    rate = fmt.get("rate") if isinstance(fmt, dict) else None
-    return int(rate) if rate else audio.WIRE_RATE

@@ -1,8 +1,8 @@
 """One assistant response as it arrives: its audio, its words, its end.
 
 The client demultiplexes the event stream by response id into
-`ResponseHandle`s; a consumer reads the audio as it comes (`chunks`) or
-waits for the whole (`wait`).
+`ResponseHandle`s (`ResponseRouter`); a consumer reads the audio as it comes
+(`chunks`) or waits for the whole (`wait`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from antiphon.client.events import (
     Decision,
     Event,
     FunctionCall,
+    ResponseCreated,
     ResponseDone,
     TextDelta,
     TranscriptDelta,
 )
+from antiphon.client.feed import Fanout, Feed
 
 
 class ResponseHandle:
@@ -87,3 +89,41 @@ class ResponseHandle:
     async def wait(self, timeout: float | None = None) -> ResponseDone | None:
         """The `response.done` (None if the session ended first)."""
         return await asyncio.wait_for(asyncio.shield(self._done), timeout)
+
+
+class ResponseRouter:
+    """Hands each response's events to its handle (a new one on
+    `response.created`) and each new handle to the open `feed`s."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, ResponseHandle] = {}
+        self._created: Fanout[ResponseHandle] = Fanout()
+        # The response being said; "" when none is.
+        self.active_response_id = ""
+
+    def route(self, event: Event) -> None:
+        rid = event.response_id
+        if isinstance(event, ResponseCreated):
+            created = ResponseHandle(rid)
+            self._running[rid] = created
+            self.active_response_id = rid
+            self._created.publish(created)
+        handle = self._running.get(rid) if rid else None
+        if handle is None:
+            return
+        handle.feed(event)
+        if handle.finished:
+            del self._running[rid]
+            if self.active_response_id == rid:
+                self.active_response_id = ""
+
+    def feed(self) -> Feed[ResponseHandle]:
+        """Each response created from now on, as it is created."""
+        return self._created.feed()
+
+    def end(self) -> None:
+        """The session is over: no response comes, and those running never end."""
+        self._created.end()
+        for handle in self._running.values():
+            handle.abandon()
+        self._running.clear()

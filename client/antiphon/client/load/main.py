@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from antiphon.client import audio
-from antiphon.client.duplex import DEFAULT_URL, is_duplex, with_query
+from antiphon.client.connect import DEFAULT_URL, is_duplex, with_query
 from antiphon.client.load.barge import run_barge_in
 from antiphon.client.load.questions import Question, from_wav, trim_leading_silence
 from antiphon.client.load.report import capacity, new_report, plot, print_summary, print_table

@@ -3,9 +3,10 @@
 In `semantic_vad` the end-of-turn model (turn.py) may end an utterance
 before Silero's silence timeout does; the session sees a server_vad turn.
 
-The session service drives it with typed requests; it reports VAD events,
-transcripts, listen/speak decisions and LLM text. Work of an epoch older
-than the newest one seen is dropped or aborted.
+The session service drives it with typed requests (`HANDLERS`); it reports
+VAD events, transcripts, listen/speak decisions and, through responder.py,
+LLM text. Work of an epoch older than the newest one seen is dropped or
+aborted.
 """
 
 from __future__ import annotations
@@ -15,15 +16,13 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from antiphon.common import stage_audio
-from antiphon.stage0 import history, tools
-from antiphon.stage0.generation import GenerationMetrics, PromptTooLongError
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
-from antiphon.stage0.prompt import preamble_for, with_preamble
+from antiphon.stage0.responder import Responder
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.transcript import PendingText, StreamingTranscript
 from antiphon.stage0.turn import (
@@ -53,21 +52,6 @@ UNFENCED = 1 << 62
 MAX_SEGMENTED = 4
 
 
-def merge_deltas(last: pb.Stage0Event, new: pb.Stage0Event) -> pb.Stage0Event | None:
-    """`new` folded into `last` (both still unsent) when both are text deltas of
-    one response (same id and epoch): a delta's text only ever extends what came
-    before it (the session speaks or shows it as it comes), so one delta of
-    both texts says the same. None for anything else. A field added to
-    `GenerationDelta` must be merged here too."""
-    if last.WhichOneof("kind") != "delta" or new.WhichOneof("kind") != "delta":
-        return None
-    into, more = last.delta, new.delta
-    if into.response_id != more.response_id or into.epoch != more.epoch:
-        return None
-    into.text += more.text
-    return last
-
-
 class CascadeSession:
     def __init__(
         self,
@@ -82,6 +66,7 @@ class CascadeSession:
         self._metrics = metrics
         self._settings = settings
         self._emit = emit
+        self._responder = Responder(models.llm, settings, metrics, emit)
         self.session_id = ""
         self._lane: pb.Lane = pb.LANE_MANUAL
         self._skip_vad = False
@@ -109,30 +94,44 @@ class CascadeSession:
 
     # ---------------------------------------------------------- requests
     def handle(self, req: pb.Stage0Request) -> None:
-        kind = req.WhichOneof("kind")
-        if kind in ("open", "configure"):
-            self._configure(getattr(req, kind))
-            return
-        msg = getattr(req, kind)
-        if msg.epoch < self._epoch:
-            return  # fenced out: older than a cancel already seen
-        self._epoch = max(self._epoch, msg.epoch)
-        if kind == "audio":
+        handler = HANDLERS.get(req.WhichOneof("kind") or "")
+        if handler is not None:
+            handler(self, req)
+
+    def _fenced(self, epoch: int) -> bool:
+        """Whether a request of `epoch` is older than a cancel already seen."""
+        if epoch < self._epoch:
+            return True
+        self._epoch = epoch
+        return False
+
+    def _audio_request(self, msg: pb.Stage0Audio) -> None:
+        if not self._fenced(msg.epoch):
             self._audio(msg.pcm16)
-        elif kind == "commit":
-            pcm, text = self._committed_audio()
-            # A committed item is the user's, whatever happens to responses:
-            # a later cancel does not stop its transcription.
-            self._spawn(self._transcribe_commit(msg.epoch, msg.item_id, pcm, text), fenced=False)
-        elif kind == "clear_input":
-            self._drop_segmented()
-            self._utterance.clear()
-            self._utterance_start_ms = self._received_ms
-            self._transcript.reset()
-            self._vad.clear()
-        elif kind == "generate":
-            self._spawn(self._generate(msg, time.perf_counter()))
-        elif kind == "cancel":
+
+    def _commit(self, msg: pb.Stage0Commit) -> None:
+        if self._fenced(msg.epoch):
+            return
+        pcm, text = self._committed_audio()
+        # A committed item is the user's, whatever happens to responses:
+        # a later cancel does not stop its transcription.
+        self._spawn(self._transcribe_commit(msg.epoch, msg.item_id, pcm, text), fenced=False)
+
+    def _clear_input(self, msg: pb.Stage0ClearInput) -> None:
+        if self._fenced(msg.epoch):
+            return
+        self._drop_segmented()
+        self._utterance.clear()
+        self._utterance_start_ms = self._received_ms
+        self._transcript.reset()
+        self._vad.clear()
+
+    def _generate(self, msg: pb.Generate) -> None:
+        if not self._fenced(msg.epoch):
+            self._spawn(self._responder.answer(msg, time.perf_counter(), self.session_id))
+
+    def _cancel(self, msg: pb.Stage0Cancel) -> None:
+        if not self._fenced(msg.epoch):
             self._cancel_before(msg.epoch)
 
     def _configure(self, open_: pb.Stage0Open) -> None:
@@ -340,7 +339,7 @@ class CascadeSession:
                 )
             )
         )
-        self._prepare("user", heard)
+        self._responder.prepare("user", heard)
 
     async def _transcribe_utterance(self, epoch: int, end_ms: int, text: PendingText) -> None:
         heard = await self._transcribed(text)
@@ -353,142 +352,7 @@ class CascadeSession:
                 )
             )
         )
-        self._prepare("user", heard)
-
-    def _prepare(self, role: str, content: str) -> None:
-        """A transcript or an answer of ours, which the session's next prompt will
-        hold: its tokens are made ready before that request (chat_tokenizer.py).
-        Soon, not now: the event just emitted is written to the session first."""
-        # Stripped, as the session sends a message's text (session/items.py).
-        if text := content.strip():
-            asyncio.get_running_loop().call_soon(self._models.llm.prepare, role, text)
-
-    def _prompt(self, req: pb.Generate, max_tokens: int, offered: Sequence[cpb.Tool] = ()) -> str:
-        """Stage0's preamble, the client's instructions, and as much history as fits
-        (with the `offered` functions in the prompt, or none: tools.py).
-
-        Built on the event loop, not in a thread: with the history's pieces
-        already encoded (chat_tokenizer.py) it costs ~0.4 ms for 20 turns, and
-        the GIL lets a thread only slow it (bench/prompt_path.py: 128 sessions
-        at once, the last prompt ready after 52 ms inline, 78 ms in threads)."""
-        llm = self._models.llm
-        s = self._settings
-        messages = tools.pairs(req.messages)
-        max_model_len = s.llm_max_model_len
-        return history.fit_prompt(
-            with_preamble(
-                messages,
-                preamble_for(s.llm_preamble, s.llm_style, functions_offered=bool(offered)),
-                s.llm_reminder,
-            ),
-            tools.renderer(llm, offered),
-            llm.count_tokens,
-            max_model_len=max_model_len,
-            # An answer longer than half the context ends at the context's end instead.
-            reserve=min(max_tokens, max_model_len // 2),
-            retention_ratio=req.retention_ratio,
-        )
-
-    async def _generate(self, req: pb.Generate, received: float) -> None:
-        llm = self._models.llm
-        max_tokens = req.max_output_tokens or self._settings.llm_max_output_tokens
-        request_id = f"{self.session_id}:{req.response_id}"
-        finish_reason = "stop"
-        metrics = cpb.StageMetrics()
-        # The spoken answer, which the next turn's prompt holds (tool calls render otherwise).
-        spoken: list[str] = []
-        called = False
-
-        def prompt(offered: Sequence[cpb.Tool]) -> str:
-            # Of the answer's last pass (tools.py), as the debug surface shows it.
-            handed = bool(metrics.prompt)
-            metrics.prompt = self._prompt(req, max_tokens, offered)
-            if not handed:
-                # The first pass's prompt goes to the engine now.
-                self._metrics.generate_wait.observe(time.perf_counter() - received)
-            return metrics.prompt
-
-        try:
-            with self._metrics.llm_batch_size.track_inprogress():
-                async for out in tools.answer(
-                    llm,
-                    request_id,
-                    req,
-                    prompt,
-                    temperature=req.temperature,
-                    max_tokens=max_tokens,
-                    check_threshold=self._settings.tool_check_threshold,
-                ):
-                    if isinstance(out, tools.ToolCallOut):
-                        called = True
-                        self._emit(
-                            pb.Stage0Event(
-                                tool_call=pb.GenerationToolCall(
-                                    epoch=req.epoch,
-                                    response_id=req.response_id,
-                                    call=out.call,
-                                    refused=out.refused,
-                                )
-                            )
-                        )
-                        continue
-                    if out.text:
-                        spoken.append(out.text)
-                        self._emit(
-                            pb.Stage0Event(
-                                delta=pb.GenerationDelta(
-                                    epoch=req.epoch, response_id=req.response_id, text=out.text
-                                )
-                            )
-                        )
-                    if out.finished:
-                        finish_reason = out.finish_reason or "stop"
-                        if out.metrics is not None:
-                            self._record(metrics, out.metrics)
-        except Exception as exc:
-            code = "generation_failed"
-            if isinstance(exc, history.HistoryTooLongError | PromptTooLongError):
-                # This turn alone outgrows the context; the session goes on.
-                code = "context_length_exceeded"
-                log.warning("prompt too long: %s", exc, extra={"session_id": self.session_id})
-            else:
-                log.exception("generation failed", extra={"session_id": self.session_id})
-            self._emit(
-                pb.Stage0Event(
-                    error=pb.StageError(
-                        epoch=req.epoch,
-                        response_id=req.response_id,
-                        code=code,
-                        message=str(exc),
-                    )
-                )
-            )
-            return
-        self._metrics.generations.labels(finish_reason).inc()
-        self._emit(
-            pb.Stage0Event(
-                done=pb.GenerationDone(
-                    epoch=req.epoch,
-                    response_id=req.response_id,
-                    finish_reason=finish_reason,
-                    metrics=metrics,
-                )
-            )
-        )
-        if not called:
-            self._prepare("assistant", "".join(spoken))
-
-    def _record(self, metrics: cpb.StageMetrics, m: GenerationMetrics) -> None:
-        """One response's engine clocks: into its `response.done` metrics and Prometheus."""
-        metrics.ttft_ms = m.ttft_ms
-        metrics.tpot_ms = m.tpot_ms
-        metrics.itl_ms.extend(m.itl_ms)
-        metrics.num_prompt_tokens = m.num_prompt_tokens
-        metrics.num_generation_tokens = m.num_generation_tokens
-        self._metrics.ttft.observe(m.ttft_ms / 1000)
-        self._metrics.tpot.observe(m.tpot_ms / 1000)
-        for itl in m.itl_ms:
-            self._metrics.itl.observe(itl / 1000)
+        self._responder.prepare("user", heard)
 
     async def close(self) -> None:
         self._vad_batcher.discard(self._vad)
@@ -501,3 +365,18 @@ class CascadeSession:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+# What each request does, by its oneof field; tests/stage0/test_request_kinds.py
+# holds the keys to the proto, mypy each field to its handler's type.
+HANDLERS: Final[Mapping[str, Callable[[CascadeSession, pb.Stage0Request], None]]] = {
+    "open": lambda s, req: s._configure(req.open),
+    "configure": lambda s, req: s._configure(req.configure),
+    "audio": lambda s, req: s._audio_request(req.audio),
+    "commit": lambda s, req: s._commit(req.commit),
+    "clear_input": lambda s, req: s._clear_input(req.clear_input),
+    "generate": lambda s, req: s._generate(req.generate),
+    "cancel": lambda s, req: s._cancel(req.cancel),
+}
+# Kinds the cascade has nothing to do with, and why (none: it handles them all).
+IGNORED: Final[Mapping[str, str]] = {}

@@ -93,7 +93,7 @@ class ChatTokenizer:
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> str:
         """Chat messages (with tool calls and results) and the functions the model
-        may call, as its chat template renders them (tools.py builds both)."""
+        may call, as its chat template renders them (tool_prompt.py builds both)."""
         rendered = self._tokenizer.apply_chat_template(
             [dict(m) for m in messages],
             tools=[dict(t) for t in tools] if tools else None,

@@ -12,7 +12,8 @@ model's current answer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Final
 
 from antiphon.stage0.duplex_lockstep import Lockstep, NoFreeRowError
 from antiphon.stage0.duplex_rows import BYTES_PER_MS, Row
@@ -43,51 +44,58 @@ class DuplexSession:
         return self._row
 
     def handle(self, req: pb.Stage0Request) -> None:
-        kind = req.WhichOneof("kind")
-        if kind == "open":
-            self._open(req.open)
-            return
-        if kind is None:
-            return
-        if kind == "configure":
-            self._configure(req.configure)
-            return
-        row = self._row
-        if row is None:
+        handler = HANDLERS.get(req.WhichOneof("kind") or "")
+        if handler is not None:
+            handler(self, req)
+
+    def _opened(self, kind: str) -> Row | None:
+        """The session's row; None (and the session told) before it opened."""
+        if self._row is None:
             self._error(0, "not_open", f"{kind} before open")
+        return self._row
+
+    def _audio(self, msg: pb.Stage0Audio) -> None:
+        if (row := self._opened("audio")) is None:
             return
-        if kind == "audio":
-            row.epoch = max(row.epoch, req.audio.epoch)
-            row.uncommitted_bytes += len(req.audio.pcm16)
-            self._lockstep.hear(row, req.audio.pcm16)
-        elif kind == "commit":
-            row.epoch = max(row.epoch, req.commit.epoch)
-            # The model heard it as it came; all there is to say is how much.
-            audio_ms = row.uncommitted_bytes // BYTES_PER_MS
-            row.uncommitted_bytes = 0
-            self._emit(
-                pb.Stage0Event(
-                    transcript=pb.Transcript(
-                        epoch=req.commit.epoch,
-                        item_id=req.commit.item_id,
-                        text="",
-                        audio_ms=audio_ms,
-                    )
+        row.epoch = max(row.epoch, msg.epoch)
+        row.uncommitted_bytes += len(msg.pcm16)
+        self._lockstep.hear(row, msg.pcm16)
+
+    def _commit(self, msg: pb.Stage0Commit) -> None:
+        if (row := self._opened("commit")) is None:
+            return
+        row.epoch = max(row.epoch, msg.epoch)
+        # The model heard it as it came; all there is to say is how much.
+        audio_ms = row.uncommitted_bytes // BYTES_PER_MS
+        row.uncommitted_bytes = 0
+        self._emit(
+            pb.Stage0Event(
+                transcript=pb.Transcript(
+                    epoch=msg.epoch, item_id=msg.item_id, text="", audio_ms=audio_ms
                 )
             )
-        elif kind == "clear_input":
-            if req.clear_input.epoch < row.epoch:
-                return  # fenced out: older than what the session said since
-            row.epoch = req.clear_input.epoch
-            row.audio.clear()
-            row.uncommitted_bytes = 0
-        elif kind == "generate":
-            row.epoch = max(row.epoch, req.generate.epoch)
-        elif kind == "cancel":
-            if req.cancel.epoch < row.epoch:
-                return  # fenced out: a cancel the session has moved past
-            row.epoch = req.cancel.epoch
-            row.speaking.mute()
+        )
+
+    def _clear_input(self, msg: pb.Stage0ClearInput) -> None:
+        if (row := self._opened("clear_input")) is None:
+            return
+        if msg.epoch < row.epoch:
+            return  # fenced out: older than what the session said since
+        row.epoch = msg.epoch
+        row.audio.clear()
+        row.uncommitted_bytes = 0
+
+    def _generate(self, msg: pb.Generate) -> None:
+        if (row := self._opened("generate")) is not None:
+            row.epoch = max(row.epoch, msg.epoch)
+
+    def _cancel(self, msg: pb.Stage0Cancel) -> None:
+        if (row := self._opened("cancel")) is None:
+            return
+        if msg.epoch < row.epoch:
+            return  # fenced out: a cancel the session has moved past
+        row.epoch = msg.epoch
+        row.speaking.mute()
 
     def _configure(self, open_: pb.Stage0Open) -> None:
         """Only the persona and the voice mean anything to the model (its
@@ -145,3 +153,18 @@ class DuplexSession:
                 },
             )
             self._row = None
+
+
+# What each request does, by its oneof field; tests/stage0/test_request_kinds.py
+# holds the keys to the proto, mypy each field to its handler's type.
+HANDLERS: Final[Mapping[str, Callable[[DuplexSession, pb.Stage0Request], None]]] = {
+    "open": lambda s, req: s._open(req.open),
+    "configure": lambda s, req: s._configure(req.configure),
+    "audio": lambda s, req: s._audio(req.audio),
+    "commit": lambda s, req: s._commit(req.commit),
+    "clear_input": lambda s, req: s._clear_input(req.clear_input),
+    "generate": lambda s, req: s._generate(req.generate),
+    "cancel": lambda s, req: s._cancel(req.cancel),
+}
+# Kinds this backend has nothing to do with, and why (none: it handles them all).
+IGNORED: Final[Mapping[str, str]] = {}

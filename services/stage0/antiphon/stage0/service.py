@@ -8,9 +8,10 @@ import grpc
 
 from antiphon.common.binding import ActiveSessions, serve_binding
 from antiphon.common.moshi_checkpoint import FRAME_MS, SAMPLE_RATE
-from antiphon.stage0.cascade import CascadeSession, merge_deltas
+from antiphon.stage0.cascade import CascadeSession
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import SessionEngines, Stage0Engines
+from antiphon.stage0.responder import merge_deltas
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.turn import TurnBatcher
 from antiphon.stage0.vad import VadBatcher

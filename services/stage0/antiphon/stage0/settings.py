@@ -106,7 +106,7 @@ class Stage0Settings(WorkerSettings):
     # its last was taken, so a busy worker also slows its answers.
     synthetic_step_clock: bool = False
     # Text deltas of one response that wait unsent on a session's stream are
-    # sent as one (cascade.merge_deltas): a stream that keeps up carries each
+    # sent as one (responder.merge_deltas): a stream that keeps up carries each
     # token as it comes, one that lags fewer, longer messages. Off only to
     # measure what it saves (bench/delta_path.py).
     coalesce_deltas: bool = True

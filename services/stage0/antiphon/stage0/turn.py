@@ -236,15 +236,17 @@ class TurnBatcher:
         self._observe_batch = observe_batch
         self._waiting: dict[object, tuple[Float32Array, Callable[[float], None]]] = {}
         self._running: dict[object, Callable[[float], None]] = {}
-        self._busy = False
+        # Set while no window waits or runs.
+        self._quiet = asyncio.Event()
+        self._quiet.set()
 
     def submit(
         self, key: object, audio: Float32Array, on_probability: Callable[[float], None]
     ) -> None:
         """Queue `key`'s window (a newer one from the same key replaces it)."""
         self._waiting[key] = (audio, on_probability)
-        if not self._busy:
-            self._busy = True
+        if self._quiet.is_set():
+            self._quiet.clear()
             asyncio.get_running_loop().call_soon(self._start)
 
     def discard(self, key: object) -> None:
@@ -252,9 +254,13 @@ class TurnBatcher:
         self._waiting.pop(key, None)
         self._running.pop(key, None)
 
+    async def idle(self) -> None:
+        """Until every submitted window was answered (or its session discarded)."""
+        await self._quiet.wait()
+
     def _start(self) -> None:
         if not self._waiting:
-            self._busy = False
+            self._quiet.set()
             return
         keys = list(self._waiting)[: self._max_batch]
         windows = []

@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from antiphon.common.audio import float32_to_pcm16
 from antiphon.common.moshi_checkpoint import FRAME_MS, SAMPLE_RATE
@@ -75,16 +76,13 @@ class MimiSession:
     # --- requests ---------------------------------------------------------
 
     def handle(self, req: pb.Stage1Request) -> None:
-        kind = req.WhichOneof("kind")
-        if kind == "open":
-            self._open(req.open)
-        elif kind == "frame":
-            self._frame(req.frame)
-        elif kind == "text":
-            self._text(req.text)
-        elif kind == "cancel":
-            self._epoch = max(self._epoch, req.cancel.epoch)
-            self._timings = {k: t for k, t in self._timings.items() if t.epoch >= self._epoch}
+        handler = HANDLERS.get(req.WhichOneof("kind") or "")
+        if handler is not None:
+            handler(self, req)
+
+    def _cancel(self, msg: pb.Stage1Cancel) -> None:
+        self._epoch = max(self._epoch, msg.epoch)
+        self._timings = {k: t for k, t in self._timings.items() if t.epoch >= self._epoch}
 
     def _open(self, msg: pb.Stage1Open) -> None:
         # The session's output rate (8 kHz for G.711); 0 keeps Mimi's own.
@@ -212,3 +210,15 @@ class MimiSession:
             self._lockstep.release(self._slot, self)
             self._slot = None
         self._queue.clear()
+
+
+# What each request does, by its oneof field; tests/stage1/test_request_kinds.py
+# holds the keys to the proto, mypy each field to its handler's type.
+HANDLERS: Final[Mapping[str, Callable[[MimiSession, pb.Stage1Request], None]]] = {
+    "open": lambda s, req: s._open(req.open),
+    "frame": lambda s, req: s._frame(req.frame),
+    "text": lambda s, req: s._text(req.text),
+    "cancel": lambda s, req: s._cancel(req.cancel),
+}
+# Kinds this backend has nothing to do with, and why (none: it handles them all).
+IGNORED: Final[Mapping[str, str]] = {}

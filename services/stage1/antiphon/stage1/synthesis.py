@@ -2,7 +2,8 @@
 
 Text arrives as the LLM streams it; complete clauses are synthesised in
 order while later text keeps arriving, so the first clause is heard before
-the answer is finished. A cancel fences out everything of older epochs.
+the answer is finished. A cancel fences out everything of older epochs. A
+clause the voice fails on ends its response with an error (no `done`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Final, Protocol
 
 from antiphon.common.audio import resample_pcm16
 from antiphon.stage1.clauses import ClauseSplitter
@@ -65,24 +66,35 @@ class SynthesisSession:
         self._splitters: dict[str, ClauseSplitter] = {}
         self._first_text: dict[str, float] = {}
         self._first_audio: dict[str, float] = {}
+        # Responses a clause of which the voice failed on: the rest is not spoken.
+        self._failed: set[str] = set()
         self._queue: asyncio.Queue[_Work] = asyncio.Queue()
         self._worker = asyncio.create_task(self._run())
 
     def handle(self, req: pb.Stage1Request) -> None:
-        kind = req.WhichOneof("kind")
-        if kind == "open":
-            # The session's output rate (8 kHz for G.711); 0 keeps the voice's own.
-            self._out_rate = req.open.sample_rate_hz or self._tts.out_rate
-            self._speed = req.open.speed or 1.0
-            return
-        msg = getattr(req, kind)
-        if msg.epoch < self._epoch:
-            return
-        self._epoch = max(self._epoch, msg.epoch)
-        if kind == "cancel":
+        handler = HANDLERS.get(req.WhichOneof("kind") or "")
+        if handler is not None:
+            handler(self, req)
+
+    def _open(self, msg: pb.Stage1Open) -> None:
+        # The session's output rate (8 kHz for G.711); 0 keeps the voice's own.
+        self._out_rate = msg.sample_rate_hz or self._tts.out_rate
+        self._speed = msg.speed or 1.0
+
+    def _fenced(self, epoch: int) -> bool:
+        """Whether a request of `epoch` is older than a cancel already seen."""
+        if epoch < self._epoch:
+            return True
+        self._epoch = epoch
+        return False
+
+    def _cancel(self, msg: pb.Stage1Cancel) -> None:
+        if not self._fenced(msg.epoch):
             self._splitters.clear()
-            return
-        if kind != "text":
+            self._failed.clear()  # their work is all of older epochs now
+
+    def _text(self, msg: pb.SynthesizeText) -> None:
+        if self._fenced(msg.epoch):
             return
         rid = msg.response_id
         splitter = self._splitters.setdefault(
@@ -101,44 +113,70 @@ class SynthesisSession:
     async def _run(self) -> None:
         while True:
             work = await self._queue.get()
-            if work.epoch < self._epoch:
-                continue
             if work.final:
-                started = self._first_text.pop(work.response_id, time.perf_counter())
-                first = self._first_audio.pop(work.response_id, started)
-                self._emit(
-                    pb.Stage1Event(
-                        done=pb.SynthesisDone(
-                            epoch=work.epoch,
-                            response_id=work.response_id,
-                            first_audio_ms=(first - started) * 1000,
-                        )
-                    )
+                self._done(work)
+            elif self._wanted(work):
+                await self._clause(work)
+
+    def _done(self, work: _Work) -> None:
+        """The end of a response: `done`, unless it was cancelled or failed."""
+        failed = work.response_id in self._failed
+        self._failed.discard(work.response_id)
+        started = self._first_text.pop(work.response_id, time.perf_counter())
+        first = self._first_audio.pop(work.response_id, started)
+        if failed or work.epoch < self._epoch:
+            return
+        self._emit(
+            pb.Stage1Event(
+                done=pb.SynthesisDone(
+                    epoch=work.epoch,
+                    response_id=work.response_id,
+                    first_audio_ms=(first - started) * 1000,
                 )
-                continue
-            t0 = time.perf_counter()
+            )
+        )
+
+    async def _clause(self, work: _Work) -> None:
+        t0 = time.perf_counter()
+        try:
             chunks = await self._scheduler.run(
                 functools.partial(self._speak, work.text),
                 first=work.response_id not in self._first_audio,
                 wanted=functools.partial(self._wanted, work),
             )
-            elapsed = time.perf_counter() - t0
-            if chunks is None or not self._wanted(work):
-                continue  # cancelled while waiting or synthesising: never send it
-            total_ms = sum(c.duration_ms for c in chunks)
-            if total_ms:
-                self._metrics.rtf.observe(elapsed * 1000 / total_ms)
-            if work.response_id not in self._first_audio and chunks:
-                now = time.perf_counter()
-                self._first_audio[work.response_id] = now
-                started = self._first_text.get(work.response_id, now)
-                self._metrics.first_audio.observe(now - started)
-            for chunk in chunks:
-                pcm = resample_pcm16(chunk.pcm16, self._tts.out_rate, self._out_rate)
-                self._emit(pb.Stage1Event(audio=_audio_chunk(work, chunk, pcm, self._out_rate)))
+        except Exception as exc:
+            # The voice failed on this clause: its response ends here, with
+            # an error, and the session's later responses are still spoken.
+            log.exception("synthesis failed")
+            self._failed.add(work.response_id)
+            self._emit(
+                pb.Stage1Event(
+                    error=pb.StageError(
+                        epoch=work.epoch,
+                        response_id=work.response_id,
+                        code="synthesis_failed",
+                        message=str(exc),
+                    )
+                )
+            )
+            return
+        elapsed = time.perf_counter() - t0
+        if chunks is None or not self._wanted(work):
+            return  # cancelled while waiting or synthesising: never send it
+        total_ms = sum(c.duration_ms for c in chunks)
+        if total_ms:
+            self._metrics.rtf.observe(elapsed * 1000 / total_ms)
+        if work.response_id not in self._first_audio and chunks:
+            now = time.perf_counter()
+            self._first_audio[work.response_id] = now
+            started = self._first_text.get(work.response_id, now)
+            self._metrics.first_audio.observe(now - started)
+        for chunk in chunks:
+            pcm = resample_pcm16(chunk.pcm16, self._tts.out_rate, self._out_rate)
+            self._emit(pb.Stage1Event(audio=_audio_chunk(work, chunk, pcm, self._out_rate)))
 
     def _wanted(self, work: _Work) -> bool:
-        return work.epoch >= self._epoch
+        return work.epoch >= self._epoch and work.response_id not in self._failed
 
     def _speak(self, text: str) -> list[SpeechChunk]:
         return list(self._tts.synthesize(text, self._speed))
@@ -159,3 +197,16 @@ def _audio_chunk(work: _Work, chunk: SpeechChunk, pcm16: bytes, rate: int) -> pb
         duration_ms=chunk.duration_ms,
         marks=[cpb.AudioTextMark(text_chars=c, audio_end_ms=ms) for c, ms in chunk.marks],
     )
+
+
+# What each request does, by its oneof field; tests/stage1/test_request_kinds.py
+# holds the keys to the proto, mypy each field to its handler's type.
+HANDLERS: Final[Mapping[str, Callable[[SynthesisSession, pb.Stage1Request], None]]] = {
+    "open": lambda s, req: s._open(req.open),
+    "text": lambda s, req: s._text(req.text),
+    "cancel": lambda s, req: s._cancel(req.cancel),
+}
+# Kinds a text voice has nothing to do with, and why.
+IGNORED: Final[Mapping[str, str]] = {
+    "frame": "a text voice decodes no model frames (the session sends them to mimi only)",
+}
