@@ -5,7 +5,7 @@
 Issue 14: on the H200 our worker's TTFT p95 at 128 sessions is 1.5x raw
 vLLM's, while vLLM's own TTFT inside the worker equals raw. Every token of
 every session is one `GenerationDelta` through the worker's one event loop
-(cascade.py `_generate` -> the binding's outbox -> a grpc aio stream write),
+(responder.py `Responder.answer` -> the binding's outbox -> a grpc aio stream write),
 so a new request's first token may wait behind the other sessions' deltas.
 This bench shows that without a GPU: stage0 runs as a real gRPC worker
 (`python -m antiphon.stage0.main`, as bench.gpu starts it) on the

@@ -3,7 +3,7 @@
     python -m bench.prompt_path [--model FOLDER] [--turns 20] [--sessions 128]
 
 What a stage0 worker does for each `Generate` before the engine sees it
-(`CascadeSession._prompt`, then `LlmEngine.generate`): the preamble, the
+(`Responder._prompt`, then `LlmEngine.generate`): the preamble, the
 history fitted to the context (history.fit_prompt: the whole history
 rendered with the chat template and counted, and when it does not fit,
 counted again message by message, the cut rendered and counted), then the
@@ -92,7 +92,7 @@ def conversation(session: int, turns: int) -> list[Message]:
 def prompt_path(
     chat: ChatTokenizer, count: Callable[[str], int], encode: Callable[[str], list[int]]
 ) -> Path_:
-    """CascadeSession._prompt (default settings), then generate's encode: on `count`, `encode`."""
+    """Responder._prompt (default settings), then generate's encode: on `count`, `encode`."""
     s = Stage0Settings()
 
     def run(
