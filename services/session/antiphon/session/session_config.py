@@ -22,7 +22,7 @@ from antiphon.v1 import common_pb2 as pb
 from antiphon.v1 import stage_pb2
 
 # A session's PCM input rate until it declares another (OpenAI's 24 kHz).
-DEFAULT_PCM_RATE = 24000
+DEFAULT_PCM_RATE = PCM_OUTPUT_RATE
 # What a session reports as its model when the client names none.
 DEFAULT_MODEL = "antiphon-cascade"
 MODALITIES = ("audio", "text")

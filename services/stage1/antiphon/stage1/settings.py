@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from antiphon.common.audio_formats import PCM_OUTPUT_RATE
 from antiphon.common.workers import WorkerSettings
 
 
@@ -17,7 +18,8 @@ class Stage1Settings(WorkerSettings):
     backend: str = "piper"
     # One thread: two under contention on a shared 2-core box ran far slower.
     tts_threads: int = 1
-    output_rate: int = 24000
+    # The rate the voice speaks; synthesis resamples to the rate a session asks for.
+    output_rate: int = PCM_OUTPUT_RATE
     # A response's first clause may end at a word boundary after this many
     # words, so speech starts before the LLM finishes its first sentence
     # (0: cut only at punctuation).

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from antiphon.common.audio import float32_to_pcm16
+from antiphon.common.audio_formats import PCM_OUTPUT_RATE
 from antiphon.stage1.tts import SpeechChunk
 
 _WORD_END = re.compile(r"\S+")
@@ -21,7 +22,11 @@ _WORD_END = re.compile(r"\S+")
 
 class SyntheticTts:
     def __init__(
-        self, *, out_rate: int = 24000, ms_per_char: float = 60.0, compute_ratio: float = 0.0
+        self,
+        *,
+        out_rate: int = PCM_OUTPUT_RATE,
+        ms_per_char: float = 60.0,
+        compute_ratio: float = 0.0,
     ) -> None:
         self.out_rate = out_rate
         self._ms_per_char = ms_per_char

@@ -27,10 +27,10 @@ from piper import PiperVoice
 from piper.config import PiperConfig, SynthesisConfig
 
 from antiphon.common.audio import duration_ms, float32_to_pcm16, resample_pcm16
+from antiphon.common.audio_formats import PCM_OUTPUT_RATE
 
 _LOGGER = logging.getLogger(__name__)
 
-DEFAULT_OUT_RATE = 24000
 _WORD = re.compile(r"\S+")
 _SPACE = re.compile(r"\s*")
 # A word that ends a sentence: terminal punctuation, then maybe closing quotes.
@@ -215,7 +215,7 @@ class PiperTts:
         voice_config: Path,
         *,
         threads: int = 1,
-        out_rate: int = DEFAULT_OUT_RATE,
+        out_rate: int = PCM_OUTPUT_RATE,
         alignments: bool = True,
         varied: bool = True,
     ) -> None:
