@@ -17,6 +17,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from stack import LocalStack, Ports, free_port, start_redis
 
 from tests.support import auth, tiers
@@ -37,6 +38,9 @@ def pytest_configure(config: pytest.Config) -> None:
     tiers.activate()
     tiers.guard_engines()
     if config.getoption("fast"):
+        # Before collection: the fuzz tests size themselves by it (tests/support/fuzz.py).
+        settings.register_profile(tiers.FAST_PROFILE)
+        settings.load_profile(tiers.FAST_PROFILE)
         offline = Offline()
         offline.install()
         config.pluginmanager.register(offline, "antiphon-offline")

@@ -21,7 +21,7 @@ from antiphon.gateway.errors import ClientError
 from antiphon.gateway.openai_dialect import CLIENT_TYPES
 from antiphon.gateway.translator import Translator, metric_label
 from antiphon.v1 import session_pb2 as spb
-from tests.support.fuzz import ERROR_TYPES, FUZZ, client_events
+from tests.support.fuzz import ERROR_TYPES, FUZZ, client_events, examples
 
 
 def _wire(event: Any) -> Any:
@@ -80,7 +80,7 @@ def test_every_fuzzed_event_on_the_duplex_dialect_is_a_command_or_one_typed_erro
         _answer(translator, _wire(event), handshake=False)
 
 
-@settings(FUZZ, max_examples=600)
+@settings(FUZZ, max_examples=examples(600))
 @given(client_events())
 def test_every_fuzzed_event_on_openai_s_dialect_is_a_command_or_one_typed_error(
     event: Any,
@@ -88,7 +88,7 @@ def test_every_fuzzed_event_on_openai_s_dialect_is_a_command_or_one_typed_error(
     _answer(Translator(CLIENT_TYPES), _wire(event), handshake=False)
 
 
-@settings(FUZZ, max_examples=600)
+@settings(FUZZ, max_examples=examples(600))
 @given(client_events())
 def test_every_fuzzed_opening_event_opens_resumes_or_is_one_typed_error(event: Any) -> None:
     """The handshake (`session.update`, `session.resume`, native `session.create`)."""
@@ -101,6 +101,7 @@ def test_the_fuzzer_reaches_commands_as_well_as_refusals() -> None:
     kinds: set[str] = set()
     refusals: set[str] = set()
 
+    # All 800 in every tier: fewer may miss a kind, and this test is its guarantee.
     @settings(FUZZ, max_examples=800)
     @given(client_events())
     def collect(event: Any) -> None:

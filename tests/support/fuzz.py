@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from antiphon.gateway import native
 from antiphon.gateway.translator import ALIASES, HANDLERS
+from tests.support import tiers
 
 # OpenAI's error types (its `error.type`); a refusal of a client event is the client's.
 ERROR_TYPES = {"invalid_request_error", "server_error", "rate_limit_error"}
@@ -108,10 +109,17 @@ def client_events(draw: st.DrawFn) -> Any:
     return event
 
 
+def examples(n: int) -> int:
+    """How many examples a fuzz test of `n` runs in the tier being run: a fifth
+    in the fast one (it loads its hypothesis profile before collection), which
+    keeps `make test-fast` under a minute; `make test` runs them all."""
+    return max(50, n // 5) if settings.get_current_profile_name() == tiers.FAST_PROFILE else n
+
+
 # Reproducible and bounded: CI runs the same events every time, without a deadline
 # (a loaded machine is not a failure) and without an example database on disk.
 FUZZ = settings(
-    max_examples=1500,
+    max_examples=examples(1500),
     deadline=None,
     derandomize=True,
     database=None,

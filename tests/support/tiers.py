@@ -36,6 +36,9 @@ import pytest
 STACK = "stack"
 MODELS = "models"
 NPM = "npm"
+# The hypothesis profile `pytest --fast` loads (tests/support/fuzz.py sizes by it).
+FAST_PROFILE = "antiphon-fast"
+
 # What `make test-fast` (`pytest --fast`) leaves out.
 FAST_LEAVES_OUT = (MODELS, STACK, NPM)
 
