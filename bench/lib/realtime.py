@@ -1,6 +1,7 @@
 """A raw-WebSocket Realtime client in the duplex dialect (`?duplex=1`): send events,
 collect what comes back. The benchmarks time frames as they arrive, so nothing sits
-between the socket and them (the SDK-like `antiphon.client` does more per frame)."""
+between the socket and them (the SDK-like `antiphon.client` does more per frame).
+The tests' client (tests/support/realtime.py) is this one, taught OpenAI's dialect."""
 
 from __future__ import annotations
 
@@ -48,20 +49,29 @@ class RealtimeClient:
         answer = await self.until(lambda e: e["type"] in ("session.updated", "error"))
         return created if answer["type"] == "session.updated" else answer
 
-    async def append(self, pcm16: bytes, chunk_bytes: int = 9600) -> None:
+    async def append(self, pcm16: bytes, chunk_bytes: int = 9600, **extra: Any) -> None:
         """Audio as `input_audio_buffer.append` events (9600 B = 200 ms at 24 kHz)."""
         for i in range(0, len(pcm16), chunk_bytes):
             audio = base64.b64encode(pcm16[i : i + chunk_bytes]).decode()
-            await self.send("input_audio_buffer.append", audio=audio)
+            await self.send("input_audio_buffer.append", audio=audio, **extra)
+
+    async def recv(self, timeout: float = 60.0) -> Event:
+        """The next event, kept in `events`."""
+        event: Event = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+        self.events.append(event)
+        return event
 
     async def until(self, predicate: Callable[[Event], bool], timeout: float = 60.0) -> Event:
         """Receive until an event matches; every event received is kept in `events`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            remaining = max(0.01, deadline - loop.time())
-            event: Event = json.loads(await asyncio.wait_for(self.ws.recv(), remaining))
-            self.events.append(event)
+            try:
+                event = await self.recv(max(0.01, deadline - loop.time()))
+            except (TimeoutError, websockets.ConnectionClosed) as exc:
+                # What came last says why what was awaited never came.
+                exc.add_note(f"last events: {self.events[-5:]}")
+                raise
             if predicate(event):
                 return event
 

@@ -1,6 +1,7 @@
 """Speech made at run time by two unrelated voices: Piper (the stack's own TTS) and
 espeak-ng (formant synthesis, other prosody), so a benchmark that hears only the
-voice the stack speaks with does not flatter it."""
+voice the stack speaks with does not flatter it. The tests' fixtures
+(tests/support/speech.py) are these renditions, behind their tier checks."""
 
 from __future__ import annotations
 
@@ -29,13 +30,15 @@ _SNAP_MS = 80
 
 
 @cache
-def _piper() -> PiperTts:
+def piper_voice() -> PiperTts:
     assets = locate()
-    # Not varied: one rendition of a text is the same on every run and CPU.
+    # Not varied: Piper's sampled noise made one rendition in twenty heard as
+    # "capital of friends" on CPUs without AVX-512 (CTranslate2's int8 kernels
+    # differ by ISA), so a fixture passed here and failed in CI.
     return PiperTts(assets.voice_onnx, assets.voice_config, threads=1, out_rate=24000, varied=False)
 
 
-def _espeak_wav(text: str, ssml: bool = False) -> tuple[bytes, int]:
+def espeak_wav(text: str, ssml: bool = False) -> tuple[bytes, int]:
     exe = shutil.which("espeak-ng")
     if exe is None:
         raise RuntimeError(ESPEAK_HINT)
@@ -57,9 +60,9 @@ def silence(ms: int, rate: int = 24000) -> bytes:
 def spoken(text: str, rate: int = 24000, voice: Voice = "piper") -> bytes:
     """PCM16 mono speech of `text` at `rate` Hz, in `voice`."""
     if voice == "espeak":
-        pcm, native_rate = _espeak_wav(text)
+        pcm, native_rate = espeak_wav(text)
     else:
-        pcm, native_rate = b"".join(c.pcm16 for c in _piper().synthesize(text)), 24000
+        pcm, native_rate = b"".join(c.pcm16 for c in piper_voice().synthesize(text)), 24000
     return pcm if rate == native_rate else resample_pcm16(pcm, native_rate, rate)
 
 
@@ -72,9 +75,9 @@ def spoken_paused(
     that ends a sentence. espeak pauses by an SSML break; Piper's audio is cut where
     its word marks end that word and `pause_ms` of silence is put in."""
     if voice == "espeak":
-        pcm, native_rate = _espeak_paused(text, after_words, pause_ms)
+        pcm, native_rate = espeak_paused(text, after_words, pause_ms)
     else:
-        head, tail = _piper_split(text, after_words)
+        head, tail = piper_split(text, after_words)
         pcm, native_rate = head + silence(pause_ms, 24000) + tail, 24000
     return pcm if rate == native_rate else resample_pcm16(pcm, native_rate, rate)
 
@@ -99,9 +102,9 @@ def forget() -> None:
     spoken_paused.cache_clear()
 
 
-def _piper_split(text: str, after_words: int) -> tuple[bytes, bytes]:
+def piper_split(text: str, after_words: int) -> tuple[bytes, bytes]:
     """Piper's audio (24 kHz) of `text` as one sentence, split after its first words."""
-    (chunk,) = [c for c in _piper().synthesize(text) if c.pcm16]
+    (chunk,) = [c for c in piper_voice().synthesize(text) if c.pcm16]
     words = list(re.finditer(r"\S+", chunk.text))
     if not 0 < after_words < len(words):
         raise ValueError(f"cannot split {text!r} after {after_words} words")
@@ -118,10 +121,10 @@ def _piper_split(text: str, after_words: int) -> tuple[bytes, bytes]:
     return chunk.pcm16[:cut], chunk.pcm16[cut:]
 
 
-def _espeak_paused(text: str, after_words: int, pause_ms: int) -> tuple[bytes, int]:
+def espeak_paused(text: str, after_words: int, pause_ms: int) -> tuple[bytes, int]:
     """espeak-ng speaking `text` as one sentence with an SSML break after its first words."""
     words = text.split()
     if not 0 < after_words < len(words):
         raise ValueError(f"cannot split {text!r} after {after_words} words")
     head, tail = (escape(" ".join(part)) for part in (words[:after_words], words[after_words:]))
-    return _espeak_wav(f'<speak>{head} <break time="{pause_ms}ms"/> {tail}</speak>', ssml=True)
+    return espeak_wav(f'<speak>{head} <break time="{pause_ms}ms"/> {tail}</speak>', ssml=True)

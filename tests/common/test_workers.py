@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from antiphon.common import workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.workers import WorkerInfo, WorkerRegistry, WorkerSettings
+from tests.support import redis_dbs
 from tests.support.polling import eventually, redis_now_ms
 
 DB = 9  # this module's own database on the shared test Redis
@@ -40,7 +41,7 @@ async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 
 def db_url(redis_url: str) -> str:
-    return f"{redis_url.rsplit('/', 1)[0]}/{DB}"
+    return redis_dbs.db_url(redis_url, DB)
 
 
 def sessions(capacity: int) -> ActiveSessions:

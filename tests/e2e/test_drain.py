@@ -24,8 +24,8 @@ import pytest
 import websockets
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.lib.cluster import Cluster, running_cluster
 from tests.support import tiers
-from tests.support.cluster import Cluster, running_cluster
 from tests.support.polling import eventually
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
 

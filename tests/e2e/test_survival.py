@@ -21,8 +21,8 @@ import redis.asyncio as aioredis
 from antiphon.session import keys
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import session_pb2_grpc
+from bench.lib.cluster import Cluster, running_cluster
 from tests.support import tiers
-from tests.support.cluster import Cluster, running_cluster
 from tests.support.polling import eventually
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
 from tests.support.speech import silence, spoken

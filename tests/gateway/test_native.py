@@ -14,19 +14,15 @@ from antiphon.gateway.projector import project
 from antiphon.gateway.translator import Translator
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
+from tests.gateway import server_events as server
 
-KINDS = [f.name for f in spb.ServerEvent.DESCRIPTOR.oneofs_by_name["kind"].fields]
-REF = spb.PartRef(response_id="resp_01", item_id="item_resp_01", output_index=0, content_index=0)
+KINDS = server.KINDS
+REF = server.REF
 ENVELOPE = ("type", "event_id", "server_event_seq")
 
 
 def _event(kind: str, body: Message | None = None, *, seq: int = 9) -> spb.ServerEvent:
-    ev = spb.ServerEvent(seq=seq, event_id=f"event_{kind}")
-    if body is None:
-        getattr(ev, kind).SetInParent()
-    else:
-        getattr(ev, kind).CopyFrom(body)
-    return ev
+    return server.event(kind, body, seq=seq)
 
 
 def _body(frame: dict[str, Any]) -> dict[str, Any]:

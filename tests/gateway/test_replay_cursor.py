@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from antiphon.common.event_kinds import kind_of
 from antiphon.gateway.replay_cursor import ReplayCursor
 from antiphon.v1 import session_pb2 as spb
 
 
 def note(cursor: ReplayCursor, ev: spb.ServerEvent) -> None:
-    cursor.note(ev, ev.WhichOneof("kind"))
+    cursor.note(ev, kind_of(ev))
 
 
 def created() -> spb.ServerEvent:

@@ -31,6 +31,7 @@ from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 from tests.support.bindings import Recording
+from tests.support.redis_dbs import db_url
 
 SID, OWNER = "sess_h", "own_h"
 MANUAL = cpb.SessionConfigPatch(has_turn_detection=True)  # push-to-talk: no VAD, no auto answer
@@ -148,7 +149,7 @@ async def session(
 ) -> AsyncIterator[Session]:
     """A session opened in Redis database `db` (flushed first), its actor
     built as the registry builds it, not yet attached."""
-    client = aioredis.from_url(f"{redis_url.rsplit('/', 1)[0]}/{db}")
+    client = aioredis.from_url(db_url(redis_url, db))
     await client.flushdb()
     store = SessionStore(
         client, lease_ms=5000, journal_max_bytes=1 << 20, journal_ttl_s=60.0, ops_cache_size=8

@@ -15,6 +15,7 @@ from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 from tests.support.bindings import recording_links
 from tests.support.parts import response_control
+from tests.support.redis_dbs import db_url
 
 DB = 11  # this module's own database on the shared test Redis
 
@@ -30,7 +31,7 @@ def text_item(item_id: str, text: str = "") -> cpb.Item:
 
 @pytest.fixture
 async def conversation(redis_url: str) -> AsyncIterator[tuple[SessionStore, Conversation]]:
-    client = aioredis.from_url(f"{redis_url.rsplit('/', 1)[0]}/{DB}")
+    client = aioredis.from_url(db_url(redis_url, DB))
     await client.flushdb()
     store = SessionStore(
         client, lease_ms=5000, journal_max_bytes=1 << 20, journal_ttl_s=60.0, ops_cache_size=4

@@ -16,6 +16,7 @@ from antiphon.session.journal import Emitter, replay
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.store import Journal, NotOwnerError, SessionStore
 from antiphon.v1 import session_pb2 as spb
+from tests.support.redis_dbs import flushed
 
 DB = 4  # this module's own database on the shared test Redis
 SID = "sess_journal"
@@ -23,12 +24,8 @@ SID = "sess_journal"
 
 @pytest.fixture
 async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.from_url(f"{redis_url.rsplit('/', 1)[0]}/{DB}")
-    await client.flushdb()
-    try:
+    async with flushed(redis_url, DB) as client:
         yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 from tests.support.bindings import Recording
 from tests.support.polling import eventually
+from tests.support.redis_dbs import flushed
 
 DB = 6  # this module's own database on the shared test Redis
 
@@ -83,12 +84,8 @@ class Replica:
 
 @pytest.fixture
 async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.from_url(f"{redis_url.rsplit('/', 1)[0]}/{DB}")
-    await client.flushdb()
-    try:
+    async with flushed(redis_url, DB) as client:
         yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture

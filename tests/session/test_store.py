@@ -16,18 +16,15 @@ from antiphon.gateway.errors import ClientError
 from antiphon.gateway.translator import Translator
 from antiphon.session import keys
 from antiphon.session.store import NotOwnerError, SessionStore
+from tests.support.redis_dbs import db_url, flushed
 
 DB = 5  # this module's own database on the shared test Redis
 
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.from_url(f"{redis_url.rsplit('/', 1)[0]}/{DB}")
-    await client.flushdb()
-    try:
+    async with flushed(redis_url, DB) as client:
         yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture
@@ -48,7 +45,7 @@ def make_store(client: aioredis.Redis, **overrides: Any) -> SessionStore:
 # ----------------------------------------------------------------- admission
 async def test_admission_is_atomic_under_concurrency(redis_url: str) -> None:
     """20 racing admits for 5 slots, each on its own connection: exactly 5 win."""
-    url = f"{redis_url.rsplit('/', 1)[0]}/{DB}"
+    url = db_url(redis_url, DB)
     clients = [aioredis.from_url(url) for _ in range(20)]
     try:
         await clients[0].flushdb()

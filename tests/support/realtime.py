@@ -9,38 +9,31 @@ fails the test at once, so all live traffic of that dialect is checked.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import json
-from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import websockets
 
+from bench.lib import realtime
+from bench.lib.realtime import MANUAL, Event, audio_bytes, duplex_url, of_type
 from tests.support import openai_models
 
-Event = dict[str, Any]
-
-# A session whose turns end only at an explicit commit (`turn_detection: null`).
-MANUAL: dict[str, Any] = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+__all__ = [
+    "MANUAL",
+    "Event",
+    "OpenAIViolation",
+    "RealtimeClient",
+    "audio_bytes",
+    "duplex_url",
+    "of_type",
+    "realtime_url",
+]
 
 
 def realtime_url(gateway_port: int, query: str = "") -> str:
     """OpenAI's dialect (unless `query` opts in to the duplex extensions)."""
     return f"ws://127.0.0.1:{gateway_port}/v1/realtime{query}"
-
-
-def duplex_url(gateway_port: int, query: str = "") -> str:
-    """The duplex dialect (`?duplex=1`, with any further `query`): the reference's contract."""
-    return realtime_url(gateway_port, with_duplex(query))
-
-
-def with_duplex(query: str) -> str:
-    """`query` (e.g. "?autostart=0") with `duplex=1` in it."""
-    params = dict(parse_qsl(query.lstrip("?")))
-    params["duplex"] = "1"
-    return "?" + urlencode(params)
 
 
 def is_duplex(url: str) -> bool:
@@ -54,11 +47,12 @@ class OpenAIViolation(AssertionError):
     """A frame of OpenAI's dialect that a strict `openai` SDK client refuses."""
 
 
-class RealtimeClient:
+class RealtimeClient(realtime.RealtimeClient):
+    """The benchmarks' raw client (bench/lib/realtime.py), in either dialect."""
+
     def __init__(self, ws: websockets.ClientConnection, *, duplex: bool = True) -> None:
-        self.ws = ws
+        super().__init__(ws)
         self.duplex = duplex
-        self.events: list[Event] = []
         self._probes = 0  # `barrier` probes sent
         # OpenAI's PCM rate; a `Microphone` on a session opened at another names its rate.
         self.input_rate = 24000
@@ -66,9 +60,6 @@ class RealtimeClient:
     @classmethod
     async def connect(cls, url: str) -> RealtimeClient:
         return cls(await websockets.connect(url, max_size=None), duplex=is_duplex(url))
-
-    async def send(self, type_: str, **fields: Any) -> None:
-        await self.ws.send(json.dumps({"type": type_, **fields}))
 
     async def open(self, **session: Any) -> Event:
         """Open a session configured with `session`; returns `session.created`
@@ -78,12 +69,11 @@ class RealtimeClient:
         connect, with the server's defaults: `session.created` comes first,
         then the update, as a stock client does it."""
         if self.duplex:
-            await self.send("session.update", session=session)
+            return await super().open(**session)
         created = await self.until(lambda e: e["type"] in ("session.created", "error"))
         if created["type"] != "session.created":
             return created
-        if not self.duplex:
-            await self.send("session.update", session=session)
+        await self.send("session.update", session=session)
         answer = await self.until(lambda e: e["type"] in ("session.updated", "error"))
         return created if answer["type"] == "session.updated" else answer
 
@@ -91,34 +81,14 @@ class RealtimeClient:
         """One append (what a `Microphone` sends every 200 ms)."""
         await self.send("input_audio_buffer.append", audio=base64.b64encode(pcm16).decode())
 
-    async def append(self, pcm16: bytes, chunk_bytes: int = 9600, **extra: Any) -> None:
-        """Stream audio as `input_audio_buffer.append` events (9600 B = 200 ms at 24 kHz)."""
-        for i in range(0, len(pcm16), chunk_bytes):
-            audio = base64.b64encode(pcm16[i : i + chunk_bytes]).decode()
-            await self.send("input_audio_buffer.append", audio=audio, **extra)
-
     async def recv(self, timeout: float = 60.0) -> Event:
-        event: Event = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
-        self.events.append(event)
+        """The next event; on OpenAI's dialect one the strict SDK refuses fails the test."""
+        event = await super().recv(timeout)
         if not self.duplex:
             problems = openai_models.violations(event)
             if problems:
                 raise OpenAIViolation(f"{event['type']}: {problems}")
         return event
-
-    async def until(self, predicate: Callable[[Event], bool], timeout: float = 60.0) -> Event:
-        """Receive until an event matches; every event received is kept in `events`."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            try:
-                event = await self.recv(max(0.01, deadline - loop.time()))
-            except (TimeoutError, websockets.ConnectionClosed) as exc:
-                # What came last says why what was awaited never came.
-                exc.add_note(f"last events: {self.events[-5:]}")
-                raise
-            if predicate(event):
-                return event
 
     async def barrier(self) -> list[Event]:
         """What the server sent from now until it answered a probe sent now.
@@ -140,41 +110,15 @@ class RealtimeClient:
             await self.until(lambda e: e["type"] == "error" and e["error"]["event_id"] == probe)
         return self.events[start:-1]
 
-    async def response_cycle(self, timeout: float = 120.0) -> list[Event]:
-        """Events from now through the `rate_limits.updated` that follows a `response.done`."""
-        start = len(self.events)
-        seen_done = False
-
-        def end(e: Event) -> bool:
-            nonlocal seen_done
-            seen_done = seen_done or e["type"] == "response.done"
-            return seen_done and e["type"] == "rate_limits.updated"
-
-        await self.until(end, timeout)
-        return self.events[start:]
-
     async def close(self) -> None:
         """Close the session (freeing its admission slot at once), then the socket.
 
         Duplex: `session.close`, answered by `session.closed`. OpenAI's dialect
         has no such event: the clean close of the socket (1000) ends it."""
         if self.duplex:
-            try:
-                await self.send("session.close")
-                await self.until(lambda e: e["type"] == "session.closed", timeout=10)
-            except Exception:
-                pass  # already closed or never opened
-        await self.ws.close()
-
-
-def of_type(events: list[Event], *types: str) -> list[Event]:
-    return [e for e in events if e["type"] in types]
-
-
-def audio_bytes(events: list[Event]) -> bytes:
-    return b"".join(
-        base64.b64decode(e["delta"]) for e in of_type(events, "response.output_audio.delta")
-    )
+            await super().close()
+        else:
+            await self.ws.close()
 
 
 async def ask(client: RealtimeClient, pcm16: bytes, **response: Any) -> list[Event]:

@@ -44,6 +44,7 @@ import grpc
 from opentelemetry import trace
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from antiphon.common.event_kinds import kind_of
 from antiphon.common.ids import new_id
 from antiphon.gateway.client_close import client_gone
 from antiphon.gateway.close_codes import (
@@ -369,7 +370,7 @@ class Connection:
 
     def _on_event(self, ev: spb.ServerEvent) -> None:
         """One session event, in the session's order: in this socket's dialect."""
-        if ev.WhichOneof("kind") == "session_resumed" and ev.session_resumed.HasField("session"):
+        if kind_of(ev) == "session_resumed" and ev.session_resumed.HasField("session"):
             self._translator.adopt(ev.session_resumed.session.config)
         for frame in self._project(ev):
             self._deliver(frame)

@@ -30,6 +30,7 @@ from typing import Literal, Protocol
 import grpc
 
 from antiphon.common import tracing
+from antiphon.common.event_kinds import EventKind, kind_of
 from antiphon.gateway.client_close import is_last
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.replay_cursor import ReplayCursor
@@ -39,7 +40,9 @@ from antiphon.v1 import session_pb2_grpc
 log = logging.getLogger(__name__)
 
 # Events after which this socket's session stream is over for good.
-TERMINAL = frozenset({"session_closed", "session_expired", "session_replaced", "resync_required"})
+TERMINAL: frozenset[EventKind] = frozenset(
+    {"session_closed", "session_expired", "session_replaced", "resync_required"}
+)
 # Refusals of a resume that may pass if it is tried again shortly.
 RETRYABLE_REFUSALS = frozenset({"server_error", "rate_limit_error"})
 # A resume skips a replica that does not come up within this.
@@ -214,7 +217,7 @@ class FailOver:
         answered = False
         try:
             async for ev in call:
-                kind = ev.WhichOneof("kind")
+                kind = kind_of(ev)
                 if failing_over and kind == "error" and ev.seq == 0:
                     if ev.error.type in RETRYABLE_REFUSALS:
                         log.warning("fail-over resume refused", extra={"code": ev.error.code})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from antiphon.common.event_kinds import EventKind
 from antiphon.v1 import session_pb2 as spb
 
 # Attachment-scoped events carry a cursor, not a journal position.
@@ -29,7 +30,7 @@ class ReplayCursor:
         self.identity: Identity | None = None
         self.delivered_seq = 0
 
-    def note(self, ev: spb.ServerEvent, kind: str | None) -> None:
+    def note(self, ev: spb.ServerEvent, kind: EventKind) -> None:
         """`ev` is being delivered to the client."""
         if kind == "session_created":
             st = ev.session_created
