@@ -47,6 +47,15 @@ async def until_the_next_reply_speaks(client: RealtimeClient) -> list[Event]:
     return client.events[start:]
 
 
+async def a_reply_speaking(client: RealtimeClient) -> Event:
+    """A manual session asks the weather question; its reply's first audio delta."""
+    await client.open(**MANUAL)
+    await client.append(weather_question())
+    await client.send("input_audio_buffer.commit")
+    await client.send("response.create")
+    return await client.until(lambda e: e["type"] == AUDIO)
+
+
 # ------------------------------------------------------------ the behaviours
 @pytest.mark.models
 async def test_truncation_cuts_at_word_marks_and_the_next_prompt_holds_exactly_that(
@@ -153,11 +162,7 @@ async def test_a_function_call_output_item_is_stored_and_prompted(client: Realti
 async def test_input_cancel_advances_the_epoch_and_no_old_audio_follows(
     slow_client: RealtimeClient,
 ) -> None:
-    await slow_client.open(**MANUAL)
-    await slow_client.append(weather_question())
-    await slow_client.send("input_audio_buffer.commit")
-    await slow_client.send("response.create")
-    first = await slow_client.until(lambda e: e["type"] == AUDIO)
+    first = await a_reply_speaking(slow_client)
     await slow_client.send("input.cancel")
     done = await slow_client.until(lambda e: e["type"] == "response.done")
     assert done["response"]["status"] == "cancelled"
@@ -169,11 +174,7 @@ async def test_input_cancel_advances_the_epoch_and_no_old_audio_follows(
 
 @pytest.mark.models
 async def test_output_audio_buffer_clear_stops_the_reply(slow_client: RealtimeClient) -> None:
-    await slow_client.open(**MANUAL)
-    await slow_client.append(weather_question())
-    await slow_client.send("input_audio_buffer.commit")
-    await slow_client.send("response.create")
-    first = await slow_client.until(lambda e: e["type"] == AUDIO)
+    first = await a_reply_speaking(slow_client)
     await slow_client.send("output_audio_buffer.clear")
     cleared = await slow_client.until(lambda e: e["type"] == "output_audio_buffer.cleared")
     assert cleared["response_id"] == first["response_id"]
@@ -190,11 +191,7 @@ async def test_output_audio_buffer_clear_stops_the_reply(slow_client: RealtimeCl
 async def test_client_barge_in_cancels_with_an_overlap_decision(
     slow_client: RealtimeClient,
 ) -> None:
-    await slow_client.open(**MANUAL)
-    await slow_client.append(weather_question())
-    await slow_client.send("input_audio_buffer.commit")
-    await slow_client.send("response.create")
-    await slow_client.until(lambda e: e["type"] == AUDIO)
+    await a_reply_speaking(slow_client)
     await slow_client.send("turn.signal", event="barge_in", payload={"source": "client_vad"})
     events = await slow_client.response_cycle()
     decision = of_type(events, "overlap.decision")[0]
