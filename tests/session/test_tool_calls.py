@@ -16,6 +16,7 @@ from antiphon.session.current_config import CurrentConfig
 from antiphon.session.errors import Rejection
 from antiphon.session.journal import Emitter
 from antiphon.session.metrics import SessionMetrics
+from antiphon.session.preemption import Preemption
 from antiphon.session.response_control import ResponseControl
 from antiphon.session.responses import Event
 from antiphon.session.store import SessionStore
@@ -172,6 +173,7 @@ class Session:
             turns=self.turns,
             conversation=self.conversation,
             metrics=SessionMetrics(CollectorRegistry()),
+            preemption=Preemption(links=self.links, count=lambda _outcome: None),
             persist=self._persist,
         )
 

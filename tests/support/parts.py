@@ -13,6 +13,7 @@ from antiphon.session.conversation import Conversation
 from antiphon.session.current_config import CurrentConfig
 from antiphon.session.journal import Emitter
 from antiphon.session.metrics import SessionMetrics
+from antiphon.session.preemption import Preemption
 from antiphon.session.response_control import ResponseControl
 from antiphon.session.stage_links import StageLinks
 from antiphon.session.turns import Turns
@@ -56,5 +57,8 @@ def response_control(
         turns=Turns(session_id, last_item_id=last_item_id),
         conversation=conversation,
         metrics=metrics,
+        preemption=Preemption(
+            links=links, count=lambda outcome: metrics.preemptive_answers.labels(outcome).inc()
+        ),
         persist=_nothing,
     )

@@ -45,20 +45,22 @@ class StageInfo(_message.Message):
     def __init__(self, backend: _Optional[str] = ..., capabilities: _Optional[_Union[_common_pb2.Capabilities, _Mapping]] = ..., capacity: _Optional[int] = ..., active_sessions: _Optional[int] = ...) -> None: ...
 
 class Stage0Open(_message.Message):
-    __slots__ = ("session_id", "lane", "turn_detection", "skip_vad", "instructions", "voice")
+    __slots__ = ("session_id", "lane", "turn_detection", "skip_vad", "instructions", "voice", "preemptive")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
     TURN_DETECTION_FIELD_NUMBER: _ClassVar[int]
     SKIP_VAD_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIVE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     lane: Lane
     turn_detection: _common_pb2.TurnDetection
     skip_vad: bool
     instructions: str
     voice: str
-    def __init__(self, session_id: _Optional[str] = ..., lane: _Optional[_Union[Lane, str]] = ..., turn_detection: _Optional[_Union[_common_pb2.TurnDetection, _Mapping]] = ..., skip_vad: _Optional[bool] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ...) -> None: ...
+    preemptive: bool
+    def __init__(self, session_id: _Optional[str] = ..., lane: _Optional[_Union[Lane, str]] = ..., turn_detection: _Optional[_Union[_common_pb2.TurnDetection, _Mapping]] = ..., skip_vad: _Optional[bool] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., preemptive: _Optional[bool] = ...) -> None: ...
 
 class Stage0Audio(_message.Message):
     __slots__ = ("epoch", "pcm16")
@@ -108,8 +110,14 @@ class Stage0Cancel(_message.Message):
     epoch: int
     def __init__(self, epoch: _Optional[int] = ...) -> None: ...
 
+class StageCancelResponse(_message.Message):
+    __slots__ = ("response_id",)
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    response_id: str
+    def __init__(self, response_id: _Optional[str] = ...) -> None: ...
+
 class Stage0Request(_message.Message):
-    __slots__ = ("open", "audio", "commit", "clear_input", "generate", "cancel", "configure")
+    __slots__ = ("open", "audio", "commit", "clear_input", "generate", "cancel", "configure", "cancel_response")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +125,7 @@ class Stage0Request(_message.Message):
     GENERATE_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     CONFIGURE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     open: Stage0Open
     audio: Stage0Audio
     commit: Stage0Commit
@@ -124,7 +133,8 @@ class Stage0Request(_message.Message):
     generate: Generate
     cancel: Stage0Cancel
     configure: Stage0Open
-    def __init__(self, open: _Optional[_Union[Stage0Open, _Mapping]] = ..., audio: _Optional[_Union[Stage0Audio, _Mapping]] = ..., commit: _Optional[_Union[Stage0Commit, _Mapping]] = ..., clear_input: _Optional[_Union[Stage0ClearInput, _Mapping]] = ..., generate: _Optional[_Union[Generate, _Mapping]] = ..., cancel: _Optional[_Union[Stage0Cancel, _Mapping]] = ..., configure: _Optional[_Union[Stage0Open, _Mapping]] = ...) -> None: ...
+    cancel_response: StageCancelResponse
+    def __init__(self, open: _Optional[_Union[Stage0Open, _Mapping]] = ..., audio: _Optional[_Union[Stage0Audio, _Mapping]] = ..., commit: _Optional[_Union[Stage0Commit, _Mapping]] = ..., clear_input: _Optional[_Union[Stage0ClearInput, _Mapping]] = ..., generate: _Optional[_Union[Generate, _Mapping]] = ..., cancel: _Optional[_Union[Stage0Cancel, _Mapping]] = ..., configure: _Optional[_Union[Stage0Open, _Mapping]] = ..., cancel_response: _Optional[_Union[StageCancelResponse, _Mapping]] = ...) -> None: ...
 
 class VadSpeechStarted(_message.Message):
     __slots__ = ("epoch", "audio_start_ms")
@@ -155,6 +165,24 @@ class Utterance(_message.Message):
     audio_end_ms: int
     decision: Decision
     def __init__(self, epoch: _Optional[int] = ..., transcript: _Optional[str] = ..., audio_end_ms: _Optional[int] = ..., decision: _Optional[_Union[Decision, str]] = ...) -> None: ...
+
+class UtterancePause(_message.Message):
+    __slots__ = ("epoch", "audio_end_ms", "transcript")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_END_MS_FIELD_NUMBER: _ClassVar[int]
+    TRANSCRIPT_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    audio_end_ms: int
+    transcript: str
+    def __init__(self, epoch: _Optional[int] = ..., audio_end_ms: _Optional[int] = ..., transcript: _Optional[str] = ...) -> None: ...
+
+class SpeechResumed(_message.Message):
+    __slots__ = ("epoch", "audio_start_ms")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_START_MS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    audio_start_ms: int
+    def __init__(self, epoch: _Optional[int] = ..., audio_start_ms: _Optional[int] = ...) -> None: ...
 
 class UnitDecision(_message.Message):
     __slots__ = ("epoch", "decision", "audio_end_ms")
@@ -241,7 +269,7 @@ class StageError(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Stage0Event(_message.Message):
-    __slots__ = ("speech_started", "speech_stopped", "utterance", "unit_decision", "transcript", "delta", "done", "error", "tool_call", "frame")
+    __slots__ = ("speech_started", "speech_stopped", "utterance", "unit_decision", "transcript", "delta", "done", "error", "tool_call", "frame", "pause", "resumed")
     SPEECH_STARTED_FIELD_NUMBER: _ClassVar[int]
     SPEECH_STOPPED_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +280,8 @@ class Stage0Event(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     FRAME_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
     speech_started: VadSpeechStarted
     speech_stopped: VadSpeechStopped
     utterance: Utterance
@@ -262,7 +292,9 @@ class Stage0Event(_message.Message):
     error: StageError
     tool_call: GenerationToolCall
     frame: ModelFrame
-    def __init__(self, speech_started: _Optional[_Union[VadSpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[VadSpeechStopped, _Mapping]] = ..., utterance: _Optional[_Union[Utterance, _Mapping]] = ..., unit_decision: _Optional[_Union[UnitDecision, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., delta: _Optional[_Union[GenerationDelta, _Mapping]] = ..., done: _Optional[_Union[GenerationDone, _Mapping]] = ..., error: _Optional[_Union[StageError, _Mapping]] = ..., tool_call: _Optional[_Union[GenerationToolCall, _Mapping]] = ..., frame: _Optional[_Union[ModelFrame, _Mapping]] = ...) -> None: ...
+    pause: UtterancePause
+    resumed: SpeechResumed
+    def __init__(self, speech_started: _Optional[_Union[VadSpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[VadSpeechStopped, _Mapping]] = ..., utterance: _Optional[_Union[Utterance, _Mapping]] = ..., unit_decision: _Optional[_Union[UnitDecision, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., delta: _Optional[_Union[GenerationDelta, _Mapping]] = ..., done: _Optional[_Union[GenerationDone, _Mapping]] = ..., error: _Optional[_Union[StageError, _Mapping]] = ..., tool_call: _Optional[_Union[GenerationToolCall, _Mapping]] = ..., frame: _Optional[_Union[ModelFrame, _Mapping]] = ..., pause: _Optional[_Union[UtterancePause, _Mapping]] = ..., resumed: _Optional[_Union[SpeechResumed, _Mapping]] = ...) -> None: ...
 
 class Stage1Open(_message.Message):
     __slots__ = ("session_id", "voice", "sample_rate_hz", "speed")
@@ -309,16 +341,18 @@ class Stage1Cancel(_message.Message):
     def __init__(self, epoch: _Optional[int] = ...) -> None: ...
 
 class Stage1Request(_message.Message):
-    __slots__ = ("open", "text", "cancel", "frame")
+    __slots__ = ("open", "text", "cancel", "frame", "cancel_response")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     FRAME_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     open: Stage1Open
     text: SynthesizeText
     cancel: Stage1Cancel
     frame: DecodeFrame
-    def __init__(self, open: _Optional[_Union[Stage1Open, _Mapping]] = ..., text: _Optional[_Union[SynthesizeText, _Mapping]] = ..., cancel: _Optional[_Union[Stage1Cancel, _Mapping]] = ..., frame: _Optional[_Union[DecodeFrame, _Mapping]] = ...) -> None: ...
+    cancel_response: StageCancelResponse
+    def __init__(self, open: _Optional[_Union[Stage1Open, _Mapping]] = ..., text: _Optional[_Union[SynthesizeText, _Mapping]] = ..., cancel: _Optional[_Union[Stage1Cancel, _Mapping]] = ..., frame: _Optional[_Union[DecodeFrame, _Mapping]] = ..., cancel_response: _Optional[_Union[StageCancelResponse, _Mapping]] = ...) -> None: ...
 
 class AudioChunk(_message.Message):
     __slots__ = ("epoch", "response_id", "pcm16", "sample_rate_hz", "text", "duration_ms", "marks")

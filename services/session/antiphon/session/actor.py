@@ -33,6 +33,7 @@ from antiphon.session.errors import Rejection
 from antiphon.session.journal import Emitter, replay
 from antiphon.session.listening import Listening
 from antiphon.session.metrics import SessionMetrics
+from antiphon.session.preemption import Preemption
 from antiphon.session.response_control import ResponseControl
 from antiphon.session.settings import SessionSettings
 from antiphon.session.snapshot import Snapshot, resumes, token_hash
@@ -69,7 +70,10 @@ class SessionActor:
         self.owner_token = owner_token
         self._incarnation = snapshot.incarnation
         self._config = CurrentConfig(
-            sid, snapshot.config, max_output_tokens=settings.max_output_tokens
+            sid,
+            snapshot.config,
+            max_output_tokens=settings.max_output_tokens,
+            preemptive=settings.preemptive_answers,
         )
         self._token_hash = snapshot.token_hash
         self._resume_token = ""
@@ -129,6 +133,10 @@ class SessionActor:
             turns=turns,
             conversation=conversation,
             metrics=metrics,
+            preemption=Preemption(
+                links=links,
+                count=lambda outcome: metrics.preemptive_answers.labels(outcome).inc(),
+            ),
             persist=persist,
         )
         listening = self._listening = Listening(

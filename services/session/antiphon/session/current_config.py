@@ -17,11 +17,18 @@ from antiphon.v1 import stage_pb2
 
 class CurrentConfig:
     def __init__(
-        self, session_id: str, config: cpb.SessionConfig, *, max_output_tokens: int
+        self,
+        session_id: str,
+        config: cpb.SessionConfig,
+        *,
+        max_output_tokens: int,
+        preemptive: bool = False,
     ) -> None:
         self._session_id = session_id
         self._config = config
         self._max_output_tokens = max_output_tokens
+        # The server answers at the user's first pause (preemption.py).
+        self._preemptive = preemptive
 
     @property
     def session_id(self) -> str:
@@ -64,7 +71,7 @@ class CurrentConfig:
         return policy.requested_options(self._config, req, self._max_output_tokens)
 
     def stage0_open(self) -> stage_pb2.Stage0Open:
-        return policy.stage0_open(self._session_id, self._config)
+        return policy.stage0_open(self._session_id, self._config, preemptive=self._preemptive)
 
     def stage1_open(self) -> stage_pb2.Stage1Open:
         return policy.stage1_open(self._session_id, self._config)

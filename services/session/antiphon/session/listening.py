@@ -147,6 +147,7 @@ class Listening:
     async def let_go(self) -> None:
         """Detached: the uncommitted input goes. It lives on stage0; journaled,
         so the resumed client learns that its unfinished turn is gone."""
+        self._responses.drop_preemption("closed")
         if not self._input.empty:
             self._links.clear_input()
             await self._emitter.emit("input_cleared", spb.InputCleared())
@@ -226,6 +227,7 @@ class Listening:
         await self._responses.auto_start()
 
     def _clear(self) -> None:
+        self._responses.drop_preemption("input_cleared")
         self._links.clear_input()
         self._input.clear()
         self._turns.input_cleared()

@@ -94,6 +94,16 @@ class SessionMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.preemptive_answers = Counter(
+            "antiphon_session_preemptive_answers_total",
+            "Answers asked for at the user's first pause, before the turn ended "
+            "(preemption.py), by outcome: started; used (a response took it over); "
+            "or why it was dropped (speech_resumed, speech_started, mismatch, "
+            "cancelled, input_cleared, replaced, not_wanted, worker_lost, "
+            "worker_changed, failed, overflow, closed)",
+            ["outcome"],
+            registry=registry,
+        )
         self.stage_failovers = Counter(
             "antiphon_session_stage_failovers_total",
             "Sessions moved to another stage worker after theirs died",

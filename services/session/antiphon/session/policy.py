@@ -78,7 +78,11 @@ def requested_options(
     return opts
 
 
-def stage0_open(session_id: str, config: cpb.SessionConfig) -> stage_pb2.Stage0Open:
+def stage0_open(
+    session_id: str, config: cpb.SessionConfig, *, preemptive: bool = False
+) -> stage_pb2.Stage0Open:
+    """What stage0 is told of the session; `preemptive`: the server answers at
+    the user's first pause, where the session answers by itself."""
     lane = session_config.lane(config)
     return stage_pb2.Stage0Open(
         session_id=session_id,
@@ -88,6 +92,7 @@ def stage0_open(session_id: str, config: cpb.SessionConfig) -> stage_pb2.Stage0O
         skip_vad=lane == stage_pb2.LANE_MANUAL and overlap_policy(config) == LISTEN_ONLY,
         instructions=config.instructions,
         voice=config.voice,
+        preemptive=preemptive and auto_response(config),
     )
 
 

@@ -6,6 +6,9 @@ speech, and ends completed, cancelled or failed. Cancelling advances the
 epoch first, so nothing the stages still send for it is accepted. Speech
 over an answer is decided by the overlap policy.
 
+At the user's first pause the answer may already be asked for, held out of
+sight (preemption.py); a response whose request is that one takes it over.
+
 A model-native backend (the Moshi architecture) is asked nothing: it hears
 all the time and talks when it decides. Its speech, frame by frame, opens a
 response (the one `response.create` made, or a new one) and its going quiet
@@ -24,6 +27,7 @@ from antiphon.session.errors import invalid
 from antiphon.session.journal import Emitter
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.playback import Ledger, Ledgers
+from antiphon.session.preemption import Held, Preemption
 from antiphon.session.responses import ResponseOptions, ResponseState, item_status
 from antiphon.session.stage_links import StageLinks
 from antiphon.session.turns import Turns
@@ -49,9 +53,11 @@ class ResponseControl:
         turns: Turns,
         conversation: Conversation,
         metrics: SessionMetrics,
+        preemption: Preemption,
         persist: Callable[[], Awaitable[None]],
     ) -> None:
         self._config = config
+        self._preemption = preemption
         self._emitter = emitter
         self._links = links
         self._turns = turns
@@ -123,20 +129,76 @@ class ResponseControl:
             await self._generate(r)
 
     async def _generate(self, r: ResponseState) -> None:
-        """Ask stage0 for the answer, prompting with the committed history."""
+        """Ask stage0 for the answer, prompting with the committed history (or
+        take over the preemptive answer, when it was asked the same)."""
         r.generation_requested = True
-        messages = [cpb.ChatMessage(role="system", content=r.options.instructions)]
+        request = await self._request(r.options)
+        taken = self._preemption.take(request, speak=r.audio)
+        if taken is None:
+            request.response_id = r.id
+            self._links.generate(request)
+            return
+        r.stage_id, held = taken
+        for msg in held:
+            await self._replay(msg)
+
+    async def _request(self, opts: ResponseOptions, *, user: str = "") -> stage_pb2.Generate:
+        """What stage0 is asked for an answer: the instructions, the committed
+        history, then `user`'s words when a turn not yet committed is answered."""
+        messages = [cpb.ChatMessage(role="system", content=opts.instructions)]
         for item in await self._conversation.items():
             messages.extend(items.prompt_messages(item))
-        self._links.generate(
-            r.id,
-            messages,
-            r.options.temperature,
-            r.options.max_output_tokens,
+        if user:
+            messages.append(cpb.ChatMessage(role="user", content=user))
+        return stage_pb2.Generate(
+            messages=messages,
+            temperature=opts.temperature,
+            max_output_tokens=opts.max_output_tokens,
             retention_ratio=session_config.retention_ratio(self._config.now),
-            tools=r.options.tools,
-            tool_choice=r.options.tool_choice,
+            tools=opts.tools,
+            tool_choice=opts.tool_choice,
         )
+
+    async def _replay(self, msg: Held) -> None:
+        """What the stages sent of a preemptive answer, delivered as its response's own."""
+        if isinstance(msg, stage_pb2.GenerationDelta):
+            await self.on_delta(msg, spoken=True)
+        elif isinstance(msg, stage_pb2.GenerationToolCall):
+            await self.on_tool_call(msg)
+        elif isinstance(msg, stage_pb2.GenerationDone):
+            await self.on_generation_done(msg)
+        elif isinstance(msg, stage_pb2.AudioChunk):
+            await self.on_audio(msg)
+        elif isinstance(msg, stage_pb2.SynthesisDone):
+            await self.on_speech_done(msg)
+
+    # ------------------------------------------------------- preemption
+    async def preempt(self, transcript: str) -> None:
+        """The user paused with `transcript` said: ask for the answer the turn's
+        end would ask for, if the session answers by itself and nothing else is
+        under way (a reply, or a turn still to hear)."""
+        text = transcript.strip()
+        if (
+            not text
+            or not self._config.auto_response
+            or self._active is not None
+            or self._deferred is not None
+            or self._turns.pending
+            or self._links.model_native
+        ):
+            self._preemption.drop("not_wanted")
+            return
+        opts = self._config.default_options()
+        self._preemption.start(
+            await self._request(opts, user=text), speak="audio" in opts.output_modalities
+        )
+
+    def hold(self, msg: Held) -> bool:
+        """Whether a stage result is the preemptive answer's (held, not delivered)."""
+        return self._preemption.hold(msg)
+
+    def drop_preemption(self, reason: str) -> None:
+        self._preemption.drop(reason)
 
     # ----------------------------------------------------------- cancel
     async def cancel(self, wanted: str) -> None:
@@ -163,6 +225,7 @@ class ResponseControl:
     async def cancel_active(self, reason: str) -> None:
         """Advance the epoch so no stale output of the old one is accepted, then end it."""
         r = self._active
+        self._preemption.drop("cancelled")
         self._links.advance_epoch()
         await self._persist()
         if r is not None:
@@ -228,18 +291,19 @@ class ResponseControl:
     async def fail(self, code: str, response_id: str = "") -> None:
         """A stage failed (for `response_id`, or for whatever is active)."""
         r = self._active
-        if r is not None and (not response_id or response_id == r.id):
+        if r is not None and (not response_id or response_id == r.stage_id):
             await self.finish(r, "failed", code)
 
     # ---------------------------------------------------- stage results
     def current(self, response_id: str) -> ResponseState | None:
         r = self._active
-        if r is None or r.id != response_id:
+        if r is None or r.stage_id != response_id:
             self._metrics.stale_dropped.labels("response").inc()
             return None
         return r
 
-    async def on_delta(self, msg: stage_pb2.GenerationDelta) -> None:
+    async def on_delta(self, msg: stage_pb2.GenerationDelta, *, spoken: bool = False) -> None:
+        """Text of the answer; `spoken`: it went to stage1 already (a preemptive answer's)."""
         r = self.current(msg.response_id)
         if r is None or not msg.text:
             return
@@ -249,7 +313,8 @@ class ResponseControl:
             await self._emitter.emit_all(r.message_events())
         if r.audio:
             r.text += msg.text
-            self._links.synthesize(r.id, msg.text)
+            if not spoken:
+                self._links.synthesize(r.stage_id, msg.text)
         else:
             await self._emitter.emit_all(r.text_events(msg.text))
 
@@ -268,7 +333,7 @@ class ResponseControl:
             await self.listen("model_listen")
             return
         if r.audio and r.opened:
-            self._links.synthesize(r.id, final=True)
+            self._links.synthesize(r.stage_id, final=True)
         else:
             # Nothing to say (only calls, or text): done now.
             await self.finish(r, "completed")
@@ -343,7 +408,7 @@ class ResponseControl:
             await self._emitter.emit_all(r.message_events())
         r.model_spoke = True
         if r.audio:
-            self._links.decode(frame, r.id)
+            self._links.decode(frame, r.stage_id)
             return
         # A text-only response: the model's words, and its audio decoded for nobody.
         self._links.decode(frame, "")
@@ -355,7 +420,7 @@ class ResponseControl:
         r.generation_done = True
         r.model_quiet = True
         if r.audio:
-            self._links.synthesize(r.id, final=True)
+            self._links.synthesize(r.stage_id, final=True)
         else:
             await self.finish(r, "completed")
 
@@ -384,7 +449,9 @@ class ResponseControl:
         )
 
     async def speech_over_response(self) -> None:
-        """The user started speaking: if the assistant is answering, the overlap policy decides."""
+        """The user started speaking: if the assistant is answering, the overlap policy decides.
+        A preemptive answer still held is of an utterance before this one."""
+        self._preemption.drop("speech_started")
         if self._active is None:
             return
         config = self._config.now

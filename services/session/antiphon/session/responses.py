@@ -60,6 +60,9 @@ class ResponseState:
     turn_id: int
     previous_item_id: str
     options: ResponseOptions
+    # The id the stages know its answer by: its own, or a preemptive answer's
+    # it took over (preemption.py).
+    stage_id: str = ""
     created: bool = False
     # Its message item was announced (at once, unless it may answer with a call).
     opened: bool = False
@@ -77,6 +80,7 @@ class ResponseState:
     ledger: Ledger = field(init=False)
 
     def __post_init__(self) -> None:
+        self.stage_id = self.stage_id or self.id
         self.ledger = Ledger(
             response_id=self.id, item_id=self.item_id, previous_item_id=self.previous_item_id
         )

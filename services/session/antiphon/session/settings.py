@@ -54,5 +54,9 @@ class SessionSettings(ServiceSettings):
     # A commit over an active auto-response shorter than this is a listener's
     # acknowledgement ("mm-hm"), not a new turn.
     short_overlap_ms: int = 600
+    # Answer at the user's first pause, held until the turn ends (VAD and
+    # native lanes; preemption.py): first audio then costs the turn
+    # detector's wait and little more. Off: the answer starts at the turn's end.
+    preemptive_answers: bool = True
     # Server default and ceiling for response length in tokens.
     max_output_tokens: int = 256

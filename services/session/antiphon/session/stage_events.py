@@ -71,6 +71,8 @@ class StageEvents:
             .route(stage_pb2.GenerationDone, responses.on_generation_done)
             .route(stage_pb2.StageError, self._stage0_error)
             .route(stage_pb2.ModelFrame, responses.on_model_frame)
+            .route(stage_pb2.UtterancePause, self._pause)
+            .route(stage_pb2.SpeechResumed, self._resumed)
         )
         self.stage1 = (
             Routes(stage_pb2.Stage1Event)
@@ -100,18 +102,24 @@ class StageEvents:
         msg = self.stage0.message(ev)
         if msg is None:
             return
-        if isinstance(msg, GENERATION_EVENTS) and msg.epoch != self._links.epoch:
-            self._metrics.stale_dropped.labels("stage0").inc()
-            return
+        if isinstance(msg, GENERATION_EVENTS):
+            if msg.epoch != self._links.epoch:
+                self._metrics.stale_dropped.labels("stage0").inc()
+                return
+            if self._responses.hold(msg):
+                return
         await self.stage0.dispatch(msg)
 
     async def _stage1_event(self, ev: stage_pb2.Stage1Event) -> None:
         msg = self.stage1.message(ev)
         if msg is None:
             return
-        if isinstance(msg, SPEECH_EVENTS) and msg.epoch != self._links.epoch:
-            self._metrics.stale_dropped.labels("stage1").inc()
-            return
+        if isinstance(msg, SPEECH_EVENTS):
+            if msg.epoch != self._links.epoch:
+                self._metrics.stale_dropped.labels("stage1").inc()
+                return
+            if self._responses.hold(msg):
+                return
         await self.stage1.dispatch(msg)
 
     # ------------------------------------------------------- stage0 news
@@ -127,6 +135,13 @@ class StageEvents:
         # tells of speech over an answer.
         if self._server_vad:
             await self._listening.speech_stopped(msg)
+
+    async def _pause(self, msg: stage_pb2.UtterancePause) -> None:
+        """The user paused: the answer to what they said so far is asked for, held."""
+        await self._responses.preempt(msg.transcript)
+
+    async def _resumed(self, _msg: stage_pb2.SpeechResumed) -> None:
+        self._responses.drop_preemption("speech_resumed")
 
     async def _unit_decision(self, msg: stage_pb2.UnitDecision) -> None:
         if msg.decision == stage_pb2.DECISION_LISTEN:
@@ -154,6 +169,7 @@ class StageEvents:
             "stage stream lost", extra={"session_id": self._config.session_id, "stage": stage}
         )
         self._metrics.stage_failovers.labels(stage).inc()
+        self._responses.drop_preemption("worker_lost")
         if stage == "stage0":
             # Transcripts it owed will not come: those turns end here.
             self._listening.stage0_lost()

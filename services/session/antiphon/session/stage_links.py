@@ -10,7 +10,7 @@ until a later tick finds one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from antiphon.common import stage_audio
@@ -55,6 +55,7 @@ class StageLinks:
         self._stage1_open = stage1_open
         # Stages whose worker died with no replacement yet: stage -> its address.
         self._unbound: dict[str, str] = {}
+        self._rebinds = 0
 
     # ------------------------------------------------------------ state
     @property
@@ -76,6 +77,12 @@ class StageLinks:
     def model_native(self) -> bool:
         """Stage0's model decides itself when to talk (it streams `ModelFrame`s)."""
         return self._info["stage0"].capabilities.model_native
+
+    @property
+    def rebinds(self) -> int:
+        """How often a stage's binding was let go or replaced: work asked of
+        the workers before a change is not coming back."""
+        return self._rebinds
 
     @property
     def unbound(self) -> dict[str, str]:
@@ -104,29 +111,17 @@ class StageLinks:
         """The lane or turn detection changed: stage0 reconfigures in place."""
         self._send0(configure=self._stage0_open())
 
-    def generate(
-        self,
-        response_id: str,
-        messages: Sequence[cpb.ChatMessage],
-        temperature: float,
-        max_output_tokens: int,
-        *,
-        retention_ratio: float,
-        tools: Sequence[cpb.Tool] = (),
-        tool_choice: cpb.ToolChoice | None = None,
-    ) -> None:
-        self._send0(
-            generate=stage_pb2.Generate(
-                epoch=self._epoch,
-                response_id=response_id,
-                messages=messages,
-                temperature=temperature,
-                max_output_tokens=max_output_tokens,
-                retention_ratio=retention_ratio,
-                tools=tools,
-                tool_choice=tool_choice,
-            )
-        )
+    def generate(self, request: stage_pb2.Generate) -> None:
+        """Ask for an answer: `request`, stamped with the current epoch."""
+        request.epoch = self._epoch
+        self._send0(generate=request)
+
+    def cancel_response(self, response_id: str) -> None:
+        """Both stages stop one response's work (a preemptive answer dropped);
+        the epoch and all other work stay as they are."""
+        cancel = stage_pb2.StageCancelResponse(response_id=response_id)
+        self._send0(cancel_response=cancel)
+        self._bindings["stage1"].send(stage_pb2.Stage1Request(cancel_response=cancel))
 
     # ---------------------------------------------------------- stage1
     def synthesize(self, response_id: str, text: str = "", *, final: bool = False) -> None:
@@ -180,6 +175,7 @@ class StageLinks:
             return False
         binding = self._bindings[stage]
         self._bindings[stage] = Released()
+        self._rebinds += 1
         await binding.close()
         return True
 
@@ -202,6 +198,7 @@ class StageLinks:
     async def replace(self, stage: str, failed: str) -> None:
         """Bind `stage` to another worker than `failed`, and open it there.
         Raises what the rebind raised; the stage is unbound until it succeeds."""
+        self._rebinds += 1
         try:
             self._bindings[stage], self._info[stage] = await self._rebind(stage, failed)
         except Exception:

@@ -2,6 +2,8 @@
 
 In `semantic_vad` the end-of-turn model (turn.py) may end an utterance
 before Silero's silence timeout does; the session sees a server_vad turn.
+A session that answers preemptively also hears of the user's first pause in
+an utterance, with its text (pauses.py).
 
 The session service drives it with typed requests (`HANDLERS`); it reports
 VAD events, transcripts, listen/speak decisions and, through responder.py,
@@ -22,6 +24,7 @@ from typing import Any, Final
 from antiphon.common import stage_audio
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
+from antiphon.stage0.pauses import Pause, Pauses
 from antiphon.stage0.responder import Responder
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.transcript import PendingText, StreamingTranscript
@@ -86,11 +89,20 @@ class CascadeSession:
         self._next_unit_ms = 0
         # First speech frame of the utterance being heard.
         self._onset_ms = 0
+        self._pauses = Pauses(
+            after_ms=settings.preempt_after_ms,
+            text_until=self._text_until,
+            report=self._report_pause,
+            resumed=self._report_resumed,
+            count=lambda outcome: metrics.pauses.labels(outcome).inc(),
+        )
         # server_vad: utterances the VAD ended, waiting for the session's commit.
         # Each is set aside the moment the VAD ends it, because the audio after
         # it is trimmed between utterances and the commit arrives later.
         self._segmented: deque[tuple[bytes, PendingText]] = deque()
         self._tasks: dict[asyncio.Task[Any], int] = {}
+        # Answers being generated, by response id (one may be dropped alone).
+        self._answers: dict[str, asyncio.Task[Any]] = {}
 
     # ---------------------------------------------------------- requests
     def handle(self, req: pb.Stage0Request) -> None:
@@ -121,23 +133,37 @@ class CascadeSession:
         if self._fenced(msg.epoch):
             return
         self._drop_segmented()
+        self._pauses.drop()
         self._utterance.clear()
         self._utterance_start_ms = self._received_ms
         self._transcript.reset()
         self._vad.clear()
 
     def _generate(self, msg: pb.Generate) -> None:
-        if not self._fenced(msg.epoch):
-            self._spawn(self._responder.answer(msg, time.perf_counter(), self.session_id))
+        if self._fenced(msg.epoch):
+            return
+        answer = self._spawn(self._responder.answer(msg, time.perf_counter(), self.session_id))
+        self._answers[msg.response_id] = answer
+        answer.add_done_callback(lambda _t: self._answers.pop(msg.response_id, None))
 
     def _cancel(self, msg: pb.Stage0Cancel) -> None:
         if not self._fenced(msg.epoch):
             self._cancel_before(msg.epoch)
 
+    def _cancel_response(self, msg: pb.StageCancelResponse) -> None:
+        """One answer dropped (a preemptive one): nothing more of it is sent."""
+        answer = self._answers.pop(msg.response_id, None)
+        if answer is not None:
+            answer.cancel()
+
     def _configure(self, open_: pb.Stage0Open) -> None:
         self.session_id = open_.session_id or self.session_id
         self._lane = open_.lane
         self._skip_vad = open_.skip_vad
+        self._pauses.enabled = open_.preemptive and self._lane in (
+            pb.LANE_SERVER_VAD,
+            pb.LANE_NATIVE,
+        )
         td = open_.turn_detection
         # Without server VAD (manual and native lanes) the VAD still runs,
         # on the endpointer's defaults.
@@ -191,6 +217,7 @@ class CascadeSession:
                 self._speech_stopped(event)
         if self._semantic is not None:
             self._ask_turn_model(self._semantic)
+        self._pauses.watch(self._vad.endpointer)
         if self._lane == pb.LANE_NATIVE and self._vad.endpointer.in_speech:
             # A model-unit boundary inside speech: the model keeps listening.
             while self._received_ms >= self._next_unit_ms:
@@ -243,6 +270,7 @@ class CascadeSession:
         )
 
     def _speech_stopped(self, ev: SpeechStopped) -> None:
+        paused = self._pauses.claim(ev)
         self._emit(
             pb.Stage0Event(
                 speech_stopped=pb.VadSpeechStopped(
@@ -253,14 +281,35 @@ class CascadeSession:
             )
         )
         if self._lane == pb.LANE_NATIVE:
-            _pcm, text = self._take_utterance(ev.audio_end_ms)
+            _pcm, text = self._take_utterance(ev.audio_end_ms, paused)
             self._spawn(self._transcribe_utterance(self._epoch, ev.audio_end_ms, text))
         elif self._lane == pb.LANE_SERVER_VAD:
             if len(self._segmented) == MAX_SEGMENTED:
                 # Never committed (the session dropped it as a short overlap
                 # and its clear was lost, or it is not listening): not a turn.
                 self._segmented.popleft()[1].close()
-            self._segmented.append(self._take_utterance(ev.audio_end_ms))
+            self._segmented.append(self._take_utterance(ev.audio_end_ms, paused))
+        elif paused is not None:
+            paused.close()
+
+    def _text_until(self, end_ms: int) -> PendingText:
+        """The text of the utterance being heard, up to `end_ms` (a pause's)."""
+        cut = max(0, end_ms - self._utterance_start_ms) * BYTES_PER_MS
+        return self._transcript.peek(bytes(self._utterance[:cut]), self._utterance_start_ms)
+
+    def _report_pause(self, pause: Pause, text: str) -> None:
+        self._emit(
+            pb.Stage0Event(
+                pause=pb.UtterancePause(
+                    epoch=self._epoch, audio_end_ms=pause.audio_end_ms, transcript=text
+                )
+            )
+        )
+
+    def _report_resumed(self, at_ms: int) -> None:
+        self._emit(
+            pb.Stage0Event(resumed=pb.SpeechResumed(epoch=self._epoch, audio_start_ms=at_ms))
+        )
 
     def _trim_to(self, start_ms: int) -> None:
         drop_ms = start_ms - self._utterance_start_ms
@@ -268,15 +317,21 @@ class CascadeSession:
             del self._utterance[: drop_ms * BYTES_PER_MS]
             self._utterance_start_ms = start_ms
 
-    def _take_utterance(self, end_ms: int | None = None) -> tuple[bytes, PendingText]:
+    def _take_utterance(
+        self, end_ms: int | None = None, known: PendingText | None = None
+    ) -> tuple[bytes, PendingText]:
         """The utterance's audio up to `end_ms` (all of it by default), and its
-        text once the last of it is transcribed. Audio after `end_ms` (received
-        before the VAD caught up, or burst ahead) starts the next utterance."""
+        text once the last of it is transcribed (or `known`: a pause's, the turn
+        having ended in it). Audio after `end_ms` (received before the VAD
+        caught up, or burst ahead) starts the next utterance."""
         cut = len(self._utterance)
         if end_ms is not None:
             cut = min(cut, max(0, end_ms - self._utterance_start_ms) * BYTES_PER_MS)
         pcm = bytes(self._utterance[:cut])
         text = self._transcript.take(pcm, self._utterance_start_ms)
+        if known is not None:
+            text.close()
+            text = known
         del self._utterance[:cut]
         self._utterance_start_ms += cut // BYTES_PER_MS
         return pcm, text
@@ -303,11 +358,12 @@ class CascadeSession:
         return b"".join(pcm for pcm, _text in taken), joined()
 
     # ------------------------------------------------------------- tasks
-    def _spawn(self, coro: Any, *, fenced: bool = True) -> None:
+    def _spawn(self, coro: Any, *, fenced: bool = True) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
         # Unfenced work is never cancelled by an epoch (only by closing).
         self._tasks[task] = self._epoch if fenced else UNFENCED
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.pop(task, None)
@@ -357,6 +413,7 @@ class CascadeSession:
     async def close(self) -> None:
         self._vad_batcher.discard(self._vad)
         self._turn_batcher.discard(self)
+        self._pauses.drop()
         self._drop_segmented()
         self._transcript.reset()
         tasks = list(self._tasks)
@@ -377,6 +434,7 @@ HANDLERS: Final[Mapping[str, Callable[[CascadeSession, pb.Stage0Request], None]]
     "clear_input": lambda s, req: s._clear_input(req.clear_input),
     "generate": lambda s, req: s._generate(req.generate),
     "cancel": lambda s, req: s._cancel(req.cancel),
+    "cancel_response": lambda s, req: s._cancel_response(req.cancel_response),
 }
 # Kinds the cascade has nothing to do with, and why (none: it handles them all).
 IGNORED: Final[Mapping[str, str]] = {}

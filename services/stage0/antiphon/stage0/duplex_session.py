@@ -166,5 +166,7 @@ HANDLERS: Final[Mapping[str, Callable[[DuplexSession, pb.Stage0Request], None]]]
     "generate": lambda s, req: s._generate(req.generate),
     "cancel": lambda s, req: s._cancel(req.cancel),
 }
-# Kinds this backend has nothing to do with, and why (none: it handles them all).
-IGNORED: Final[Mapping[str, str]] = {}
+# Kinds this backend has nothing to do with, and why.
+IGNORED: Final[Mapping[str, str]] = {
+    "cancel_response": "a model-native session is never asked for a preemptive answer",
+}

@@ -66,6 +66,15 @@ class Stage0Metrics:
             ["by"],
             registry=registry,
         )
+        self.pauses = Counter(
+            "antiphon_stage0_utterance_pauses_total",
+            "First pauses in an utterance transcribed for a preemptive answer: "
+            "reported (the text went to the session), resumed (speech went on "
+            "after a reported pause), ended (the turn ended in the pause: its "
+            "transcript is the pause's, with no second ASR pass)",
+            ["outcome"],
+            registry=registry,
+        )
         self.asr_latency = Histogram(
             "antiphon_stage0_asr_seconds",
             "From the end of an utterance to its transcript (only the tail is left by then)",

@@ -97,6 +97,11 @@ class Stage0Settings(WorkerSettings):
     chunk_period_ms: int = 1000
     # Native lane: silence after speech that ends an utterance.
     native_silence_ms: int = 600
+    # A session that answers preemptively (VAD and native lanes) hears of the
+    # user's first pause in an utterance once its silence has lasted this
+    # long, with the transcript so far, so the answer starts before the turn
+    # detector has decided. 0: never (the session answers at the turn's end).
+    preempt_after_ms: int = Field(default=120, ge=0)
     # `synthetic` backend clock (load and fault tests only).
     synthetic_ttft_ms: float = 50.0
     synthetic_token_ms: float = 20.0

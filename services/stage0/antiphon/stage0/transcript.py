@@ -109,12 +109,22 @@ class StreamingTranscript:
         The state moves into the returned awaitable and is cleared at once, so
         the next utterance starts fresh while this one finishes.
         """
-        tail = self._since_cut(utterance, start_ms)
-        pieces = self._pieces
+        text = self._text(utterance, start_ms, keep=False)
         self._pieces, self._cut_ms = [], 0
+        return text
+
+    def peek(self, utterance: bytes, start_ms: int) -> PendingText:
+        """The text of the utterance so far, as `take` would give it, leaving the
+        pieces in place: the user may go on speaking (a pause, not an end)."""
+        return self._text(utterance, start_ms, keep=True)
+
+    def _text(self, utterance: bytes, start_ms: int, *, keep: bool) -> PendingText:
+        tail = self._since_cut(utterance, start_ms)
+        pieces = list(self._pieces)
         if pieces and len(tail) < MIN_PIECE_MS * BYTES_PER_MS:
             last = pieces.pop()
-            last.task.cancel()
+            if not keep:
+                last.task.cancel()
             tail = last.audio + tail
 
         async def finish() -> str:

@@ -220,5 +220,7 @@ HANDLERS: Final[Mapping[str, Callable[[MimiSession, pb.Stage1Request], None]]] =
     "text": lambda s, req: s._text(req.text),
     "cancel": lambda s, req: s._cancel(req.cancel),
 }
-# Kinds this backend has nothing to do with, and why (none: it handles them all).
-IGNORED: Final[Mapping[str, str]] = {}
+# Kinds this backend has nothing to do with, and why.
+IGNORED: Final[Mapping[str, str]] = {
+    "cancel_response": "a model-native session is never asked for a preemptive answer",
+}

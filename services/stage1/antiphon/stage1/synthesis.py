@@ -66,8 +66,9 @@ class SynthesisSession:
         self._splitters: dict[str, ClauseSplitter] = {}
         self._first_text: dict[str, float] = {}
         self._first_audio: dict[str, float] = {}
-        # Responses a clause of which the voice failed on: the rest is not spoken.
-        self._failed: set[str] = set()
+        # Responses whose rest is not spoken: a clause of theirs the voice failed
+        # on, or the session dropped them (a preemptive answer it discarded).
+        self._unspoken: set[str] = set()
         self._queue: asyncio.Queue[_Work] = asyncio.Queue()
         self._worker = asyncio.create_task(self._run())
 
@@ -91,7 +92,17 @@ class SynthesisSession:
     def _cancel(self, msg: pb.Stage1Cancel) -> None:
         if not self._fenced(msg.epoch):
             self._splitters.clear()
-            self._failed.clear()  # their work is all of older epochs now
+            self._unspoken.clear()  # their work is all of older epochs now
+
+    def _cancel_response(self, msg: pb.StageCancelResponse) -> None:
+        """One response dropped: what is queued of it is not spoken, and it gets no `done`."""
+        rid = msg.response_id
+        self._unspoken.add(rid)
+        if self._splitters.pop(rid, None) is not None:
+            # Its end, so that `_done` forgets it; no `final` will come for it now.
+            self._queue.put_nowait(_Work(self._epoch, rid, "", final=True))
+        elif rid not in self._first_text:
+            self._unspoken.discard(rid)  # it never had text: nothing of it is queued
 
     def _text(self, msg: pb.SynthesizeText) -> None:
         if self._fenced(msg.epoch):
@@ -120,8 +131,8 @@ class SynthesisSession:
 
     def _done(self, work: _Work) -> None:
         """The end of a response: `done`, unless it was cancelled or failed."""
-        failed = work.response_id in self._failed
-        self._failed.discard(work.response_id)
+        failed = work.response_id in self._unspoken
+        self._unspoken.discard(work.response_id)
         started = self._first_text.pop(work.response_id, time.perf_counter())
         first = self._first_audio.pop(work.response_id, started)
         if failed or work.epoch < self._epoch:
@@ -148,7 +159,7 @@ class SynthesisSession:
             # The voice failed on this clause: its response ends here, with
             # an error, and the session's later responses are still spoken.
             log.exception("synthesis failed")
-            self._failed.add(work.response_id)
+            self._unspoken.add(work.response_id)
             self._emit(
                 pb.Stage1Event(
                     error=pb.StageError(
@@ -176,7 +187,7 @@ class SynthesisSession:
             self._emit(pb.Stage1Event(audio=_audio_chunk(work, chunk, pcm, self._out_rate)))
 
     def _wanted(self, work: _Work) -> bool:
-        return work.epoch >= self._epoch and work.response_id not in self._failed
+        return work.epoch >= self._epoch and work.response_id not in self._unspoken
 
     def _speak(self, text: str) -> list[SpeechChunk]:
         return list(self._tts.synthesize(text, self._speed))
@@ -205,6 +216,7 @@ HANDLERS: Final[Mapping[str, Callable[[SynthesisSession, pb.Stage1Request], None
     "open": lambda s, req: s._open(req.open),
     "text": lambda s, req: s._text(req.text),
     "cancel": lambda s, req: s._cancel(req.cancel),
+    "cancel_response": lambda s, req: s._cancel_response(req.cancel_response),
 }
 # Kinds a text voice has nothing to do with, and why.
 IGNORED: Final[Mapping[str, str]] = {
