@@ -112,8 +112,10 @@ clean:
 # sessions on two replicas, then the load
 # generator: N concurrent sessions of paced audio, on the serving path alone
 # (synthetic stages) and on the real models (bench/results/load-*.json + .png),
-# then end of speech -> first audio in the server_vad and native lanes (a live
-# microphone, espeak voice; empty user transcripts count as errors), then
+# then end of speech -> first audio in the server_vad, semantic_vad and native
+# lanes (a live microphone, espeak voice; empty user transcripts count as
+# errors; with the preemptive answers' counters and the first-join and largest
+# gaps between audio chunks), then
 # server_vad against semantic_vad's end of turn on spoken fixtures, then
 # kill -9 of each tier, a Redis restart and a cut gateway link under 50
 # sessions (bench/results/faults.json: lost and stuck must be 0).
@@ -125,6 +127,7 @@ bench: install models
 	$(PY) -m bench.load --backend synthetic --sessions 1,50,200,500 --barge-in
 	$(PY) -m bench.load --backend cascade --sessions 1,2,4 --turns 3 --slo-ms 2500 --barge-in --barge-in-trials 20
 	$(PY) -m bench.load --backend cascade --sessions 1 --turns 5 --lane server_vad --voice espeak --no-response-s 30
+	$(PY) -m bench.load --backend cascade --sessions 1 --turns 5 --lane semantic_vad --voice espeak --no-response-s 30
 	$(PY) -m bench.load --backend cascade --sessions 1 --turns 5 --lane native --voice espeak --no-response-s 30
 	$(PY) -m bench.turn_detection
 	$(PY) -m bench.faults --sessions 50

@@ -3,6 +3,8 @@
     python -m bench.load --backend synthetic --sessions 1,50,200,500
     python -m bench.load --backend cascade --sessions 1,4 --turns 3
     python -m bench.load --backend cascade --sessions 1 --turns 3 --lane native --voice espeak
+    python -m bench.load --backend cascade --sessions 1 --turns 3 --lane semantic_vad \
+        --voice espeak --no-preempt
 
 Starts its own stack (`LocalStack`: Redis and the four services as real
 processes) and, for each level, opens that many sessions over real
@@ -15,10 +17,13 @@ what `antiphon bench` runs against a server it did not start), in one
   `response.create` and reads to `response.done`.
 - `server_vad`: `turn_detection: {"type": "server_vad"}`, no commit: the
   server's VAD ends the turn and answers it.
+- `semantic_vad`: the `server_vad` lane's client with
+  `turn_detection: {"type": "semantic_vad"}` (`eagerness` omitted: `auto`):
+  the server's semantic end of turn decides (bench/lib/firstaudio.py).
 - `native`: the native duplex lane (`extra_body.native_duplex: true`): the
   model listens, and answers speech followed by silence; no commit.
 
-In the `server_vad` and native lanes each session is a live microphone: one
+In the `server_vad`, `semantic_vad` and native lanes each session is a live microphone: one
 200 ms append every 200 ms on an absolute wall-clock schedule, the question
 (its leading and trailing silence trimmed, so its last frame holds the end
 of speech) and then silence, never a burst and never a stop, until the
@@ -38,7 +43,14 @@ per level:
 - user transcripts (`conversation.item.input_audio_transcription.completed`)
   that are empty or missing: the lane did not hear the user. Both count as
   errors (`empty_transcript`, `transcript_missing`);
-- audio chunk gap max: the largest gap between two audio deltas of a response;
+- audio chunk gap max: the largest gap between two audio deltas of a response,
+  and the first-join gap (`audio_first_join_gap_ms`): the gap between its
+  first and second delta, where a player that started at once runs dry first;
+- preemptive answers (issue 27): the deltas over the level of the session's
+  `antiphon_session_preemptive_answers_total{outcome}` (started, used, or why
+  one was dropped) and stage0's `antiphon_stage0_utterance_pauses_total`
+  (reported, resumed, ended), as `preemptive` and a second table;
+  `--no-preempt` starts the stack with them off (`-nopreempt` in the file name);
 - heartbeat -> heartbeat_ack round trip, and the gaps between consecutive
   server events of a response;
 - errors by code, refused opens by code (`duplex_session_busy`, ...);
@@ -86,6 +98,8 @@ from antiphon.client.load import (
     shape,
     trim_leading_silence,
 )
+from bench.lib import firstaudio
+from bench.lib.firstaudio import PREEMPT_OFF_ENV, Preemptive, add_first_join, first_join_gaps
 from bench.lib.loadstack import LoadStack, stack_env
 from bench.lib.questions import LONG_ANSWER, QUESTIONS
 from bench.lib.results import RESULTS, git_commit, write_json
@@ -93,6 +107,8 @@ from bench.lib.speech import spoken_or_noise
 
 # The barge-in trials ask for LONG_ANSWER, and interrupt it with this.
 BARGE = "Wait, stop. Tell me something else instead."
+
+firstaudio.register_lanes()
 
 
 def speech(text: str, voice: str) -> bytes:
@@ -110,7 +126,13 @@ def main() -> None:
         "--lane",
         choices=list(LANES),
         default="manual",
-        help="manual: commit + response.create; server_vad / native: a live mic, no commit",
+        help="manual: commit + response.create; server_vad / semantic_vad / native: "
+        "a live mic, no commit",
+    )
+    parser.add_argument(
+        "--no-preempt",
+        action="store_true",
+        help="the stack without preemptive answers (session preemptive_answers=false)",
     )
     parser.add_argument(
         "--voice", choices=["piper", "espeak"], default="piper", help="who speaks the questions"
@@ -140,6 +162,7 @@ def main() -> None:
     args.no_response_s = args.no_response_s or (10.0 if args.backend == "synthetic" else 60.0)
     # The manual lane keeps its historical file name (other tooling reads it).
     name = args.backend if args.lane == "manual" else f"{args.backend}-{args.lane}"
+    name += "-nopreempt" if args.no_preempt else ""
     out: Path = args.out or RESULTS / f"load-{name}.json"
     fd_limit = raise_fd_limit(max(levels) * 2 + 256)
 
@@ -170,23 +193,33 @@ def main() -> None:
         commit=git_commit(),
     )
     report["machine"]["open_files_limit"] = fd_limit
-    report["env"] = stack_env(args.backend, limit)
+    overrides = PREEMPT_OFF_ENV if args.no_preempt else {}
+    report["preemptive_answers"] = not args.no_preempt
+    report["env"] = stack_env(args.backend, limit) | overrides
     bench: LoadStack | None = None
     try:
         for n in levels:
             if bench is None or args.fresh_stack:
                 if bench is not None:
                     bench.stop()
-                bench = LoadStack(args.backend, stack_env(args.backend, limit))
+                bench = LoadStack(args.backend, report["env"])
                 report.setdefault("startup_s", bench.startup_s)
             options = replace(options, label=f"{args.backend} {args.lane} x{n}")
-            level = run_async(run_level(bench.url, n, questions, options, bench.sampler))
+            ports = bench.stack.ports
+            preemptive = Preemptive(ports.session_metrics, ports.stage0_metrics)
+            preemptive.mark()
+            with first_join_gaps() as gaps:
+                level = run_async(run_level(bench.url, n, questions, options, bench.sampler))
             # Closed sessions finish their cleanup before the next level starts.
             level["after"] = bench.drain()
+            level["preemptive"] = preemptive.delta()
+            add_first_join(level, gaps)
             report["levels"].append(level)
-            print_table(args.backend, [level], header=len(report["levels"]) == 1)
+            first = len(report["levels"]) == 1
+            print_table(args.backend, [level], header=first)
+            firstaudio.print_table(args.backend, [level], header=first)
         if args.barge_in:
-            env = stack_env(args.backend, limit, barge=True)
+            env = stack_env(args.backend, limit, barge=True) | overrides
             if bench is None or env != bench.env:
                 if bench is not None:
                     bench.stop()
@@ -207,6 +240,8 @@ def main() -> None:
         if report["levels"]:
             plot(report, out.with_suffix(".png"))
     print_summary(report, out)
+    if report["levels"]:
+        firstaudio.print_table(args.backend, report["levels"], header=True)
 
 
 if __name__ == "__main__":

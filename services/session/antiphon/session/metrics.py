@@ -98,9 +98,10 @@ class SessionMetrics:
             "antiphon_session_preemptive_answers_total",
             "Answers asked for at the user's first pause, before the turn ended "
             "(preemption.py), by outcome: started; used (a response took it over); "
-            "or why it was dropped (speech_resumed, speech_started, mismatch, "
-            "cancelled, input_cleared, replaced, not_wanted, worker_lost, "
-            "worker_changed, failed, overflow, closed)",
+            "why one was dropped (speech_resumed, speech_started, mismatch, "
+            "cancelled, input_cleared, replaced, worker_lost, worker_changed, "
+            "failed, overflow, closed); or not_wanted (a pause while a reply or "
+            "a turn was under way, or in a session that does not answer by itself)",
             ["outcome"],
             registry=registry,
         )

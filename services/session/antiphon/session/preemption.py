@@ -108,6 +108,12 @@ class Preemption:
         self._count("used")
         return taken
 
+    def refuse(self) -> None:
+        """A pause whose answer is not wanted now (a reply or a turn is under way,
+        or the session does not answer by itself); one held before it goes too."""
+        self.drop("replaced")
+        self._count("not_wanted")
+
     def drop(self, reason: str) -> None:
         """Both stages stop it; nothing of it is ever sent."""
         if not self._id:

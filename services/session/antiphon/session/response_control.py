@@ -186,7 +186,7 @@ class ResponseControl:
             or self._turns.pending
             or self._links.model_native
         ):
-            self._preemption.drop("not_wanted")
+            self._preemption.refuse()
             return
         opts = self._config.default_options()
         self._preemption.start(
