@@ -19,7 +19,7 @@ what `antiphon bench` runs against a server it did not start), in one
   server's VAD ends the turn and answers it.
 - `semantic_vad`: the `server_vad` lane's client with
   `turn_detection: {"type": "semantic_vad"}` (`eagerness` omitted: `auto`):
-  the server's semantic end of turn decides (bench/lib/firstaudio.py).
+  the server's semantic end of turn decides.
 - `native`: the native duplex lane (`extra_body.native_duplex: true`): the
   model listens, and answers speech followed by silence; no commit.
 
@@ -39,7 +39,7 @@ per level:
   `response.output_audio.delta` (every lane), and -> response.done;
 - commit -> first audio delta p50/p95/p99, commit -> response.done (manual);
 - end of speech -> `speech_stopped`, -> `committed`, -> `response.created`
-  (the server's own endpointing, `server_vad` and native);
+  (the server's own endpointing, the live lanes);
 - user transcripts (`conversation.item.input_audio_transcription.completed`)
   that are empty or missing: the lane did not hear the user. Both count as
   errors (`empty_transcript`, `transcript_missing`);
@@ -49,8 +49,9 @@ per level:
 - preemptive answers (issue 27): the deltas over the level of the session's
   `antiphon_session_preemptive_answers_total{outcome}` (started, used, or why
   one was dropped) and stage0's `antiphon_stage0_utterance_pauses_total`
-  (reported, resumed, ended), as `preemptive` and a second table;
-  `--no-preempt` starts the stack with them off (`-nopreempt` in the file name);
+  (reported, resumed, ended), as `preemptive` and a second table
+  (bench/lib/firstaudio.py); `--no-preempt` starts the stack with them off
+  (`-nopreempt` in the file name);
 - heartbeat -> heartbeat_ack round trip, and the gaps between consecutive
   server events of a response;
 - errors by code, refused opens by code (`duplex_session_busy`, ...);
@@ -99,7 +100,7 @@ from antiphon.client.load import (
     trim_leading_silence,
 )
 from bench.lib import firstaudio
-from bench.lib.firstaudio import PREEMPT_OFF_ENV, Preemptive, add_first_join, first_join_gaps
+from bench.lib.firstaudio import PREEMPT_OFF_ENV, Preemptive
 from bench.lib.loadstack import LoadStack, stack_env
 from bench.lib.questions import LONG_ANSWER, QUESTIONS
 from bench.lib.results import RESULTS, git_commit, write_json
@@ -107,8 +108,6 @@ from bench.lib.speech import spoken_or_noise
 
 # The barge-in trials ask for LONG_ANSWER, and interrupt it with this.
 BARGE = "Wait, stop. Tell me something else instead."
-
-firstaudio.register_lanes()
 
 
 def speech(text: str, voice: str) -> bytes:
@@ -208,12 +207,10 @@ def main() -> None:
             ports = bench.stack.ports
             preemptive = Preemptive(ports.session_metrics, ports.stage0_metrics)
             preemptive.mark()
-            with first_join_gaps() as gaps:
-                level = run_async(run_level(bench.url, n, questions, options, bench.sampler))
+            level = run_async(run_level(bench.url, n, questions, options, bench.sampler))
             # Closed sessions finish their cleanup before the next level starts.
             level["after"] = bench.drain()
             level["preemptive"] = preemptive.delta()
-            add_first_join(level, gaps)
             report["levels"].append(level)
             first = len(report["levels"]) == 1
             print_table(args.backend, [level], header=first)

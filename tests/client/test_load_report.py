@@ -1,7 +1,7 @@
-"""A load run's summary: the result JSON's measures from the turns, the
-capacity under an SLO, the table and the plot of a run that measured only
-itself, `bench_main`'s answer when nothing opens, and the bench scripts that
-run on the package."""
+"""A load run's summary: the result JSON's measures from the turns, the audio
+gaps and the lanes, the capacity under an SLO, the table and the plot of a run
+that measured only itself, `bench_main`'s answer when nothing opens, and the
+bench scripts that run on the package."""
 
 from __future__ import annotations
 
@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from antiphon.client import audio
-from antiphon.client.load import TurnResult, bench_main, capacity, plot, print_table
+from antiphon.client.load import (
+    LANES,
+    TurnResult,
+    audio_gaps,
+    bench_main,
+    capacity,
+    plot,
+    print_table,
+)
 from antiphon.client.load.report import new_report, summarize_level
 
 OWN = {
@@ -73,6 +81,35 @@ def test_a_level_reports_each_measure_and_every_way_a_turn_went_wrong() -> None:
     assert lv["overhead"]["event_gap_ms"] == {"p50": 1.5, "p99": 2.0}
     # The per-turn records leave the event gaps to the level's statistics.
     assert "event_gaps_ms" not in lv["turns"][0]
+
+
+def test_the_first_join_is_the_first_gap_between_audio_deltas() -> None:
+    assert audio_gaps([40.004, 180.0, 20.0]) == (180.0, 40.0)
+    assert audio_gaps([]) == (None, None)  # a one-chunk answer has no gap
+    joins = [turn(0), turn(1), turn(2)]
+    for i, r in enumerate(joins):
+        r.audio_first_join_gap_ms = [10.0, 30.0, None][i]
+    lv = level(joins)
+    assert lv["audio_first_join_gap_ms"] == {
+        "p50": 20.0,
+        "p95": 29.0,
+        "p99": 29.8,
+        "max": 30.0,
+        "n": 2,
+    }
+    assert lv["samples"]["audio_first_join_gap_ms"] == [10.0, 30.0]
+    assert [t["audio_first_join_gap_ms"] for t in lv["turns"]] == [10.0, 30.0, None]
+
+
+def test_the_semantic_vad_lane_is_a_live_lane_with_the_servers_semantic_end_of_turn(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert LANES["semantic_vad"]["audio"]["input"]["turn_detection"] == {"type": "semantic_vad"}
+    lv = level([turn(0)]) | {"lane": "semantic_vad"}
+    print_table("remote", [lv], header=True)
+    header, line = capsys.readouterr().out.splitlines()
+    assert "1st join p50/p95" in header
+    assert line.split()[:3] == ["remote", "semantic_vad", "1"]
 
 
 def test_capacity_is_the_largest_level_served_within_the_slo() -> None:

@@ -1,11 +1,13 @@
 """The load generator: N concurrent sessions of paced speech against a running server.
 
 Each session is a `DuplexClient` (`session.LoadSession`) taking turns in one
-lane: `manual` (paced appends, commit, `response.create`), `server_vad` or
-native (a live `Microphone`: the question, then silence, never a stop).
+lane: `manual` (paced appends, commit, `response.create`), `server_vad`,
+`semantic_vad` or native (a live `Microphone`: the question, then silence,
+never a stop).
 Every event is timed on the client clock as its frame is read; the
 `EventCollector` gives commit -> first audio, end of speech -> first audio
-and the gaps between audio chunks, and the turn's own log the rest (the
+and the gaps between audio chunks (the largest, and the first join: between the
+first and second delta), and the turn's own log the rest (the
 server's `speech_stopped` / `committed`, `response.done`, transcripts,
 heartbeat round trips). `run.run_level` runs one level with a progress bar,
 `report` summarizes it into the JSON `bench/load.py` has always written and
@@ -34,11 +36,13 @@ from antiphon.client.load.session import (
     LANES,
     MANUAL,
     NATIVE,
+    SEMANTIC_VAD,
     SERVER_VAD,
     LoadClient,
     LoadSession,
     SessionError,
     TurnResult,
+    audio_gaps,
 )
 
 __all__ = [
@@ -48,6 +52,7 @@ __all__ = [
     "LANES",
     "MANUAL",
     "NATIVE",
+    "SEMANTIC_VAD",
     "SERVER_VAD",
     "LoadClient",
     "LoadOptions",
@@ -55,6 +60,7 @@ __all__ = [
     "Question",
     "SessionError",
     "TurnResult",
+    "audio_gaps",
     "barge_in_trial",
     "bench_main",
     "capacity",

@@ -47,7 +47,8 @@ def parser() -> argparse.ArgumentParser:
         "--lane",
         choices=list(LANES),
         default="manual",
-        help="manual: commit + response.create; server_vad / native: a live mic, no commit",
+        help="manual: commit + response.create; server_vad / semantic_vad / native: "
+        "a live mic, no commit",
     )
     p.add_argument(
         "--in",

@@ -2,9 +2,10 @@
 
 The caller brings the audio (WAV files, or PCM from any voice); this module
 only shapes it for a lane. The manual lane sends the audio as it is, its own
-silence kept, and then commits; the live lanes (`server_vad`, native) send
-the speech alone, from its first to its last loud sample, padded to whole
-chunks, and the microphone goes on with silence after it.
+silence kept, and then commits; the live lanes (`server_vad`,
+`semantic_vad`, native) send the speech alone, from its first to its last
+loud sample, padded to whole chunks, and the microphone goes on with
+silence after it.
 """
 
 from __future__ import annotations

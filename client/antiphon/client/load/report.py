@@ -58,6 +58,7 @@ def summarize_level(
     eos_done = [r.eos_done_ms for r in results if r.eos_done_ms is not None]
     done = [r.done_ms for r in results if r.done_ms is not None]
     gaps = [r.audio_gap_max_ms for r in results if r.audio_gap_max_ms is not None]
+    joins = [r.audio_first_join_gap_ms for r in results if r.audio_first_join_gap_ms is not None]
     heartbeat = [r.heartbeat_ms for r in results if r.heartbeat_ms is not None]
     event_gaps = [g for r in results for g in r.event_gaps_ms]
     statuses = Counter(r.status for r in results)
@@ -92,6 +93,8 @@ def summarize_level(
         "commit_to_first_audio_ms": stats(first, 50, 95, 99),
         "commit_to_done_ms": stats(done, 50, 95, 99),
         "audio_chunk_gap_max_ms": stats(gaps, 50, 99),
+        # Between each answer's first and second audio delta.
+        "audio_first_join_gap_ms": stats(joins, 50, 95, 99),
         "heartbeat_rtt_ms": stats(heartbeat, 50, 99),
         "event_gap_ms": stats(event_gaps, 50, 99),
         "responses": dict(statuses),
@@ -133,6 +136,7 @@ def summarize_level(
         "commit_to_first_audio_ms": first,
         "heartbeat_rtt_ms": heartbeat,
         "audio_chunk_gap_max_ms": gaps,
+        "audio_first_join_gap_ms": joins,
     }
     level["turns"] = [{k: v for k, v in asdict(r).items() if k != "event_gaps_ms"} for r in results]
     return level
@@ -181,9 +185,9 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
     names = [p for p in SERVICES if any(p in lv["processes"] for lv in levels)]
     if header:
         print(
-            f"{'backend':<10}{'lane':<11}{'sess':>5}{'open':>5}{'refused':>8}{'turns':>7}"
+            f"{'backend':<10}{'lane':<13}{'sess':>5}{'open':>5}{'refused':>8}{'turns':>7}"
             f"  {'eos->audio p50/p95':<19}{'commit->audio p50/p95/p99':<26}"
-            f"{'hb rtt p50/p99':<15}{'gap max':>8}{'empty':>6}"
+            f"{'hb rtt p50/p99':<15}{'1st join p50/p95':<17}{'gap max':>8}{'empty':>6}"
             f"{'errors':>7}{'mach%':>7}{'other%':>7}  CPU % mean/peak-1s, peak RSS MiB: "
             + " ".join(names)
         )
@@ -199,11 +203,12 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
         machine = (procs.get("machine") or {}).get("cpu_pct")
         others = (procs.get("others") or {}).get("cpu_pct")
         print(
-            f"{backend:<10}{lv.get('lane', 'manual'):<11}{lv['sessions']:>5}{lv['opened']:>5}"
+            f"{backend:<10}{lv.get('lane', 'manual'):<13}{lv['sessions']:>5}{lv['opened']:>5}"
             f"{sum(lv['refused'].values()):>8}{lv['turns_completed']:>7}"
             f"  {_fmt(lv['end_of_speech_to_first_audio_ms'], 'p50', 'p95'):<19}"
             f"{_fmt(lv['commit_to_first_audio_ms'], 'p50', 'p95', 'p99'):<26}"
             f"{_fmt(lv['heartbeat_rtt_ms'], 'p50', 'p99'):<15}"
+            f"{_fmt(lv.get('audio_first_join_gap_ms'), 'p50', 'p95'):<17}"
             f"{(gap or {}).get('max', 0):>8.0f}{lv['transcripts']['empty']:>6}"
             f"{lv['errors']['count']:>7}"
             f"{_pct(machine):>7}{_pct(others):>7}  {cpu}",

@@ -9,10 +9,11 @@ over, so no event can be missed by a waiter that woke late.
   `session.heartbeat` after the middle one, `input_audio_buffer.commit` and
   `response.create` right after the last one, then the answer to
   `response.done`;
-- `server_vad` and native lanes: a live `Microphone` says the question and
-  goes on with silence, never stopping; the server alone decides when the
-  user has finished. The answer is read to `response.done` and played out in
-  real time, as a listener hears it, before the next question.
+- `server_vad`, `semantic_vad` and native lanes: a live `Microphone` says the
+  question and goes on with silence, never stopping; the server alone
+  decides when the user has finished. The answer is read to `response.done`
+  and played out in real time, as a listener hears it, before the next
+  question.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import asyncio
 import bisect
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -54,6 +55,12 @@ SERVER_VAD: dict[str, Any] = {
     "type": "realtime",
     "audio": {"input": {"turn_detection": {"type": "server_vad"}}},
 }
+# The server's semantic end of turn (`eagerness` left out: its default, `auto`);
+# on the client the `server_vad` lane's live microphone.
+SEMANTIC_VAD: dict[str, Any] = {
+    "type": "realtime",
+    "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}},
+}
 # The native duplex lane (docs/realtime.md): the model listens while the user
 # speaks and answers speech followed by silence; no commit, no server VAD turns.
 NATIVE: dict[str, Any] = {
@@ -61,7 +68,12 @@ NATIVE: dict[str, Any] = {
     "audio": {"input": {"turn_detection": None}},
     "extra_body": {"native_duplex": True},
 }
-LANES: dict[str, dict[str, Any]] = {"manual": MANUAL, "server_vad": SERVER_VAD, "native": NATIVE}
+LANES: dict[str, dict[str, Any]] = {
+    "manual": MANUAL,
+    "server_vad": SERVER_VAD,
+    "semantic_vad": SEMANTIC_VAD,
+    "native": NATIVE,
+}
 _HEARTBEAT = {"type": "session.heartbeat"}
 # Wakes a waiter that waits on a future as well as on events.
 _WAKE = Event({})
@@ -100,6 +112,9 @@ class TurnResult:
     responses: int = 0
     # Largest gap between consecutive audio deltas of the response.
     audio_gap_max_ms: float | None = None
+    # The gap between its first and second delta: where a player that started
+    # at once runs dry first.
+    audio_first_join_gap_ms: float | None = None
     audio_deltas: int = 0
     # Gaps between consecutive server events from the commit to `response.done`.
     event_gaps_ms: list[float] = field(default_factory=list)
@@ -107,6 +122,15 @@ class TurnResult:
     heartbeat_ms: float | None = None
     # How late the paced appends went out, worst case (client-side lag).
     send_late_max_ms: float = 0.0
+
+
+def audio_gaps(gaps_ms: Sequence[float]) -> tuple[float | None, float | None]:
+    """From the gaps between a response's consecutive audio deltas: the largest
+    and the first join (between its first and second delta). A gap needs two
+    deltas: a one-chunk answer has neither."""
+    if not gaps_ms:
+        return None, None
+    return round(max(gaps_ms), 2), round(gaps_ms[0], 2)
 
 
 class LoadClient(DuplexClient):
@@ -328,8 +352,7 @@ class LoadSession:
             if timing.commit_to_first_audio_ms is not None:
                 result.first_audio_ms = round(timing.commit_to_first_audio_ms, 2)
             gaps = timing.chunk_gaps_ms
-            # A gap needs two deltas: a one-chunk answer has none.
-            result.audio_gap_max_ms = round(max(gaps), 2) if gaps else None
+            result.audio_gap_max_ms, result.audio_first_join_gap_ms = audio_gaps(gaps)
             result.audio_deltas = len(gaps) + 1
         end = done.received_at if done is not None else time.monotonic()
         result.event_gaps_ms = log.gaps_ms(t0, end)
@@ -394,7 +417,7 @@ class LoadSession:
         grace_s: float = 10.0,
         origin: tuple[int, float] | None = None,
     ) -> TurnResult:
-        """One `server_vad` or native turn: the live `mic` says `question` and goes
+        """One `server_vad`, `semantic_vad` or native turn: the live `mic` says `question` and goes
         on with silence; no commit, no `response.create`. Waits for the server's
         answer to `response.done` (a `no_response` turn when none starts within
         `no_response_s` of the end of speech), then for it to play out in real

@@ -85,6 +85,18 @@ class ClauseSplitter:
         rest, self._pending = self._pending, ""
         return rest
 
+    def take_words(self) -> str:
+        """The whole words pending, now ("" when there are none): the text up to
+        its last whitespace, so a word still being written stays. For a
+        listener about to hear silence (playout.py); it counts as a cut."""
+        buf = self._pending
+        cuts = [m.start() for m in re.finditer(r"\s+", buf) if _has_letter(buf[: m.start()])]
+        if not cuts:
+            return ""
+        self._pending = buf[cuts[-1] :]
+        self._cut_before = True
+        return buf[: cuts[-1]]
+
     @property
     def pending(self) -> str:
         return self._pending

@@ -68,6 +68,7 @@ async def text_backend(
             stage_metrics,
             emit,
             first_clause_words=settings.first_clause_words,
+            underrun_guard_ms=settings.underrun_guard_ms,
         )
 
     try:

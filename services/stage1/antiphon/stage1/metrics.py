@@ -25,6 +25,12 @@ class Stage1Metrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.early_cuts = Counter(
+            "antiphon_stage1_early_cuts_total",
+            "Words spoken before their clause ended because the listener was "
+            "about to run out of audio (playout.py)",
+            registry=registry,
+        )
         self.rtf = Histogram(
             "antiphon_stage1_real_time_factor",
             "Synthesis time divided by audio duration, per clause",

@@ -2,13 +2,16 @@
 
 Text arrives as the LLM streams it; complete clauses are synthesised in
 order while later text keeps arriving, so the first clause is heard before
-the answer is finished. A cancel fences out everything of older epochs. A
-clause the voice fails on ends its response with an error (no `done`).
+the answer is finished. When the listener is about to run out of audio and
+no clause is ready, the words already written are spoken (playout.py). A
+cancel fences out everything of older epochs. A clause the voice fails on
+ends its response with an error (no `done`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -19,6 +22,7 @@ from typing import Final, Protocol
 from antiphon.common.audio import resample_pcm16
 from antiphon.stage1.clauses import ClauseSplitter
 from antiphon.stage1.metrics import Stage1Metrics
+from antiphon.stage1.playout import Playout
 from antiphon.stage1.scheduler import SynthesisScheduler
 from antiphon.stage1.tts import SpeechChunk
 from antiphon.v1 import common_pb2 as cpb
@@ -54,8 +58,14 @@ class SynthesisSession:
         emit: Callable[[pb.Stage1Event], None],
         *,
         first_clause_words: int = 0,
+        underrun_guard_ms: int = 0,
     ) -> None:
         self._first_clause_words = first_clause_words
+        self._playout = Playout(
+            guard_s=underrun_guard_ms / 1000, on_running_out=self._speak_written
+        )
+        # Clauses queued and not yet spoken, per response.
+        self._waiting: collections.Counter[str] = collections.Counter()
         self._out_rate = tts.out_rate
         self._speed = 1.0
         self._tts = tts
@@ -92,12 +102,14 @@ class SynthesisSession:
     def _cancel(self, msg: pb.Stage1Cancel) -> None:
         if not self._fenced(msg.epoch):
             self._splitters.clear()
+            self._playout.clear()
             self._unspoken.clear()  # their work is all of older epochs now
 
     def _cancel_response(self, msg: pb.StageCancelResponse) -> None:
         """One response dropped: what is queued of it is not spoken, and it gets no `done`."""
         rid = msg.response_id
         self._unspoken.add(rid)
+        self._playout.forget(rid)
         if self._splitters.pop(rid, None) is not None:
             # Its end, so that `_done` forgets it; no `final` will come for it now.
             self._queue.put_nowait(_Work(self._epoch, rid, "", final=True))
@@ -113,26 +125,50 @@ class SynthesisSession:
         )
         self._first_text.setdefault(rid, time.perf_counter())
         for clause in splitter.feed(msg.text):
-            self._queue.put_nowait(_Work(msg.epoch, rid, clause, final=False))
+            self._enqueue(msg.epoch, rid, clause)
         if msg.final:
             rest = splitter.flush()
             if rest:
-                self._queue.put_nowait(_Work(msg.epoch, rid, rest, final=False))
+                self._enqueue(msg.epoch, rid, rest)
             self._queue.put_nowait(_Work(msg.epoch, rid, "", final=True))
             del self._splitters[rid]
+        elif self._playout.running_out(rid):
+            self._speak_written(rid)
+
+    def _enqueue(self, epoch: int, rid: str, clause: str) -> None:
+        self._waiting[rid] += 1
+        self._queue.put_nowait(_Work(epoch, rid, clause, final=False))
+
+    def _speak_written(self, rid: str) -> None:
+        """The listener is about to run out of `rid`'s audio: with no clause of
+        it waiting, its whole words written so far are spoken now."""
+        splitter = self._splitters.get(rid)
+        if splitter is None or self._waiting[rid]:
+            return
+        words = splitter.take_words()
+        if words:
+            self._metrics.early_cuts.inc()
+            self._enqueue(self._epoch, rid, words)
 
     async def _run(self) -> None:
         while True:
             work = await self._queue.get()
             if work.final:
                 self._done(work)
-            elif self._wanted(work):
-                await self._clause(work)
+                continue
+            try:
+                if self._wanted(work):
+                    await self._clause(work)
+            finally:
+                self._waiting[work.response_id] -= 1
+                if not self._waiting[work.response_id]:
+                    del self._waiting[work.response_id]
 
     def _done(self, work: _Work) -> None:
         """The end of a response: `done`, unless it was cancelled or failed."""
         failed = work.response_id in self._unspoken
         self._unspoken.discard(work.response_id)
+        self._playout.forget(work.response_id)
         started = self._first_text.pop(work.response_id, time.perf_counter())
         first = self._first_audio.pop(work.response_id, started)
         if failed or work.epoch < self._epoch:
@@ -185,6 +221,7 @@ class SynthesisSession:
         for chunk in chunks:
             pcm = resample_pcm16(chunk.pcm16, self._tts.out_rate, self._out_rate)
             self._emit(pb.Stage1Event(audio=_audio_chunk(work, chunk, pcm, self._out_rate)))
+        self._playout.sent(work.response_id, total_ms / 1000)
 
     def _wanted(self, work: _Work) -> bool:
         return work.epoch >= self._epoch and work.response_id not in self._unspoken
