@@ -43,9 +43,10 @@ per level:
 - user transcripts (`conversation.item.input_audio_transcription.completed`)
   that are empty or missing: the lane did not hear the user. Both count as
   errors (`empty_transcript`, `transcript_missing`);
-- audio chunk gap max: the largest gap between two audio deltas of a response,
-  and the first-join gap (`audio_first_join_gap_ms`): the gap between its
-  first and second delta, where a player that started at once runs dry first;
+- audio chunk gap max: the largest gap between the arrivals of two audio
+  deltas of a response; and what a listener hears of it (a player that
+  starts at the first delta): the silence at the first join
+  (`audio_first_join_silence_ms`) and the longest (`audio_silence_max_ms`);
 - preemptive answers (issue 27): the deltas over the level of the session's
   `antiphon_session_preemptive_answers_total{outcome}` (started, used, or why
   one was dropped) and stage0's `antiphon_stage0_utterance_pauses_total`

@@ -4,9 +4,9 @@ end of speech -> first audio depends on).
 `Preemptive` scrapes `antiphon_session_preemptive_answers_total{outcome}` and
 `antiphon_stage0_utterance_pauses_total{outcome}` before and after a level;
 the level's JSON gets their deltas as `preemptive`, and `print_table` a line
-beside the load table's. The `semantic_vad` lane and the first-join gap
-(`audio_first_join_gap_ms`) are the load generator's own
-(`antiphon.client.load`).
+beside the load table's. The `semantic_vad` lane and the silence heard at
+an answer's joins (`audio_first_join_silence_ms`, `audio_silence_max_ms`)
+are the load generator's own (`antiphon.client.load`).
 """
 
 from __future__ import annotations

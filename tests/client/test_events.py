@@ -96,6 +96,8 @@ def test_a_player_runs_dry_only_when_a_chunk_comes_after_all_before_it_was_playe
     assert [round(g) for g in timing.chunk_gaps_ms] == [100, 600, 50]
     # Played until 1.4 s, the third came at 1.7: one stall of 300 ms.
     assert (timing.stalls, round(timing.stall_ms)) == (1, 300)
+    # What a listener heard before each later chunk: silence only before the third.
+    assert [round(g) for g in timing.join_silences_ms] == [0, 300, 0]
 
 
 def test_events_of_another_response_are_not_counted_in_this_one() -> None:

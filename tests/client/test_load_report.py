@@ -17,7 +17,7 @@ from antiphon.client import audio
 from antiphon.client.load import (
     LANES,
     TurnResult,
-    audio_gaps,
+    audio_joins,
     bench_main,
     capacity,
     plot,
@@ -83,22 +83,22 @@ def test_a_level_reports_each_measure_and_every_way_a_turn_went_wrong() -> None:
     assert "event_gaps_ms" not in lv["turns"][0]
 
 
-def test_the_first_join_is_the_first_gap_between_audio_deltas() -> None:
-    assert audio_gaps([40.004, 180.0, 20.0]) == (180.0, 40.0)
-    assert audio_gaps([]) == (None, None)  # a one-chunk answer has no gap
+def test_the_first_join_is_the_silence_heard_before_the_second_audio_delta() -> None:
+    assert audio_joins([40.004, 180.0, 0.0]) == (180.0, 40.0)
+    assert audio_joins([]) == (None, None)  # a one-chunk answer has no join
     joins = [turn(0), turn(1), turn(2)]
     for i, r in enumerate(joins):
-        r.audio_first_join_gap_ms = [10.0, 30.0, None][i]
+        r.audio_first_join_silence_ms = [10.0, 30.0, None][i]
     lv = level(joins)
-    assert lv["audio_first_join_gap_ms"] == {
+    assert lv["audio_first_join_silence_ms"] == {
         "p50": 20.0,
         "p95": 29.0,
         "p99": 29.8,
         "max": 30.0,
         "n": 2,
     }
-    assert lv["samples"]["audio_first_join_gap_ms"] == [10.0, 30.0]
-    assert [t["audio_first_join_gap_ms"] for t in lv["turns"]] == [10.0, 30.0, None]
+    assert lv["samples"]["audio_first_join_silence_ms"] == [10.0, 30.0]
+    assert [t["audio_first_join_silence_ms"] for t in lv["turns"]] == [10.0, 30.0, None]
 
 
 def test_the_semantic_vad_lane_is_a_live_lane_with_the_servers_semantic_end_of_turn(
@@ -108,7 +108,7 @@ def test_the_semantic_vad_lane_is_a_live_lane_with_the_servers_semantic_end_of_t
     lv = level([turn(0)]) | {"lane": "semantic_vad"}
     print_table("remote", [lv], header=True)
     header, line = capsys.readouterr().out.splitlines()
-    assert "1st join p50/p95" in header
+    assert "silence 1st/max p95" in header
     assert line.split()[:3] == ["remote", "semantic_vad", "1"]
 
 

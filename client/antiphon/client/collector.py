@@ -29,6 +29,9 @@ class ResponseTiming:
     status: str = ""
     audio_ms: float = 0.0
     chunk_gaps_ms: list[float] = field(default_factory=list)
+    # Silence a player that starts at the first delta hears before each later
+    # one (0 where it was still playing): what a listener hears of a join.
+    join_silences_ms: list[float] = field(default_factory=list)
     stalls: int = 0
     stall_ms: float = 0.0
     # When the simulated player has played everything it was given.
@@ -40,6 +43,7 @@ class ResponseTiming:
         else:
             assert self.last_audio_at is not None
             self.chunk_gaps_ms.append((at - self.last_audio_at) * 1000)
+            self.join_silences_ms.append(max(0.0, at - self._played_until) * 1000)
             if at > self._played_until:
                 self.stalls += 1
                 self.stall_ms += (at - self._played_until) * 1000
@@ -59,6 +63,7 @@ class Timings:
     end_of_speech_to_first_audio_ms: float | None
     audio_ms: float
     chunk_gaps_ms: list[float]
+    join_silences_ms: list[float]
     stalls: int
     stall_ms: float
 
@@ -110,6 +115,7 @@ class EventCollector:
             end_of_speech_to_first_audio_ms=_since(self._speech_ends, t.first_audio_at),
             audio_ms=t.audio_ms,
             chunk_gaps_ms=list(t.chunk_gaps_ms),
+            join_silences_ms=list(t.join_silences_ms),
             stalls=t.stalls,
             stall_ms=t.stall_ms,
         )

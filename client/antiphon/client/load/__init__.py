@@ -42,7 +42,7 @@ from antiphon.client.load.session import (
     LoadSession,
     SessionError,
     TurnResult,
-    audio_gaps,
+    audio_joins,
 )
 
 __all__ = [
@@ -60,7 +60,7 @@ __all__ = [
     "Question",
     "SessionError",
     "TurnResult",
-    "audio_gaps",
+    "audio_joins",
     "barge_in_trial",
     "bench_main",
     "capacity",

@@ -58,7 +58,10 @@ def summarize_level(
     eos_done = [r.eos_done_ms for r in results if r.eos_done_ms is not None]
     done = [r.done_ms for r in results if r.done_ms is not None]
     gaps = [r.audio_gap_max_ms for r in results if r.audio_gap_max_ms is not None]
-    joins = [r.audio_first_join_gap_ms for r in results if r.audio_first_join_gap_ms is not None]
+    silent = [r.audio_silence_max_ms for r in results if r.audio_silence_max_ms is not None]
+    joins = [
+        r.audio_first_join_silence_ms for r in results if r.audio_first_join_silence_ms is not None
+    ]
     heartbeat = [r.heartbeat_ms for r in results if r.heartbeat_ms is not None]
     event_gaps = [g for r in results for g in r.event_gaps_ms]
     statuses = Counter(r.status for r in results)
@@ -92,9 +95,12 @@ def summarize_level(
         "end_of_speech_to_done_ms": stats(eos_done, 50, 95, 99),
         "commit_to_first_audio_ms": stats(first, 50, 95, 99),
         "commit_to_done_ms": stats(done, 50, 95, 99),
+        # Between the arrivals of an answer's audio deltas (not what is heard).
         "audio_chunk_gap_max_ms": stats(gaps, 50, 99),
-        # Between each answer's first and second audio delta.
-        "audio_first_join_gap_ms": stats(joins, 50, 95, 99),
+        # Silence a listener hears inside an answer (a player that starts at its
+        # first delta): its longest, and at its first join.
+        "audio_silence_max_ms": stats(silent, 50, 95, 99),
+        "audio_first_join_silence_ms": stats(joins, 50, 95, 99),
         "heartbeat_rtt_ms": stats(heartbeat, 50, 99),
         "event_gap_ms": stats(event_gaps, 50, 99),
         "responses": dict(statuses),
@@ -136,7 +142,8 @@ def summarize_level(
         "commit_to_first_audio_ms": first,
         "heartbeat_rtt_ms": heartbeat,
         "audio_chunk_gap_max_ms": gaps,
-        "audio_first_join_gap_ms": joins,
+        "audio_silence_max_ms": silent,
+        "audio_first_join_silence_ms": joins,
     }
     level["turns"] = [{k: v for k, v in asdict(r).items() if k != "event_gaps_ms"} for r in results]
     return level
@@ -187,7 +194,7 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
         print(
             f"{'backend':<10}{'lane':<13}{'sess':>5}{'open':>5}{'refused':>8}{'turns':>7}"
             f"  {'eos->audio p50/p95':<19}{'commit->audio p50/p95/p99':<26}"
-            f"{'hb rtt p50/p99':<15}{'1st join p50/p95':<17}{'gap max':>8}{'empty':>6}"
+            f"{'hb rtt p50/p99':<15}{'silence 1st/max p95':<20}{'gap max':>8}{'empty':>6}"
             f"{'errors':>7}{'mach%':>7}{'other%':>7}  CPU % mean/peak-1s, peak RSS MiB: "
             + " ".join(names)
         )
@@ -208,7 +215,7 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
             f"  {_fmt(lv['end_of_speech_to_first_audio_ms'], 'p50', 'p95'):<19}"
             f"{_fmt(lv['commit_to_first_audio_ms'], 'p50', 'p95', 'p99'):<26}"
             f"{_fmt(lv['heartbeat_rtt_ms'], 'p50', 'p99'):<15}"
-            f"{_fmt(lv.get('audio_first_join_gap_ms'), 'p50', 'p95'):<17}"
+            f"{_silences(lv):<20}"
             f"{(gap or {}).get('max', 0):>8.0f}{lv['transcripts']['empty']:>6}"
             f"{lv['errors']['count']:>7}"
             f"{_pct(machine):>7}{_pct(others):>7}  {cpu}",
@@ -263,6 +270,15 @@ def print_summary(report: dict[str, Any], out: Path | None = None) -> None:
         print(f"capacity: {c['sessions']} sessions within first-audio p95 <= {c['slo_ms']} ms")
     if out is not None:
         print(f"written to {out} and {out.with_suffix('.png')}")
+
+
+def _silences(level: dict[str, Any]) -> str:
+    """p95 of the silence heard at the first join / anywhere in an answer."""
+    first = (level.get("audio_first_join_silence_ms") or {}).get("p95")
+    most = (level.get("audio_silence_max_ms") or {}).get("p95")
+    if first is None or most is None:
+        return "-"
+    return f"{first:.0f}/{most:.0f}"
 
 
 def plot(report: dict[str, Any], path: Path) -> None:

@@ -110,11 +110,12 @@ class TurnResult:
     answer: str = ""
     # `response.created` events during the turn (more than one: the turn was split).
     responses: int = 0
-    # Largest gap between consecutive audio deltas of the response.
+    # Largest gap between the arrivals of consecutive audio deltas.
     audio_gap_max_ms: float | None = None
-    # The gap between its first and second delta: where a player that started
-    # at once runs dry first.
-    audio_first_join_gap_ms: float | None = None
+    # Silence a player that starts at the first delta hears: the longest, and
+    # at the first join (before the second delta; 0 while it was still playing).
+    audio_silence_max_ms: float | None = None
+    audio_first_join_silence_ms: float | None = None
     audio_deltas: int = 0
     # Gaps between consecutive server events from the commit to `response.done`.
     event_gaps_ms: list[float] = field(default_factory=list)
@@ -124,13 +125,13 @@ class TurnResult:
     send_late_max_ms: float = 0.0
 
 
-def audio_gaps(gaps_ms: Sequence[float]) -> tuple[float | None, float | None]:
-    """From the gaps between a response's consecutive audio deltas: the largest
-    and the first join (between its first and second delta). A gap needs two
+def audio_joins(silences_ms: Sequence[float]) -> tuple[float | None, float | None]:
+    """From the silence a player heard before each of a response's audio deltas
+    but the first: the longest, and the first join's. A join needs two
     deltas: a one-chunk answer has neither."""
-    if not gaps_ms:
+    if not silences_ms:
         return None, None
-    return round(max(gaps_ms), 2), round(gaps_ms[0], 2)
+    return round(max(silences_ms), 2), round(silences_ms[0], 2)
 
 
 class LoadClient(DuplexClient):
@@ -352,7 +353,10 @@ class LoadSession:
             if timing.commit_to_first_audio_ms is not None:
                 result.first_audio_ms = round(timing.commit_to_first_audio_ms, 2)
             gaps = timing.chunk_gaps_ms
-            result.audio_gap_max_ms, result.audio_first_join_gap_ms = audio_gaps(gaps)
+            result.audio_gap_max_ms = round(max(gaps), 2) if gaps else None
+            result.audio_silence_max_ms, result.audio_first_join_silence_ms = audio_joins(
+                timing.join_silences_ms
+            )
             result.audio_deltas = len(gaps) + 1
         end = done.received_at if done is not None else time.monotonic()
         result.event_gaps_ms = log.gaps_ms(t0, end)
