@@ -47,10 +47,14 @@ MAX_FIRST_JOIN_GAP_MS = 150
 class Answered:
     """One live question's events, with the arrival time of each audio delta."""
 
-    def __init__(self, events: list[Event], audio_at: list[tuple[float, int]]) -> None:
+    def __init__(
+        self, events: list[Event], audio_at: list[tuple[float, int]], counted: dict[str, float]
+    ) -> None:
         self.events = events
         # (client clock, milliseconds of audio) per output audio delta.
         self.audio_at = audio_at
+        # What the preemptive counters counted meanwhile (`_outcomes`).
+        self.counted = counted
 
     @property
     def transcript(self) -> str:
@@ -85,6 +89,7 @@ async def _ask(
     rate: int = RATE,
     push_to_talk: bool = False,
 ) -> Answered:
+    before = await asyncio.to_thread(_counts, stack)
     client = await RealtimeClient.connect(url)
     audio_at: list[tuple[float, int]] = []
 
@@ -108,7 +113,8 @@ async def _ask(
     finally:
         await client.close()
     assert not of_type(client.events, "error"), of_type(client.events, "error")
-    return Answered(client.events, audio_at)
+    counted = _outcomes(before, await asyncio.to_thread(_counts, stack))
+    return Answered(client.events, audio_at, counted)
 
 
 def _counts(stack: LocalStack) -> dict[str, float]:
@@ -130,12 +136,27 @@ def _outcomes(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
     return out
 
 
+def _response_ids(value: Any, into: set[str]) -> None:
+    """Every response id `value` names, at any depth (the duplex dialect nests refs)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "response_id" and inner:
+                into.add(inner)
+            elif key == "response" and isinstance(inner, dict) and inner.get("id"):
+                into.add(inner["id"])
+            _response_ids(inner, into)
+    elif isinstance(value, list):
+        for inner in value:
+            _response_ids(inner, into)
+
+
 def _one_response(answered: Answered) -> str:
     """The one response's id; every event naming a response names it."""
     (created,) = of_type(answered.events, "response.created")
     rid = str(created["response"]["id"])
-    named = {e["response_id"] for e in answered.events if "response_id" in e}
-    named |= {e["response"]["id"] for e in answered.events if "response" in e}
+    named: set[str] = set()
+    for event in answered.events:
+        _response_ids(event, named)
     assert named == {rid}, named
     assert len(of_type(answered.events, "response.done")) == 1
     return rid
@@ -162,14 +183,13 @@ async def test_a_hesitation_under_the_silence_gets_one_answer_to_the_whole_quest
     500. Whether the pause's answer starts before speech resumes depends on
     how soon its ASR pass ends (the audio comes 200 ms at a time): either way
     it is never seen, and every one started is used or dropped."""
-    before = await asyncio.to_thread(_counts, model_stack)
     answered = await _ask(
         model_stack,
         spoken_paused(QUESTION, 4, 350, RATE, voice),
         url=_url(model_stack, dialect),
         session=SESSION,
     )
-    counted = _outcomes(before, await asyncio.to_thread(_counts, model_stack))
+    counted = answered.counted
     _one_answer_to_the_whole_question(answered)
     assert counted.get("preemptive:used") == 1, counted
     dropped = counted.get("preemptive:speech_resumed", 0)
@@ -192,14 +212,13 @@ async def test_an_answer_started_at_a_pause_is_dropped_when_speech_resumes(
             }
         },
     }
-    before = await asyncio.to_thread(_counts, model_stack)
     answered = await _ask(
         model_stack,
         spoken_paused(QUESTION, 4, 600, RATE, voice),
         url=_url(model_stack, dialect),
         session=session,
     )
-    counted = _outcomes(before, await asyncio.to_thread(_counts, model_stack))
+    counted = answered.counted
     _one_answer_to_the_whole_question(answered)
     assert counted.get("pauses:resumed") == 1, counted
     assert counted.get("preemptive:speech_resumed") == 1, counted
@@ -233,9 +252,8 @@ async def test_a_question_is_answered_from_its_pause_with_the_words_it_gets_with
 ) -> None:
     speech = spoken(QUESTION, rate, voice)
     url = _url(model_stack, "duplex" if lane == "native" else "openai")
-    before = await asyncio.to_thread(_counts, model_stack)
     live = await _ask(model_stack, speech, url=url, session=_lane_session(lane, rate), rate=rate)
-    counted = _outcomes(before, await asyncio.to_thread(_counts, model_stack))
+    counted = live.counted
     _one_response(live)
     # Its transcript is the pause's: one ASR pass, done before the turn ended.
     assert counted.get("pauses:ended") == 1, counted

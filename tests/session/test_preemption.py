@@ -5,6 +5,8 @@ lane (the default: auto response); the stage workers are recordings."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from antiphon.session import mail
@@ -88,6 +90,14 @@ async def paused(s: Session, said: str = SAID) -> str:
     return str(generate.response_id)
 
 
+@contextlib.asynccontextmanager
+async def held(redis_url: str) -> AsyncIterator[tuple[Session, str]]:
+    """A session whose user paused having said SAID, and its preemptive answer's id."""
+    async with session(redis_url, DB) as s:
+        await speaking(s)
+        yield s, await paused(s)
+
+
 async def turn_ends(s: Session, said: str = SAID) -> list[spb.ServerEvent]:
     """Server VAD ends the turn, and stage0 hears it as `said`: the client's events."""
     await s.stage0(speech_stopped=stage_pb2.VadSpeechStopped(audio_end_ms=1400, speech_ms=900))
@@ -114,9 +124,7 @@ def response_id_of(event: spb.ServerEvent) -> str:
 async def test_a_pause_asks_for_the_answer_at_once_and_nothing_of_it_is_seen(
     redis_url: str,
 ) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         assert pre.startswith("pre")
         (generate,) = s.sent0("generate")
         assert (generate.messages[-1].role, generate.messages[-1].content) == ("user", SAID)
@@ -137,9 +145,7 @@ async def test_a_pause_asks_for_the_answer_at_once_and_nothing_of_it_is_seen(
 async def test_the_turn_ending_as_the_pause_said_takes_the_answer_over(
     redis_url: str,
 ) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.stage0(delta=delta(pre, "Two plus two"))
         await s.stage1(audio=chunk(pre, "Two plus two"))
         await s.stage0(delta=delta(pre, " is"))
@@ -182,9 +188,7 @@ async def test_the_turn_ending_as_the_pause_said_takes_the_answer_over(
 async def test_a_held_done_is_replayed_and_the_final_text_goes_under_the_pre_id(
     redis_url: str,
 ) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.stage0(delta=delta(pre, "Four."))
         await s.stage0(done=stage_pb2.GenerationDone(response_id=pre))
         await s.stage1(audio=chunk(pre, "Four."))
@@ -200,9 +204,7 @@ async def test_a_held_done_is_replayed_and_the_final_text_goes_under_the_pre_id(
 async def test_the_next_turn_is_preempted_with_the_answer_before_it_in_the_prompt(
     redis_url: str,
 ) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.stage0(delta=delta(pre, "Four."))
         await s.stage0(done=stage_pb2.GenerationDone(response_id=pre))
         await turn_ends(s)
@@ -251,9 +253,7 @@ async def test_in_the_native_lane_the_utterance_takes_it_over(redis_url: str) ->
 
 # -------------------------------------------------------------- dropped
 async def test_speech_resuming_drops_it_on_both_stages(redis_url: str) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.stage0(delta=delta(pre, "Four."))
         await s.stage0(resumed=stage_pb2.SpeechResumed(audio_start_ms=1300))
         assert [c.response_id for c in s.sent0("cancel_response")] == [pre]
@@ -274,9 +274,7 @@ async def test_speech_resuming_drops_it_on_both_stages(redis_url: str) -> None:
 async def test_another_transcript_drops_it_and_nothing_of_it_reaches_the_client(
     redis_url: str,
 ) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.stage0(delta=delta(pre, "Four."))
         events = await turn_ends(s, "What is two plus three?")
         assert count(s, "mismatch") == 1 and count(s, "used") == 0
@@ -302,9 +300,7 @@ async def test_another_transcript_drops_it_and_nothing_of_it_reaches_the_client(
 
 
 async def test_new_speech_drops_an_answer_still_held(redis_url: str) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.stage0(speech_started=stage_pb2.VadSpeechStarted(audio_start_ms=1500))
         assert count(s, "speech_started") == 1
         assert [c.response_id for c in s.sent0("cancel_response")] == [pre]
@@ -313,9 +309,7 @@ async def test_new_speech_drops_an_answer_still_held(redis_url: str) -> None:
 async def test_an_answer_that_failed_while_held_is_dropped_at_the_turns_end(
     redis_url: str,
 ) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.stage0(error=stage_pb2.StageError(response_id=pre, code="llm_error"))
         assert s.events() == []  # held: the client never asked for it
         events = await turn_ends(s)
@@ -327,9 +321,7 @@ async def test_an_answer_that_failed_while_held_is_dropped_at_the_turns_end(
 
 
 async def test_a_lost_worker_drops_it(redis_url: str) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.lose("stage1")
         assert count(s, "worker_lost") == 1
         assert [c.response_id for c in s.sent0("cancel_response")] == [pre]
@@ -390,9 +382,7 @@ async def test_a_pause_of_no_words_asks_for_nothing(redis_url: str) -> None:
 
 
 async def test_clearing_the_input_drops_it(redis_url: str) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.command(clear_input=spb.ClearInput())
         assert count(s, "input_cleared") == 1
         assert [c.response_id for c in s.sent0("cancel_response")] == [pre]
@@ -400,9 +390,7 @@ async def test_clearing_the_input_drops_it(redis_url: str) -> None:
 
 async def test_a_response_the_client_asks_for_meanwhile_does_not_take_it(redis_url: str) -> None:
     """Its prompt has no words of the turn still being spoken: not the same request."""
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.command(create_response=spb.CreateResponse())
         assert count(s, "mismatch") == 1
         _, generate = s.sent0("generate")
@@ -412,9 +400,7 @@ async def test_a_response_the_client_asks_for_meanwhile_does_not_take_it(redis_u
 
 
 async def test_detaching_drops_it(redis_url: str) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         await s.actor.handle(mail.Detached(s.generation))
         assert count(s, "closed") == 1
         assert [c.response_id for c in s.sent0("cancel_response")] == [pre]
@@ -422,9 +408,7 @@ async def test_detaching_drops_it(redis_url: str) -> None:
 
 
 async def test_an_answer_held_too_long_is_dropped(redis_url: str) -> None:
-    async with session(redis_url, DB) as s:
-        await speaking(s)
-        pre = await paused(s)
+    async with held(redis_url) as (s, pre):
         for _ in range(MAX_HELD):
             await s.stage1(audio=chunk(pre, "."))
         assert count(s, "overflow") == 0

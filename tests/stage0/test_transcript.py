@@ -35,13 +35,14 @@ class Heard:
         return f"<{len(pcm) // BYTES_PER_MS}>"
 
 
-async def speak_into(stream: StreamingTranscript, audio: bytes) -> bytes:
-    """Append `audio` 200 ms at a time, as a client would, letting pieces run."""
+async def speak_into(stream: StreamingTranscript, audio: bytes, start_ms: int = 0) -> bytes:
+    """Append `audio` 200 ms at a time, as a client would, letting pieces run
+    (`start_ms`: where the utterance starts on the stream clock)."""
     utterance = bytearray()
     step = 200 * BYTES_PER_MS
     for i in range(0, len(audio), step):
         utterance += audio[i : i + step]
-        stream.update(utterance, 0)
+        stream.update(utterance, start_ms)
         await asyncio.sleep(0)
     return bytes(utterance)
 

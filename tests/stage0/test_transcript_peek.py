@@ -7,42 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
-
 from antiphon.stage0.transcript import BYTES_PER_MS, StreamingTranscript
-
-
-def tone(ms: int, amplitude: int = 8000) -> bytes:
-    t = np.arange(16 * ms) / 16_000
-    return (amplitude * np.sin(2 * np.pi * 220 * t)).astype("<i2").tobytes()
-
-
-def quiet(ms: int) -> bytes:
-    return bytes(16 * ms * 2)
-
-
-class Heard:
-    """A transcriber that names how much audio it was given, and records each call."""
-
-    def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    async def __call__(self, pcm: bytes) -> str:
-        self.calls.append(len(pcm) // BYTES_PER_MS)
-        await asyncio.sleep(0)
-        return f"<{len(pcm) // BYTES_PER_MS}>"
-
-
-async def speak_into(stream: StreamingTranscript, audio: bytes, start_ms: int = 0) -> bytes:
-    """Append `audio` 200 ms at a time, as a client would, letting pieces run."""
-    utterance = bytearray()
-    step = 200 * BYTES_PER_MS
-    for i in range(0, len(audio), step):
-        utterance += audio[i : i + step]
-        stream.update(utterance, start_ms)
-        await asyncio.sleep(0)
-    return bytes(utterance)
-
+from tests.stage0.test_transcript import Heard, quiet, speak_into, tone
 
 # A piece cut in the pause at ~2.55 s, then a tail long enough to stand alone.
 LONG_TAIL = tone(2500) + quiet(100) + tone(900) + tone(2000)

@@ -3,11 +3,17 @@ fresh tiny Mimi decoder per test (it builds in milliseconds)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from antiphon.stage1.metrics import Stage1Metrics
+from antiphon.stage1.scheduler import SynthesisScheduler
+from antiphon.stage1.synthesis import SynthesisSession, Voice
+from tests.stage1.speaking import Heard, Speaker
 from tests.support import tiers
 
 if TYPE_CHECKING:
@@ -65,3 +71,32 @@ def make_tiny_mimi(request: pytest.FixtureRequest) -> Callable[[], MimiModel]:
 @pytest.fixture
 def tiny_mimi(make_tiny_mimi: Callable[[], MimiModel]) -> MimiModel:
     return make_tiny_mimi()
+
+
+@pytest.fixture
+async def heard() -> Heard:
+    return Heard()
+
+
+@pytest.fixture
+async def metrics() -> Stage1Metrics:
+    return Stage1Metrics(CollectorRegistry())
+
+
+@pytest.fixture
+async def speaker(heard: Heard, metrics: Stage1Metrics) -> AsyncIterator[Speaker]:
+    """Sessions on one real scheduler and voice thread, closed after the test."""
+    executor = ThreadPoolExecutor(1)
+    scheduler = SynthesisScheduler(executor, metrics.queue_depth)
+    sessions: list[SynthesisSession] = []
+
+    def make(voice: Voice, **options: Any) -> SynthesisSession:
+        session = SynthesisSession(voice, scheduler, metrics, heard, **options)
+        sessions.append(session)
+        return session
+
+    yield make
+    for session in sessions:
+        await session.close()
+    await scheduler.close()
+    executor.shutdown()

@@ -6,42 +6,9 @@ the same boundary to hold a clause on the voice thread."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
-
-import pytest
-from prometheus_client import CollectorRegistry
-
-from antiphon.stage1.metrics import Stage1Metrics
-from antiphon.stage1.scheduler import SynthesisScheduler
-from antiphon.stage1.synthesis import SynthesisSession, Voice
 from antiphon.v1 import stage_pb2 as pb
-from tests.stage1.test_synthesis import Heard, ScriptedVoice, Speaker, synthetic, text
-
-
-@pytest.fixture
-async def heard() -> Heard:
-    return Heard()
-
-
-@pytest.fixture
-async def speaker(heard: Heard) -> AsyncIterator[Speaker]:
-    """Sessions on one real scheduler and voice thread, closed after the test."""
-    metrics = Stage1Metrics(CollectorRegistry())
-    executor = ThreadPoolExecutor(1)
-    scheduler = SynthesisScheduler(executor, metrics.queue_depth)
-    sessions: list[SynthesisSession] = []
-
-    def make(voice: Voice) -> SynthesisSession:
-        session = SynthesisSession(voice, scheduler, metrics, heard)
-        sessions.append(session)
-        return session
-
-    yield make
-    for session in sessions:
-        await session.close()
-    await scheduler.close()
-    executor.shutdown()
+from tests.stage1.speaking import Heard, Speaker, text
+from tests.stage1.test_synthesis import ScriptedVoice, synthetic
 
 
 def cancel_response(response_id: str) -> pb.Stage1Request:

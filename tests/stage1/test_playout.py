@@ -7,55 +7,30 @@ voice thread on the `synthetic` voice (audio length by characters)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-
-import pytest
-from prometheus_client import CollectorRegistry
 
 from antiphon.stage1.clauses import ClauseSplitter
-from antiphon.stage1.metrics import Stage1Metrics
-from antiphon.stage1.scheduler import SynthesisScheduler
 from antiphon.stage1.synthesis import SynthesisSession
 from antiphon.stage1.synthetic import SyntheticTts
-from tests.stage1.test_synthesis import RATE, Heard, text
+from tests.stage1.speaking import Heard, Speaker, text
+from tests.stage1.test_synthesis import RATE
 
 # 10 ms of audio per character: "Hello there" plays for 110 ms.
 MS_PER_CHAR = 10.0
 GUARD_MS = 60
 
 
-@pytest.fixture
-async def heard() -> Heard:
-    return Heard()
+def voice() -> SyntheticTts:
+    return SyntheticTts(out_rate=RATE, ms_per_char=MS_PER_CHAR)
 
 
-@pytest.fixture
-async def session(heard: Heard) -> AsyncIterator[Callable[[int], SynthesisSession]]:
-    metrics = Stage1Metrics(CollectorRegistry())
-    executor = ThreadPoolExecutor(1)
-    scheduler = SynthesisScheduler(executor, metrics.queue_depth)
-    sessions: list[SynthesisSession] = []
-
-    def make(guard_ms: int) -> SynthesisSession:
-        voice = SyntheticTts(out_rate=RATE, ms_per_char=MS_PER_CHAR)
-        made = SynthesisSession(
-            voice, scheduler, metrics, heard, first_clause_words=2, underrun_guard_ms=guard_ms
-        )
-        sessions.append(made)
-        return made
-
-    yield make
-    for made in sessions:
-        await made.close()
-    await scheduler.close()
-    executor.shutdown()
+def guarded(speaker: Speaker, guard_ms: int) -> SynthesisSession:
+    return speaker(voice(), first_clause_words=2, underrun_guard_ms=guard_ms)
 
 
 async def test_words_written_are_spoken_before_the_audio_runs_out(
-    session: Callable[[int], SynthesisSession], heard: Heard
+    speaker: Speaker, heard: Heard
 ) -> None:
-    speaking = session(GUARD_MS)
+    speaking = guarded(speaker, GUARD_MS)
     speaking.handle(text("r", "Hello there my"))  # the first phrase: "Hello there"
     await heard.until(lambda: len(heard.texts("r")) == 1)
     # The LLM writes on slower than speech, no clause end in sight.
@@ -69,9 +44,9 @@ async def test_words_written_are_spoken_before_the_audio_runs_out(
 
 
 async def test_without_the_guard_words_wait_for_their_clause(
-    session: Callable[[int], SynthesisSession], heard: Heard
+    speaker: Speaker, heard: Heard
 ) -> None:
-    speaking = session(0)
+    speaking = guarded(speaker, 0)
     speaking.handle(text("r", "Hello there my"))
     await heard.until(lambda: len(heard.texts("r")) == 1)
     speaking.handle(text("r", " good friend of"))
@@ -79,10 +54,8 @@ async def test_without_the_guard_words_wait_for_their_clause(
     assert heard.texts("r") == ["Hello there"]
 
 
-async def test_nothing_is_cut_before_the_first_audio(
-    session: Callable[[int], SynthesisSession], heard: Heard
-) -> None:
-    speaking = session(GUARD_MS)
+async def test_nothing_is_cut_before_the_first_audio(speaker: Speaker, heard: Heard) -> None:
+    speaking = guarded(speaker, GUARD_MS)
     speaking.handle(text("r", "Hello"))
     await asyncio.sleep(0.3)
     assert heard.audio == []

@@ -8,58 +8,18 @@ voice thread, or fail one) a scripted voice at the same boundary."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 
-import pytest
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import Histogram
 
 from antiphon.stage1.metrics import Stage1Metrics
-from antiphon.stage1.scheduler import SynthesisScheduler
-from antiphon.stage1.synthesis import SynthesisSession, Voice
 from antiphon.stage1.synthetic import SyntheticTts
 from antiphon.stage1.tts import SpeechChunk
 from antiphon.v1 import stage_pb2 as pb
+from tests.stage1.speaking import Heard, Speaker, text
 
 RATE = 24000
 MS_PER_CHAR = 60.0
-
-
-class Heard:
-    """The session's events, and a wait for the one a test is after."""
-
-    def __init__(self) -> None:
-        self.events: list[pb.Stage1Event] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, event: pb.Stage1Event) -> None:
-        self.events.append(event)
-        self._changed.set()
-
-    async def until(self, found: Callable[[], bool], timeout_s: float = 5) -> None:
-        async with asyncio.timeout(timeout_s):
-            while not found():
-                self._changed.clear()
-                await self._changed.wait()
-
-    async def done(self, response_id: str) -> pb.SynthesisDone:
-        await self.until(lambda: any(d.response_id == response_id for d in self.dones))
-        return next(d for d in self.dones if d.response_id == response_id)
-
-    @property
-    def audio(self) -> list[pb.AudioChunk]:
-        return [e.audio for e in self.events if e.HasField("audio")]
-
-    @property
-    def dones(self) -> list[pb.SynthesisDone]:
-        return [e.done for e in self.events if e.HasField("done")]
-
-    @property
-    def errors(self) -> list[pb.StageError]:
-        return [e.error for e in self.events if e.HasField("error")]
-
-    def texts(self, response_id: str) -> list[str]:
-        return [a.text for a in self.audio if a.response_id == response_id]
 
 
 class ScriptedVoice:
@@ -88,44 +48,6 @@ class ScriptedVoice:
         if text in self._fails:
             raise RuntimeError(f"the voice cannot say {text!r}")
         yield SpeechChunk(pcm16=b"\0\0" * (RATE // 100), text=text, duration_ms=10)
-
-
-Speaker = Callable[[Voice], SynthesisSession]
-
-
-@pytest.fixture
-async def heard() -> Heard:
-    return Heard()
-
-
-@pytest.fixture
-async def metrics() -> Stage1Metrics:
-    return Stage1Metrics(CollectorRegistry())
-
-
-@pytest.fixture
-async def speaker(heard: Heard, metrics: Stage1Metrics) -> AsyncIterator[Speaker]:
-    """Sessions on one real scheduler and voice thread, closed after the test."""
-    executor = ThreadPoolExecutor(1)
-    scheduler = SynthesisScheduler(executor, metrics.queue_depth)
-    sessions: list[SynthesisSession] = []
-
-    def make(voice: Voice) -> SynthesisSession:
-        session = SynthesisSession(voice, scheduler, metrics, heard)
-        sessions.append(session)
-        return session
-
-    yield make
-    for session in sessions:
-        await session.close()
-    await scheduler.close()
-    executor.shutdown()
-
-
-def text(response_id: str, words: str, *, epoch: int = 0, final: bool = False) -> pb.Stage1Request:
-    return pb.Stage1Request(
-        text=pb.SynthesizeText(epoch=epoch, response_id=response_id, text=words, final=final)
-    )
 
 
 def cancel(epoch: int) -> pb.Stage1Request:

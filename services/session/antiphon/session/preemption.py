@@ -52,10 +52,6 @@ class Preemption:
         self._rebinds = 0
         self._held: list[Held] = []
 
-    @property
-    def pending(self) -> bool:
-        return bool(self._id)
-
     def start(self, request: stage_pb2.Generate, *, speak: bool) -> None:
         """Ask stage0 for `request`'s answer now (and stage1 to speak it, if
         `speak`), in place of any preemptive answer before it."""

@@ -189,9 +189,7 @@ class ResponseControl:
             self._preemption.refuse()
             return
         opts = self._config.default_options()
-        self._preemption.start(
-            await self._request(opts, user=text), speak="audio" in opts.output_modalities
-        )
+        self._preemption.start(await self._request(opts, user=text), speak=opts.audio)
 
     def hold(self, msg: Held) -> bool:
         """Whether a stage result is the preemptive answer's (held, not delivered)."""

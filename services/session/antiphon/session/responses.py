@@ -50,6 +50,11 @@ class ResponseOptions:
     def may_call(self) -> bool:
         return tools.may_call(self.tools, self.tool_choice)
 
+    @property
+    def audio(self) -> bool:
+        """Its answer is spoken."""
+        return "audio" in self.output_modalities
+
 
 @dataclass
 class ResponseState:
@@ -95,7 +100,7 @@ class ResponseState:
 
     @property
     def audio(self) -> bool:
-        return "audio" in self.options.output_modalities
+        return self.options.audio
 
     @property
     def ref(self) -> spb.PartRef:

@@ -101,6 +101,8 @@ class CascadeSession:
         # it is trimmed between utterances and the commit arrives later.
         self._segmented: deque[tuple[bytes, PendingText]] = deque()
         self._tasks: dict[asyncio.Task[Any], int] = {}
+        # The instructions whose prompt prefix was last prefilled (None: none yet).
+        self._warmed: str | None = None
         # Answers being generated, by response id (one may be dropped alone).
         self._answers: dict[str, asyncio.Task[Any]] = {}
 
@@ -158,6 +160,9 @@ class CascadeSession:
 
     def _configure(self, open_: pb.Stage0Open) -> None:
         self.session_id = open_.session_id or self.session_id
+        if self._settings.llm_warm_prefix and open_.instructions != self._warmed:
+            self._warmed = open_.instructions
+            self._spawn(self._responder.warm(open_.instructions, self.session_id), fenced=False)
         self._lane = open_.lane
         self._skip_vad = open_.skip_vad
         self._pauses.enabled = open_.preemptive and self._lane in (

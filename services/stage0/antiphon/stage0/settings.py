@@ -102,6 +102,10 @@ class Stage0Settings(WorkerSettings):
     # long, with the transcript so far, so the answer starts before the turn
     # detector has decided. 0: never (the session answers at the turn's end).
     preempt_after_ms: int = Field(default=120, ge=0)
+    # At a session's open (and when its instructions change), prefill its
+    # system prompt into the LLM's prefix cache: its first answer then pays
+    # only for the user's words.
+    llm_warm_prefix: bool = True
     # `synthetic` backend clock (load and fault tests only).
     synthetic_ttft_ms: float = 50.0
     synthetic_token_ms: float = 20.0

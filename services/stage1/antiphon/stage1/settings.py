@@ -23,12 +23,12 @@ class Stage1Settings(WorkerSettings):
     # A response's first clause may end at a word boundary after this many
     # words, so speech starts before the LLM finishes its first sentence
     # (0: cut only at punctuation).
-    first_clause_words: int = 3
+    first_clause_words: int = 2
     # When the listener will run out of a response's audio within this many
     # ms and no clause is ready, the words already written are spoken
     # (playout.py): no silence at a join while the LLM writes at about the
     # pace of speech. 0: clauses only.
-    underrun_guard_ms: int = 250
+    underrun_guard_ms: int = 400
     # `synthetic` backend: audio length per character and compute cost ratio.
     synthetic_ms_per_char: float = 60.0
     synthetic_compute_ratio: float = 0.0

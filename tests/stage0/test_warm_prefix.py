@@ -1,0 +1,158 @@
+"""A cascade session prefills its system prompt when it opens (responder.py
+`warm`): the engine is asked, at once, for one token of the prompt that the
+session's first answer starts with, so that answer's TTFT pays only for the
+user's words. Again when the instructions change, never twice for the same,
+never with `llm_warm_prefix` off. The scripted LLM records what it was asked;
+the VAD and end-of-turn model are the real ones the session holds."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from antiphon.stage0.assets import locate_turn, locate_vad
+from antiphon.stage0.cascade import CascadeSession
+from antiphon.stage0.generation import Guided, LlmOutput
+from antiphon.stage0.metrics import Stage0Metrics
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.synthetic import ScriptedLlm
+from antiphon.stage0.turn import SmartTurn, TurnBatcher
+from antiphon.stage0.vad import SileroVad, VadBatcher
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import stage_pb2 as pb
+
+pytestmark = pytest.mark.models
+
+
+@dataclass(frozen=True)
+class Asked:
+    request_id: str
+    prompt: str
+    max_tokens: int
+
+
+class RecordingLlm(ScriptedLlm):
+    def __init__(self) -> None:
+        super().__init__(ttft_ms=0, token_ms=0)
+        self.asked: list[Asked] = []
+
+    async def generate(
+        self,
+        request_id: str,
+        prompt: str,
+        *,
+        temperature: float,
+        max_tokens: int,
+        guided: Guided | None = None,
+    ) -> AsyncGenerator[LlmOutput, None]:
+        self.asked.append(Asked(request_id, prompt, max_tokens))
+        async for out in super().generate(
+            request_id, prompt, temperature=temperature, max_tokens=max_tokens, guided=guided
+        ):
+            yield out
+
+
+@dataclass
+class Engines:
+    vad: SileroVad
+    turn: SmartTurn
+    llm: RecordingLlm = field(default_factory=RecordingLlm)
+
+    async def transcribe(self, pcm16: bytes) -> str:
+        return ""
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def engines_parts() -> tuple[SileroVad, SmartTurn]:
+    turn = locate_turn()
+    return SileroVad(locate_vad(), threads=1), SmartTurn(turn.onnx, turn.features, threads=1)
+
+
+def _session(
+    parts: tuple[SileroVad, SmartTurn], **settings: object
+) -> tuple[CascadeSession, RecordingLlm, list[pb.Stage0Event]]:
+    vad, turn = parts
+    engines = Engines(vad, turn)
+    metrics = Stage0Metrics(CollectorRegistry())
+    events: list[pb.Stage0Event] = []
+    session = CascadeSession(
+        engines,
+        Stage0Settings.model_validate(settings),
+        events.append,
+        metrics,
+        VadBatcher(vad),
+        TurnBatcher(turn),
+    )
+    return session, engines.llm, events
+
+
+def _open(instructions: str, *, again: bool = False) -> pb.Stage0Request:
+    """The session's open, or (`again`) a reconfiguration with these instructions."""
+    opened = pb.Stage0Open(session_id="s", lane=pb.LANE_SERVER_VAD, instructions=instructions)
+    return pb.Stage0Request(configure=opened) if again else pb.Stage0Request(open=opened)
+
+
+async def _settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_opening_prefills_the_prompt_its_first_answer_starts_with(
+    engines_parts: tuple[SileroVad, SmartTurn],
+) -> None:
+    session, llm, events = _session(engines_parts)
+    session.handle(_open("Answer like a pirate."))
+    await _settle()
+    (warm,) = llm.asked
+    assert warm.max_tokens == 1
+    assert "Answer like a pirate." in warm.prompt
+    assert events == []  # its token goes nowhere
+    session.handle(
+        pb.Stage0Request(
+            generate=pb.Generate(
+                response_id="r1",
+                messages=[
+                    cpb.ChatMessage(role="system", content="Answer like a pirate."),
+                    cpb.ChatMessage(role="user", content="Where is the treasure?"),
+                ],
+                max_output_tokens=8,
+            )
+        )
+    )
+    await _settle()
+    answer = llm.asked[1]
+    # Everything of the warm prompt but its generation prompt is the answer's start.
+    system = warm.prompt.removesuffix("<assistant>")
+    assert system and answer.prompt.startswith(system)
+    await session.close()
+
+
+async def test_the_same_instructions_are_prefilled_once_and_new_ones_again(
+    engines_parts: tuple[SileroVad, SmartTurn],
+) -> None:
+    session, llm, _events = _session(engines_parts)
+    session.handle(_open("Be brief."))
+    session.handle(_open("Be brief.", again=True))  # a turn-detection change, say
+    await _settle()
+    assert len(llm.asked) == 1
+    session.handle(_open("Be verbose.", again=True))
+    await _settle()
+    assert [("Be verbose." in a.prompt) for a in llm.asked] == [False, True]
+    await session.close()
+
+
+async def test_with_warming_off_nothing_is_asked_at_open(
+    engines_parts: tuple[SileroVad, SmartTurn],
+) -> None:
+    session, llm, _events = _session(engines_parts, llm_warm_prefix=False)
+    session.handle(_open("Be brief."))
+    await _settle()
+    assert llm.asked == []
+    await session.close()
