@@ -93,6 +93,10 @@ def _stack(redis_url: str, db: int, **env: str) -> LocalStack:
 # The profile's worker capacity is the cascade's, measured on this box; the
 # scripted backends serve more, and admission tests count on max_sessions.
 SYNTHETIC_CAPACITY = {"ANTIPHON_BACKEND": "synthetic", "ANTIPHON_CAPACITY": "16"}
+# Audio cut at clause ends only, never by the clock (stage1's underrun guard
+# speaks words early when playback would run dry, which depends on timing):
+# the golden transcripts pin every audio delta of these stacks' answers.
+CLAUSE_CUTS_ONLY = {"ANTIPHON_UNDERRUN_GUARD_MS": "0"}
 
 
 @pytest.fixture(scope="session")
@@ -102,6 +106,7 @@ def synthetic_stack(request: pytest.FixtureRequest, redis_url: str) -> Iterator[
         redis_url,
         1,
         **SYNTHETIC_CAPACITY,
+        **CLAUSE_CUTS_ONLY,
         ANTIPHON_MAX_SESSIONS="3",
         ANTIPHON_DISCONNECT_GRACE_S="2",
     )
@@ -132,7 +137,9 @@ def two_slot_stack(request: pytest.FixtureRequest, redis_url: str) -> Iterator[L
 def slow_synthetic_stack(request: pytest.FixtureRequest, redis_url: str) -> Iterator[LocalStack]:
     """The serving path with a slow scripted LLM (one word per 300 ms): a reply is
     still being spoken when a test talks over it."""
-    stack = _stack(redis_url, 3, **SYNTHETIC_CAPACITY, ANTIPHON_SYNTHETIC_TOKEN_MS="300")
+    stack = _stack(
+        redis_url, 3, **SYNTHETIC_CAPACITY, **CLAUSE_CUTS_ONLY, ANTIPHON_SYNTHETIC_TOKEN_MS="300"
+    )
     with started(request, stack, timeout_s=180):
         yield stack
 
