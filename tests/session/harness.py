@@ -157,7 +157,7 @@ async def session(
     config = session_config.merge(
         session_config.defaults(), patch or cpb.SessionConfigPatch(), max_output_tokens=64
     )
-    await store.admit(SID, 4)
+    await store.admit(SID, 4, OWNER)
     opened = await store.open(SID, OWNER, {"config": config.SerializeToString(), "state": "open"})
     registry = CollectorRegistry()
     metrics = SessionMetrics(registry)

@@ -50,7 +50,9 @@ async def test_admission_is_atomic_under_concurrency(redis_url: str) -> None:
     try:
         await clients[0].flushdb()
         stores = [make_store(c) for c in clients]
-        results = await asyncio.gather(*(s.admit(f"sess_{i}", 5) for i, s in enumerate(stores)))
+        results = await asyncio.gather(
+            *(s.admit(f"sess_{i}", 5, f"own_{i}") for i, s in enumerate(stores))
+        )
         assert sum(results) == 5
         assert await stores[0].admitted_count() == 5
         winners = {f"sess_{i}" for i, ok in enumerate(results) if ok}
@@ -62,18 +64,28 @@ async def test_admission_is_atomic_under_concurrency(redis_url: str) -> None:
 
 
 async def test_readmitting_an_admitted_session_is_idempotent(store: SessionStore) -> None:
-    assert await store.admit("sess_a", 1)
-    assert await store.admit("sess_a", 1)  # already holds its slot
+    assert await store.admit("sess_a", 1, "own_sess_a")
+    assert await store.admit("sess_a", 1, "own_sess_a")  # already holds its slot
     assert await store.admitted_count() == 1
-    assert not await store.admit("sess_b", 1)
+    assert not await store.admit("sess_b", 1, "own_sess_b")
+
+
+async def test_a_new_slot_is_leased_to_its_opener_without_stealing_an_owner(
+    store: SessionStore, redis_client: aioredis.Redis
+) -> None:
+    assert await store.admit("sess_a", 2, "own_a")
+    assert await redis_client.get(keys.owner("sess_a")) == b"own_a"
+    await redis_client.set(keys.owner("sess_b"), "own_old")
+    assert await store.admit("sess_b", 2, "own_b")
+    assert await redis_client.get(keys.owner("sess_b")) == b"own_old"
 
 
 async def test_release_frees_a_slot(store: SessionStore) -> None:
-    assert await store.admit("sess_a", 1)
-    assert not await store.admit("sess_b", 1)
+    assert await store.admit("sess_a", 1, "own_sess_a")
+    assert not await store.admit("sess_b", 1, "own_sess_b")
     await store.release("sess_a")
     assert await store.admitted_count() == 0
-    assert await store.admit("sess_b", 1)
+    assert await store.admit("sess_b", 1, "own_sess_b")
     await store.release("sess_unknown")  # harmless
     assert await store.admitted_count() == 1
 

@@ -46,11 +46,15 @@ async def bound_worker(stack: LocalStack, session_id: str, stage: str) -> str:
     return stage if (raw or b"").decode().endswith(f":{own}") else f"{stage}_b"
 
 
-def respawn(stack: LocalStack, name: str, stage: str) -> None:
-    """Bring back a killed first worker of `stage` on its port (a killed
-    spare stays gone: the first serves on)."""
-    if name != stage:
+def respawn(stack: LocalStack, name: str, stage: str, spare_port: int = 0) -> None:
+    """Bring back a killed worker of `stage` on its port. A killed spare comes
+    back only given its port (`spare_port`); without it, it stays gone and the
+    first serves on."""
+    if name == stage:
+        port = stack.ports.stage0 if stage == "stage0" else stack.ports.stage1
+    elif spare_port:
+        port = spare_port
+    else:
         return
-    port = stack.ports.stage0 if stage == "stage0" else stack.ports.stage1
     stack.spawn_grpc(name, stage, port, free_port())
     stack.wait_grpc_ready(port, f"antiphon.v1.{stage.capitalize()}Service")

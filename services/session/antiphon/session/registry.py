@@ -95,14 +95,14 @@ class SessionRegistry:
             )
         except session_config.ConfigError as exc:
             raise Rejection("invalid_request_error", exc.code, str(exc), exc.param) from exc
-        if not await self._store.admit(session_id, self._settings.max_sessions):
+        token = new_id("own")
+        if not await self._store.admit(session_id, self._settings.max_sessions, token):
             self._metrics.sessions_refused.labels("capacity").inc()
             raise Rejection(
                 "rate_limit_error",
                 "duplex_session_busy",
                 f"duplex session capacity reached (max_sessions={self._settings.max_sessions})",
             )
-        token = new_id("own")
         created_ms = int(time.time() * 1000)
         try:
             opened = await self._store.open(

@@ -16,12 +16,16 @@ import redis.asyncio as aioredis
 
 from antiphon.session import keys
 
-# KEYS[1] admitted set; ARGV[1] session id, ARGV[2] limit. Idempotent for a
-# session already admitted.
+# KEYS[1] admitted set, KEYS[2] owner; ARGV[1] session id, ARGV[2] limit,
+# ARGV[3] the opener's token, ARGV[4] lease ms. Idempotent for a session
+# already admitted. A new slot comes with its opener's lease: until the
+# session exists, any replica's reaper would otherwise see an admitted id
+# with no owner and free its slot, and the limit would leak under load.
 _ADMIT = """
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end
 if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
 redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4], 'NX')
 return 1
 """
 
@@ -219,9 +223,15 @@ class SessionStore:
             return False
 
     # --------------------------------------------------------- admission
-    async def admit(self, session_id: str, max_sessions: int) -> bool:
-        """Atomically take one of `max_sessions` slots for this session."""
-        return bool(await self._admit(keys=[keys.ADMITTED], args=[session_id, max_sessions]))
+    async def admit(self, session_id: str, max_sessions: int, token: str) -> bool:
+        """Atomically take one of `max_sessions` slots for this session, which
+        the owner `token` (its opener) leases until it opens it."""
+        return bool(
+            await self._admit(
+                keys=[keys.ADMITTED, keys.owner(session_id)],
+                args=[session_id, max_sessions, token, self.lease_ms],
+            )
+        )
 
     async def release(self, session_id: str) -> None:
         await self._r.srem(keys.ADMITTED, session_id)
