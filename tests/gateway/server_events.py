@@ -149,6 +149,7 @@ WIRE_TYPE = {
     "item_created": "conversation.item.created",
     "item_done": "conversation.item.done",
     "transcription_completed": "conversation.item.input_audio_transcription.completed",
+    "transcription_delta": "conversation.item.input_audio_transcription.delta",
     "response_created": "response.created",
     "output_item_added": "response.output_item.added",
     "content_part_added": "response.content_part.added",
@@ -297,6 +298,7 @@ OPENAI_CASES: list[tuple[str, Message | None]] = [
         "transcription_completed",
         spb.TranscriptionCompleted(item_id="item_9b2d", transcript="hi"),
     ),
+    ("transcription_delta", spb.TranscriptionDelta(item_id="item_9b2d", delta=" there")),
     ("response_created", spb.ResponseEvent(response=openai_response("in_progress", metadata={}))),
     (
         "response_created",

@@ -64,6 +64,13 @@ def test_item_events_carry_a_realtime_item(kind: str) -> None:
     assert chained["previous_item_id"] == "item_a"
 
 
+def test_transcription_delta_shape() -> None:
+    wire = project(
+        server.event("transcription_delta", spb.TranscriptionDelta(item_id="i", delta=" there"))
+    )
+    assert (wire["item_id"], wire["content_index"], wire["delta"]) == ("i", 0, " there")
+
+
 def test_transcription_completed_shape() -> None:
     wire = project(
         server.event(
@@ -259,6 +266,7 @@ def _examples() -> dict[str, Message]:
         "audio_transcript_done": spb.TextDone(ref=server.REF, text="It is sunny."),
         "text_done": spb.TextDone(ref=server.REF, text="It is sunny."),
         "transcription_completed": spb.TranscriptionCompleted(item_id="item_9b2d", transcript="hi"),
+        "transcription_delta": spb.TranscriptionDelta(item_id="item_9b2d", delta=" there"),
         "item_deleted": spb.ItemDeleted(item_id="item_9b2d"),
         "item_retrieved": spb.ItemRetrieved(item=server.assistant_item()),
         "item_truncated": spb.ItemTruncated(

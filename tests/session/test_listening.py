@@ -42,7 +42,7 @@ async def test_a_commit_seals_the_audio_into_an_item_stage0_hears_then_it_is_don
         assert len(sent) == 200 * stage_audio.BYTES_PER_MS
         (commit,) = s.sent0("commit")
         await s.stage0(transcript=stage_pb2.Transcript(item_id=commit.item_id, text="hello"))
-        assert s.kinds() == ["transcription_completed", "item_done"]
+        assert s.kinds() == ["transcription_delta", "transcription_completed", "item_done"]
         (item,) = await s.history()
         assert item.id == commit.item_id
         assert [(p.type, p.transcript or p.text) for p in item.content] == [

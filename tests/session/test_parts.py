@@ -90,11 +90,75 @@ def test_a_sealed_audio_turn_is_pending_until_heard_then_done() -> None:
     assert turns.last_item_id == "item_new" and not turns.has_text
     heard = turns.heard("item_new", "hello there")
     assert heard is not None and not heard.created
-    assert [k for k, _ in heard.events] == ["transcription_completed", "item_done"]
+    assert [k for k, _ in heard.events] == [
+        "transcription_delta",
+        "transcription_completed",
+        "item_done",
+    ]
     assert [p.type for p in heard.item.content] == ["input_audio", "input_text"]
     assert heard.item.content[0].transcript == "hello there"
     assert turns.heard("item_new", "again") is None  # heard once
     assert not turns.pending
+
+
+def deltas(events: list[Any]) -> list[tuple[str, str]]:
+    return [(e.item_id, e.delta) for k, e in events if k == "transcription_delta"]
+
+
+def partials(turns: Turns, *texts: str) -> list[tuple[str, str]]:
+    out = []
+    for text in texts:
+        event = turns.partial(text)
+        if event is not None:
+            out += deltas([event])
+    return out
+
+
+def test_partial_transcripts_stream_their_growth_and_the_final_adds_the_rest() -> None:
+    turns = Turns("sess_1")
+    assert turns.partial("what") is None  # no speech is being heard
+    _kind, started = turns.speech_started(0)
+    item_id = cast(spb.SpeechStarted, started).item_id
+    # Only growth goes out; a text that does not extend what was sent is no news.
+    assert partials(turns, "What is", "What is", "What is the", "Who is", "What") == [
+        (item_id, "What is"),
+        (item_id, " the"),
+    ]
+    stopped = stage_pb2.VadSpeechStopped(audio_end_ms=900, speech_ms=800)
+    assert turns.speech_stopped(stopped, cpb.TurnDetection())[0] == item_id
+    assert turns.partial("What is the capital") is None  # the speech ended
+    turns.seal_audio(item_id, epoch=0, deferred=False)
+    heard = turns.heard(item_id, "What is the capital of France?")
+    assert heard is not None
+    kinds = [k for k, _ in heard.events]
+    assert kinds == ["transcription_delta", "transcription_completed", "item_done"]
+    assert deltas(heard.events) == [(item_id, " capital of France?")]
+
+
+def test_a_final_pass_that_revised_a_streamed_word_adds_no_delta() -> None:
+    turns = Turns("sess_1")
+    item_id = cast(spb.SpeechStarted, turns.speech_started(0)[1]).item_id
+    partials(turns, "What is the")
+    turns.speech_stopped(stage_pb2.VadSpeechStopped(audio_end_ms=900), cpb.TurnDetection())
+    turns.seal_audio(item_id, epoch=0, deferred=False)
+    heard = turns.heard(item_id, "What's the capital?")
+    assert heard is not None
+    assert [k for k, _ in heard.events] == ["transcription_completed", "item_done"]
+
+
+def test_a_native_utterance_takes_the_item_its_partials_went_out_under() -> None:
+    """Its transcript may come after the next utterance started."""
+    turns = Turns("sess_1")
+    first = cast(spb.SpeechStarted, turns.speech_started(0)[1]).item_id
+    assert partials(turns, "Hello there") == [(first, "Hello there")]
+    turns.utterance_ended(1200)
+    second = cast(spb.SpeechStarted, turns.speech_started(1500)[1]).item_id
+    assert partials(turns, "And") == [(second, "And")]
+    assert turns.utterance_item_id(1200) == first
+    item, events = turns.seal_utterance(first, "Hello there, friend.", 0, deferred=False)
+    assert item.id == first
+    assert deltas(events) == [(first, ", friend.")]
+    assert turns.utterance_item_id(1200) not in (first, second)  # taken once
 
 
 def test_a_text_turn_is_complete_at_once_and_takes_the_next_turn_number() -> None:

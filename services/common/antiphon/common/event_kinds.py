@@ -59,6 +59,7 @@ EventKind = Literal[
     "function_call_arguments_delta",
     "function_call_arguments_done",
     "function_call_malformed",
+    "transcription_delta",
 ]
 KINDS: tuple[EventKind, ...] = get_args(EventKind)
 

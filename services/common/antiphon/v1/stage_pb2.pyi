@@ -184,6 +184,14 @@ class SpeechResumed(_message.Message):
     audio_start_ms: int
     def __init__(self, epoch: _Optional[int] = ..., audio_start_ms: _Optional[int] = ...) -> None: ...
 
+class TranscriptPartial(_message.Message):
+    __slots__ = ("epoch", "text")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    text: str
+    def __init__(self, epoch: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+
 class UnitDecision(_message.Message):
     __slots__ = ("epoch", "decision", "audio_end_ms")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -269,7 +277,7 @@ class StageError(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Stage0Event(_message.Message):
-    __slots__ = ("speech_started", "speech_stopped", "utterance", "unit_decision", "transcript", "delta", "done", "error", "tool_call", "frame", "pause", "resumed")
+    __slots__ = ("speech_started", "speech_stopped", "utterance", "unit_decision", "transcript", "delta", "done", "error", "tool_call", "frame", "pause", "resumed", "partial")
     SPEECH_STARTED_FIELD_NUMBER: _ClassVar[int]
     SPEECH_STOPPED_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_FIELD_NUMBER: _ClassVar[int]
@@ -282,6 +290,7 @@ class Stage0Event(_message.Message):
     FRAME_FIELD_NUMBER: _ClassVar[int]
     PAUSE_FIELD_NUMBER: _ClassVar[int]
     RESUMED_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FIELD_NUMBER: _ClassVar[int]
     speech_started: VadSpeechStarted
     speech_stopped: VadSpeechStopped
     utterance: Utterance
@@ -294,7 +303,8 @@ class Stage0Event(_message.Message):
     frame: ModelFrame
     pause: UtterancePause
     resumed: SpeechResumed
-    def __init__(self, speech_started: _Optional[_Union[VadSpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[VadSpeechStopped, _Mapping]] = ..., utterance: _Optional[_Union[Utterance, _Mapping]] = ..., unit_decision: _Optional[_Union[UnitDecision, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., delta: _Optional[_Union[GenerationDelta, _Mapping]] = ..., done: _Optional[_Union[GenerationDone, _Mapping]] = ..., error: _Optional[_Union[StageError, _Mapping]] = ..., tool_call: _Optional[_Union[GenerationToolCall, _Mapping]] = ..., frame: _Optional[_Union[ModelFrame, _Mapping]] = ..., pause: _Optional[_Union[UtterancePause, _Mapping]] = ..., resumed: _Optional[_Union[SpeechResumed, _Mapping]] = ...) -> None: ...
+    partial: TranscriptPartial
+    def __init__(self, speech_started: _Optional[_Union[VadSpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[VadSpeechStopped, _Mapping]] = ..., utterance: _Optional[_Union[Utterance, _Mapping]] = ..., unit_decision: _Optional[_Union[UnitDecision, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., delta: _Optional[_Union[GenerationDelta, _Mapping]] = ..., done: _Optional[_Union[GenerationDone, _Mapping]] = ..., error: _Optional[_Union[StageError, _Mapping]] = ..., tool_call: _Optional[_Union[GenerationToolCall, _Mapping]] = ..., frame: _Optional[_Union[ModelFrame, _Mapping]] = ..., pause: _Optional[_Union[UtterancePause, _Mapping]] = ..., resumed: _Optional[_Union[SpeechResumed, _Mapping]] = ..., partial: _Optional[_Union[TranscriptPartial, _Mapping]] = ...) -> None: ...
 
 class Stage1Open(_message.Message):
     __slots__ = ("session_id", "voice", "sample_rate_hz", "speed")

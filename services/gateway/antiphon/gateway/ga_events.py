@@ -124,6 +124,10 @@ def ga_events(item_json: ItemJson) -> dict[EventKind, Projection]:
             "conversation.item.input_audio_transcription.completed",
             _transcription,
         ),
+        "transcription_delta": (
+            "conversation.item.input_audio_transcription.delta",
+            lambda e: {"item_id": e.item_id, "content_index": e.content_index, "delta": e.delta},
+        ),
         "output_item_added": ("response.output_item.added", output_item),
         "output_item_done": ("response.output_item.done", output_item),
         "content_part_added": ("response.content_part.added", _content_part_event),

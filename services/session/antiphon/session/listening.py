@@ -156,9 +156,17 @@ class Listening:
 
     # ------------------------------------------------------ stage0 news
     async def speech_started(self, msg: stage_pb2.VadSpeechStarted, *, server_vad: bool) -> None:
+        # Every lane names the item the speech may become (its partial
+        # transcripts address it); server VAD announces it.
+        started = self._turns.speech_started(msg.audio_start_ms)
         if server_vad:
-            await self._emitter.emit_all([self._turns.speech_started(msg.audio_start_ms)])
+            await self._emitter.emit_all([started])
         await self._responses.speech_over_response()
+
+    async def partial_transcript(self, msg: stage_pb2.TranscriptPartial) -> None:
+        delta = self._turns.partial(msg.text)
+        if delta is not None:
+            await self._emitter.emit_all([delta])
 
     async def speech_stopped(self, msg: stage_pb2.VadSpeechStopped) -> None:
         """Server VAD: the end of speech commits the turn."""
@@ -179,15 +187,20 @@ class Listening:
             await self._emitter.emit_all(heard.events)
         await self._responses.heard_all()
 
+    def utterance_ended(self, msg: stage_pb2.VadSpeechStopped) -> None:
+        """Native lane: the VAD ended an utterance; its transcript follows."""
+        self._turns.utterance_ended(msg.audio_end_ms)
+
     async def utterance(self, msg: stage_pb2.Utterance) -> None:
         """Native lane: the model heard a whole utterance and decided."""
         self._input.clear()
+        item_id = self._turns.utterance_item_id(msg.audio_end_ms)
         if msg.decision != stage_pb2.DECISION_SPEAK or not msg.transcript.strip():
             await self._responses.listen("model_listen")
             return
         deferred = self._responses.active is not None
         item, events = self._turns.seal_utterance(
-            msg.transcript, self._links.epoch, deferred=deferred
+            item_id, msg.transcript, self._links.epoch, deferred=deferred
         )
         await self._conversation.append(item)
         await self._emitter.emit_all(events)

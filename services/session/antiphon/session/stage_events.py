@@ -64,6 +64,7 @@ class StageEvents:
             .route(stage_pb2.VadSpeechStarted, self._speech_started)
             .route(stage_pb2.VadSpeechStopped, self._speech_stopped)
             .route(stage_pb2.Transcript, listening.transcript)
+            .route(stage_pb2.TranscriptPartial, listening.partial_transcript)
             .route(stage_pb2.Utterance, listening.utterance)
             .route(stage_pb2.UnitDecision, self._unit_decision)
             .route(stage_pb2.GenerationDelta, responses.on_delta)
@@ -135,6 +136,8 @@ class StageEvents:
         # tells of speech over an answer.
         if self._server_vad:
             await self._listening.speech_stopped(msg)
+        elif self._config.lane == stage_pb2.LANE_NATIVE:
+            self._listening.utterance_ended(msg)
 
     async def _pause(self, msg: stage_pb2.UtterancePause) -> None:
         """The user paused: the answer to what they said so far is asked for, held."""

@@ -20,6 +20,10 @@ from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 
+# Native lane: utterances whose transcript may still come (more mean some
+# were dropped by a cancel: their ids are for nobody).
+MAX_UTTERANCES = 8
+
 
 @dataclass
 class PendingItem:
@@ -56,9 +60,16 @@ class Turns:
         self._pending: dict[str, PendingItem] = {}
         # `input.text.append` text waiting for the turn's commit.
         self._text: list[str] = []
-        # Server VAD: the item id `speech_started` announced, for its turn.
+        # Server VAD: the item id `speech_started` announced, for its turn
+        # (native lane: the id its utterance's item will take).
         self._speech_item_id = ""
         self._speech_start_ms = 0
+        # Transcript text already sent as deltas, by item id: the speech being
+        # heard's, then its pending item's.
+        self._streamed: dict[str, str] = {}
+        # Native lane: utterances ended, waiting for their transcript: item id
+        # by the audio time they ended at.
+        self._utterance_ids: dict[int, str] = {}
 
     # ------------------------------------------------------------- facts
     @property
@@ -106,6 +117,7 @@ class Turns:
     def transcripts_lost(self) -> None:
         """Stage0's worker died: the transcripts it owed will not come."""
         self._pending.clear()
+        self._streamed.clear()
 
     # ----------------------------------------------------------- sealing
     def seal_text(self, epoch: int, *, deferred: bool) -> tuple[cpb.Item, list[Event]]:
@@ -127,10 +139,11 @@ class Turns:
         return self._new_turn(item, epoch, deferred=deferred)[1]
 
     def seal_utterance(
-        self, transcript: str, epoch: int, *, deferred: bool
+        self, item_id: str, transcript: str, epoch: int, *, deferred: bool
     ) -> tuple[cpb.Item, list[Event]]:
-        """Native lane: the model heard a whole utterance, transcript and all."""
-        item = items.user_audio_item(new_id("item"), "")
+        """Native lane: the model heard a whole utterance, transcript and all
+        (its item id: `utterance_item_id`'s)."""
+        item = items.user_audio_item(item_id, "")
         previous, events = self._new_turn(item, epoch, deferred=deferred)
         heard = self._heard(item.id, PendingItem(previous_item_id=previous), transcript)
         return heard.item, events + heard.events
@@ -168,6 +181,9 @@ class Turns:
     def speech_started(self, audio_start_ms: int) -> Event:
         self._speech_item_id = new_id("item")
         self._speech_start_ms = audio_start_ms
+        # Streams of speech that made no item (a remark, a cleared input) end.
+        waiting = set(self._pending) | set(self._utterance_ids.values())
+        self._streamed = {k: v for k, v in self._streamed.items() if k in waiting}
         return (
             "speech_started",
             spb.SpeechStarted(audio_start_ms=audio_start_ms, item_id=self._speech_item_id),
@@ -195,8 +211,35 @@ class Turns:
         )
         return item_id, speech_ms, event
 
+    def utterance_ended(self, audio_end_ms: int) -> None:
+        """Native lane: the speech being heard ended at `audio_end_ms`. Its
+        utterance, transcribed later (maybe after the next one started), takes
+        the item id its partial transcripts went out under."""
+        if self._speech_item_id:
+            self._utterance_ids[audio_end_ms] = self._speech_item_id
+            self._speech_item_id = ""
+        while len(self._utterance_ids) > MAX_UTTERANCES:
+            self._utterance_ids.pop(next(iter(self._utterance_ids)))
+
+    def utterance_item_id(self, audio_end_ms: int) -> str:
+        """Native lane: the item id of the utterance that ended at `audio_end_ms`."""
+        return self._utterance_ids.pop(audio_end_ms, "") or new_id("item")
+
     def forget_speech(self) -> None:
         self._speech_item_id = ""
+
+    def partial(self, text: str) -> Event | None:
+        """Stage0's agreed words of the speech being heard: what they add to
+        what was sent, as a transcription delta of its item (None: nothing new,
+        or no speech is being heard)."""
+        item_id = self._speech_item_id
+        sent = self._streamed.get(item_id, "")
+        if not item_id or len(text) <= len(sent) or not text.startswith(sent):
+            return None
+        self._streamed[item_id] = text
+        return "transcription_delta", spb.TranscriptionDelta(
+            item_id=item_id, delta=text[len(sent) :]
+        )
 
     # ------------------------------------------------------------ inside
     def _new_turn(self, item: cpb.Item, epoch: int, *, deferred: bool) -> tuple[str, list[Event]]:
@@ -228,15 +271,20 @@ class Turns:
                 insert_after=pending.insert_after,
             )
         item = items.user_audio_item(item_id, transcript, pending.extra_text)
+        events: list[Event] = []
+        # The rest of the transcript after the deltas sent while the user spoke
+        # (all of it if none were). A final pass that revised a streamed word
+        # adds nothing: a delta is never taken back, and `completed` is whole.
+        sent = self._streamed.pop(item_id, "")
+        if len(transcript) > len(sent) and transcript.startswith(sent):
+            rest = spb.TranscriptionDelta(item_id=item_id, delta=transcript[len(sent) :])
+            events.append(("transcription_delta", rest))
         completed = spb.TranscriptionCompleted(item_id=item_id, transcript=transcript)
-        return Heard(
-            item,
-            [
-                ("transcription_completed", completed),
-                ("item_done", spb.ItemEvent(previous_item_id=previous, item=item)),
-            ],
-            created=False,
-        )
+        events += [
+            ("transcription_completed", completed),
+            ("item_done", spb.ItemEvent(previous_item_id=previous, item=item)),
+        ]
+        return Heard(item, events, created=False)
 
 
 def item_events(previous: str, item: cpb.Item, *kinds: EventKind) -> list[Event]:

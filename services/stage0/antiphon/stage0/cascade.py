@@ -24,6 +24,7 @@ from typing import Any, Final
 from antiphon.common import stage_audio
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.models import Engines
+from antiphon.stage0.partials import Partials
 from antiphon.stage0.pauses import Pause, Pauses
 from antiphon.stage0.responder import Responder
 from antiphon.stage0.settings import Stage0Settings
@@ -96,6 +97,12 @@ class CascadeSession:
             resumed=self._report_resumed,
             count=lambda outcome: metrics.pauses.labels(outcome).inc(),
         )
+        self._partials = Partials(
+            every_ms=settings.asr_partial_interval_ms,
+            text_until=self._text_until,
+            report=self._report_partial,
+            count=metrics.partial_transcripts.inc,
+        )
         # server_vad: utterances the VAD ended, waiting for the session's commit.
         # Each is set aside the moment the VAD ends it, because the audio after
         # it is trimmed between utterances and the commit arrives later.
@@ -136,6 +143,7 @@ class CascadeSession:
             return
         self._drop_segmented()
         self._pauses.drop()
+        self._partials.reset()
         self._utterance.clear()
         self._utterance_start_ms = self._received_ms
         self._transcript.reset()
@@ -169,6 +177,7 @@ class CascadeSession:
             pb.LANE_SERVER_VAD,
             pb.LANE_NATIVE,
         )
+        self._partials.enabled = self._lane in (pb.LANE_SERVER_VAD, pb.LANE_NATIVE)
         td = open_.turn_detection
         # Without server VAD (manual and native lanes) the VAD still runs,
         # on the endpointer's defaults.
@@ -223,6 +232,7 @@ class CascadeSession:
         if self._semantic is not None:
             self._ask_turn_model(self._semantic)
         self._pauses.watch(self._vad.endpointer)
+        self._partials.watch(self._vad.endpointer)
         if self._lane == pb.LANE_NATIVE and self._vad.endpointer.in_speech:
             # A model-unit boundary inside speech: the model keeps listening.
             while self._received_ms >= self._next_unit_ms:
@@ -263,6 +273,7 @@ class CascadeSession:
             self._speech_stopped(stopped)
 
     def _speech_started(self, ev: SpeechStarted) -> None:
+        self._partials.reset()
         self._trim_to(ev.audio_start_ms)
         self._onset_ms = ev.onset_ms
         self._next_unit_ms = self._received_ms + self._settings.chunk_period_ms
@@ -275,6 +286,7 @@ class CascadeSession:
         )
 
     def _speech_stopped(self, ev: SpeechStopped) -> None:
+        self._partials.reset()
         paused = self._pauses.claim(ev)
         self._emit(
             pb.Stage0Event(
@@ -310,6 +322,9 @@ class CascadeSession:
                 )
             )
         )
+
+    def _report_partial(self, text: str) -> None:
+        self._emit(pb.Stage0Event(partial=pb.TranscriptPartial(epoch=self._epoch, text=text)))
 
     def _report_resumed(self, at_ms: int) -> None:
         self._emit(
@@ -419,6 +434,7 @@ class CascadeSession:
         self._vad_batcher.discard(self._vad)
         self._turn_batcher.discard(self)
         self._pauses.drop()
+        self._partials.reset()
         self._drop_segmented()
         self._transcript.reset()
         tasks = list(self._tasks)

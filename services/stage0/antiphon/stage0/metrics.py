@@ -75,6 +75,12 @@ class Stage0Metrics:
             ["outcome"],
             registry=registry,
         )
+        self.partial_transcripts = Counter(
+            "antiphon_stage0_partial_transcripts_total",
+            "Partial transcripts reported while the user spoke (each one grew "
+            "the words two ASR passes in a row agreed on)",
+            registry=registry,
+        )
         self.asr_latency = Histogram(
             "antiphon_stage0_asr_seconds",
             "From the end of an utterance to its transcript (only the tail is left by then)",

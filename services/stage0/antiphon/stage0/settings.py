@@ -102,6 +102,12 @@ class Stage0Settings(WorkerSettings):
     # long, with the transcript so far, so the answer starts before the turn
     # detector has decided. 0: never (the session answers at the turn's end).
     preempt_after_ms: int = Field(default=120, ge=0)
+    # server_vad, semantic_vad and native lanes: while the user speaks, the
+    # utterance so far is transcribed again after each this much more speech,
+    # and the words two passes agree on go out as partial transcripts. Each
+    # pass costs an ASR call: a GPU has room for a few hundred ms, two CPU
+    # cores for about a second. 0: the final transcript only.
+    asr_partial_interval_ms: int = Field(default=1000, ge=0)
     # At a session's open (and when its instructions change), prefill its
     # system prompt into the LLM's prefix cache: its first answer then pays
     # only for the user's words.
