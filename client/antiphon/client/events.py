@@ -139,6 +139,22 @@ class InputTranscript(Event):
 
 
 @dataclass(frozen=True)
+class InputTranscriptDelta(Event):
+    """More of what the server hears the user say, while they speak: an item's
+    deltas, joined, begin its `InputTranscript`."""
+
+    types = ("conversation.item.input_audio_transcription.delta",)
+
+    @property
+    def item_id(self) -> str:
+        return str(self.raw.get("item_id") or "")
+
+    @property
+    def delta(self) -> str:
+        return str(self.raw.get("delta") or "")
+
+
+@dataclass(frozen=True)
 class ResponseCreated(Event):
     types = ("response.created",)
 
@@ -235,6 +251,7 @@ KINDS: dict[str, type[Event]] = {
         SpeechStopped,
         Committed,
         InputTranscript,
+        InputTranscriptDelta,
         ResponseCreated,
         AudioDelta,
         TranscriptDelta,
