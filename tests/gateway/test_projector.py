@@ -16,9 +16,6 @@ from tests.support import reference
 
 # The server->client catalogue of reference/realtime-duplex-api.md, read from it.
 REFERENCE_SERVER_TYPES = set(reference.server_types())
-# OpenAI GA events the reference's catalogue lacks and we send (partial
-# transcripts, issue 26); test_ga_events holds each to the stock SDK's model.
-BEYOND_REFERENCE = {"conversation.item.input_audio_transcription.delta"}
 
 
 # Wire names more than one kind projects to, each by the reference's name map.
@@ -29,7 +26,9 @@ SHARED_WIRE_TYPES = {"input_audio_buffer.cleared": {"input_cleared", "input_canc
 def test_every_server_event_kind_has_a_reference_wire_type() -> None:
     """A new oneof kind without a projection entry here fails this test."""
     assert set(server.KINDS) == set(server.WIRE_TYPE)
-    assert set(server.WIRE_TYPE.values()) <= REFERENCE_SERVER_TYPES | BEYOND_REFERENCE
+    assert set(server.WIRE_TYPE.values()) <= REFERENCE_SERVER_TYPES | set(
+        reference.BEYOND_CATALOGUE
+    )
     # Distinct kinds collapse onto one wire name only where the reference says so.
     by_wire: dict[str, set[str]] = {}
     for kind, wire in server.WIRE_TYPE.items():
