@@ -11,6 +11,8 @@ one before (as a live caller's 200 ms apart would find them).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,10 +23,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from antiphon.stage0.asr import WhisperAsr
+from antiphon.stage0.asr_batch import BatchedAsr
 from antiphon.stage0.assets import Stage0Assets
 from antiphon.stage0.cascade import CascadeSession
 from antiphon.stage0.metrics import Stage0Metrics
-from antiphon.stage0.models import TextGenerator
+from antiphon.stage0.models import PooledWhisper, TextGenerator, Transcriber, load_asr
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.synthetic import ScriptedLlm
 from antiphon.stage0.turn import SmartTurn, TurnBatcher
@@ -82,7 +85,8 @@ class Hearing:
 
     vad: SileroVad
     turn: SmartTurn
-    asr: WhisperAsr
+    asr: Transcriber
+    # Smart Turn's calls.
     executor: ThreadPoolExecutor
     # What sessions asked the LLM to make ready for their next prompts (each
     # test that looks sets a fresh one: it waits on the test's event loop).
@@ -93,11 +97,10 @@ class Hearing:
         return _Preparing(self.prepared)
 
     async def transcribe(self, pcm16: bytes) -> str:
-        return await asyncio.get_running_loop().run_in_executor(
-            self.executor, self.asr.transcribe, pcm16
-        )
+        return await self.asr.transcribe(pcm16)
 
     async def close(self) -> None:
+        await self.asr.close()
         self.executor.shutdown()
 
 
@@ -106,7 +109,7 @@ def hearing(assets: Stage0Assets) -> Hearing:
     return Hearing(
         SileroVad(assets.vad_onnx, threads=1),
         SmartTurn(assets.turn.onnx, assets.turn.features, threads=1),
-        WhisperAsr(assets.whisper_dir, threads=1),
+        PooledWhisper(WhisperAsr(assets.whisper_dir, threads=1), workers=1),
         ThreadPoolExecutor(1),
     )
 
@@ -200,6 +203,33 @@ async def test_server_vad_commit_after_speech_stopped_hears_the_utterance(
         assert hearing.prepared.items == [("user", heard.text.strip())]
     finally:
         await session.close()
+
+
+@pytest.mark.models
+async def test_a_worker_on_torch_whisper_hears_through_the_shared_batches(
+    hearing: Hearing, events: Events, assets: Stage0Assets
+) -> None:
+    """`asr_engine: torch`, as a GPU worker runs it (here on the CPU): the
+    commit's transcript, and the partial passes while the user spoke, come
+    through the worker's shared batches."""
+    sizes: list[int] = []
+    asr = load_asr(Stage0Settings(asr_engine="torch"), assets.whisper_dir, sizes.append)
+    assert isinstance(asr, BatchedAsr)
+    batched = dataclasses.replace(hearing, asr=asr, prepared=Seen())
+    session = _session(batched, events, pb.LANE_SERVER_VAD)
+    try:
+        await session.feed(SILENCE * 2 + spoken("What color is the sky on a sunny day?", 16000))
+        for _ in range(30):
+            if "speech_stopped" in _kinds(events):
+                break
+            await session.feed(SILENCE)
+        session.handle(pb.Stage0Request(commit=pb.Stage0Commit(item_id="item_1")))
+        heard = await _transcript(events)
+        assert {"sky", "sunny"} <= set(re.findall(r"[a-z]+", heard.text.lower())), heard.text
+        assert sizes and sum(sizes) >= 1
+    finally:
+        await session.close()
+        await asr.close()
 
 
 async def _greeted(hearing: Hearing, events: Events, say: Callable[[str], bytes]) -> Listening:

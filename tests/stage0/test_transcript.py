@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from antiphon.stage0.asr import WhisperAsr, drop_repeats
+from antiphon.stage0.asr import WhisperAsr
+from antiphon.stage0.asr_text import drop_repeats
 from antiphon.stage0.assets import Stage0Assets
 from antiphon.stage0.transcript import BYTES_PER_MS, StreamingTranscript, pause_cut
 from tests.support.speech import spoken

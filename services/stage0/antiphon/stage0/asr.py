@@ -15,24 +15,13 @@ keeps serving sessions.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import ctranslate2
 import numpy as np
 from faster_whisper import WhisperModel
 
-from antiphon.common import stage_audio
-
-SAMPLE_RATE = stage_audio.RATE
-# Whisper's whole window: longer audio is cut to it.
-MAX_FRAMES = 3000
-# Trailing silence after the audio. With less than about 4 s, Whisper often
-# repeats a short question until its token budget runs out (measured).
-PAD_S = 4.0
-# A segment Whisper believes holds no speech (its own thresholds).
-NO_SPEECH_PROB = 0.6
-NO_SPEECH_LOGPROB = -1.0
+from antiphon.stage0.asr_text import MAX_FRAMES, PAD_S, SAMPLE_RATE, heard
 
 
 class WhisperAsr:
@@ -83,27 +72,5 @@ class WhisperAsr:
         )[0]
         if not result.sequences_ids or not result.sequences_ids[0]:
             return ""
-        tokens = result.sequences_ids[0]
         avg_logprob = result.scores[0] if result.scores else 0.0
-        if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < NO_SPEECH_LOGPROB:
-            return ""
-        return drop_repeats(str(self._decode(tokens)).strip())
-
-
-_SENTENCE = re.compile(r"[^.?!]+[.?!]*")
-
-
-def drop_repeats(text: str) -> str:
-    """Cut a decode that fell into repeating its last sentence.
-
-    A short window still sometimes makes Whisper say a question twice; people
-    almost never say the same sentence twice in a row, so the copies go, and
-    so does a cut-off copy at the end.
-    """
-    sentences = [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
-    kept: list[str] = []
-    for sentence in sentences:
-        if kept and (sentence == kept[-1] or kept[-1].startswith(sentence)):
-            continue
-        kept.append(sentence)
-    return " ".join(kept)
+        return heard(str(self._decode(result.sequences_ids[0])), avg_logprob, result.no_speech_prob)

@@ -30,7 +30,7 @@ async def load_engines(
     """The backend's engines; `on_failure`: called if they die while serving
     (the worker then stops, so that its sessions move to another)."""
     if settings.backend == "cascade":
-        return await CascadeModels.load(settings, client)
+        return await CascadeModels.load(settings, metrics, client)
     if settings.backend == "synthetic":
         return SyntheticEngines(settings)
     if settings.backend == "moshi":

@@ -54,6 +54,12 @@ class Stage0Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
             registry=registry,
         )
+        self.asr_batch_size = Histogram(
+            "antiphon_stage0_asr_batch_size",
+            "Utterances transcribed in one batch (asr_engine torch)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=registry,
+        )
         self.turn_batch_size = Histogram(
             "antiphon_stage0_turn_batch_size",
             "Sessions' windows run in one end-of-turn model call (semantic_vad)",

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from antiphon.common.binding import BoundSession
@@ -15,6 +16,7 @@ from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
 from antiphon.stage0.engine_config import EngineClient, EngineConfig
 from antiphon.stage0.generation import Decoding
+from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.tools import ChatModel
 from antiphon.stage0.turn import SmartTurn
@@ -78,18 +80,66 @@ def decoding(settings: Stage0Settings) -> Decoding:
     )
 
 
+class Transcriber(Protocol):
+    """Whisper as the worker's sessions call it."""
+
+    async def transcribe(self, pcm16: bytes) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+class PooledWhisper:
+    """CTranslate2's Whisper off the event loop, `workers` utterances at a time."""
+
+    def __init__(self, asr: WhisperAsr, workers: int) -> None:
+        self._asr = asr
+        self._executor = ThreadPoolExecutor(max(1, workers), thread_name_prefix="asr")
+
+    async def transcribe(self, pcm16: bytes) -> str:
+        if not pcm16:
+            return ""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._asr.transcribe, pcm16)
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def load_asr(
+    settings: Stage0Settings, whisper_dir: Path, observe_batch: Callable[[int], None]
+) -> Transcriber:
+    """The worker's Whisper, on the engine `asr_engine` names."""
+    model_dir = settings.asr_model_dir or whisper_dir
+    if settings.asr_engine == "torch":
+        # torch loads with this engine only.
+        import torch
+
+        from antiphon.stage0.asr_batch import BatchedAsr
+        from antiphon.stage0.whisper_torch import TorchWhisper
+
+        if not settings.asr_device.startswith("cuda"):
+            torch.set_num_threads(settings.asr_threads)
+        model = TorchWhisper.load(model_dir, device=settings.asr_device)
+        return BatchedAsr(model, max_batch=settings.asr_max_batch, observe_batch=observe_batch)
+    return PooledWhisper(
+        WhisperAsr(model_dir, threads=settings.asr_threads, workers=settings.asr_workers),
+        settings.asr_workers,
+    )
+
+
 @dataclass
 class CascadeModels:
     vad: SileroVad
     turn: SmartTurn
-    asr: WhisperAsr
+    asr: Transcriber
     llm: LlmEngine
-    # Whisper runs off the event loop, `asr_workers` utterances at a time.
-    asr_executor: ThreadPoolExecutor
 
     @classmethod
     async def load(
-        cls, settings: Stage0Settings, client: EngineClient | None = None
+        cls,
+        settings: Stage0Settings,
+        metrics: Stage0Metrics,
+        client: EngineClient | None = None,
     ) -> CascadeModels:
         """The worker's models; its LLM on an engine core of its own, or with
         `client` on the one its pod's supervisor started (front_ends.py)."""
@@ -97,9 +147,7 @@ class CascadeModels:
         t0 = time.perf_counter()
         vad = SileroVad(assets.vad_onnx, threads=settings.vad_threads)
         turn = SmartTurn(assets.turn.onnx, assets.turn.features, threads=settings.turn_threads)
-        asr = WhisperAsr(
-            assets.whisper_dir, threads=settings.asr_threads, workers=settings.asr_workers
-        )
+        asr = load_asr(settings, assets.whisper_dir, metrics.asr_batch_size.observe)
         t1 = time.perf_counter()
         from antiphon.stage0.llm import LlmEngine
 
@@ -119,15 +167,11 @@ class CascadeModels:
                 "llm_dtype": settings.llm_dtype,
             },
         )
-        asr_pool = ThreadPoolExecutor(max(1, settings.asr_workers), thread_name_prefix="asr")
-        return cls(vad, turn, asr, llm, asr_pool)
+        return cls(vad, turn, asr, llm)
 
     async def transcribe(self, pcm16: bytes) -> str:
-        if not pcm16:
-            return ""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.asr_executor, self.asr.transcribe, pcm16)
+        return await self.asr.transcribe(pcm16)
 
     async def close(self) -> None:
         await self.llm.shutdown()
-        self.asr_executor.shutdown(wait=False, cancel_futures=True)
+        await self.asr.close()

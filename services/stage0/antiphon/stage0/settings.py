@@ -32,6 +32,18 @@ class Stage0Settings(WorkerSettings):
     # Whisper transcriptions at once (each on `asr_threads` threads): 1 on a
     # shared CPU box; a GPU worker's host has cores for several.
     asr_workers: int = 1
+    # What runs Whisper. `ctranslate2`: int8 on the CPU, one utterance a call
+    # (`asr_workers` at once). `torch` (whisper_torch.py): the utterances of
+    # every session of the worker in shared batches (asr_batch.py) on
+    # `asr_device`, float16 on a GPU; on a CPU it is slower than int8.
+    asr_engine: Literal["ctranslate2", "torch"] = "ctranslate2"
+    # torch's device: "cpu", "cuda" or "cuda:N".
+    asr_device: str = "cpu"
+    # Utterances in one `torch` batch at most.
+    asr_max_batch: int = Field(default=128, ge=1)
+    # A faster-whisper (CTranslate2) Whisper folder to run instead of the
+    # shipped Whisper base: any size (large-v3-turbo is a GPU's usual choice).
+    asr_model_dir: Path | None = None
     # Smart Turn (`semantic_vad`); its calls run on one worker thread of their own.
     turn_threads: int = 1
     llm_threads: int = 1

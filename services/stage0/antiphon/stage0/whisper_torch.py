@@ -1,0 +1,397 @@
+"""Whisper in torch: many sessions' utterances in one batch, on the GPU.
+
+CTranslate2's Whisper (asr.py) runs on the CPU here (its CUDA build needs
+CUDA 12's cuBLAS), one utterance a call. This is the same model run the way
+a GPU wants it: the utterances of a batch padded to the longest, their
+log-mel features computed on the device, the encoder over the batch's audio
+plus the silence Whisper needs after it (not a 30 s window), and a greedy
+decode of every row at once with a KV cache.
+
+The weights are read from CTranslate2's own `model.bin` as they are (the
+shipped Whisper base, or any Whisper a user converted for faster-whisper,
+large-v3-turbo the usual choice on a GPU): float16, self-attention's q, k
+and v fused, which is what this module computes with. `random_weights`
+gives any shape for capacity measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from antiphon.stage0.asr_text import MAX_FRAMES, PAD_S, SAMPLE_RATE, heard
+
+N_FFT = 400
+HOP = 160
+# CTranslate2's type ids, in its order.
+_CT2_DTYPES = (np.float32, np.int8, np.int16, np.int32, np.float16)
+Weights = Mapping[str, np.ndarray | torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Whisper's dimensions."""
+
+    n_mels: int
+    width: int
+    heads: int
+    encoder_layers: int
+    decoder_layers: int
+    vocab: int
+    audio_positions: int = 1500
+    text_positions: int = 448
+
+
+# openai/whisper-large-v3-turbo: the usual choice on a GPU.
+LARGE_V3_TURBO = Shape(
+    n_mels=128, width=1280, heads=20, encoder_layers=32, decoder_layers=4, vocab=51866
+)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The special tokens a transcription uses, and the text of the others."""
+
+    prompt: list[int]  # start of transcript, English, transcribe, no timestamps
+    end: int
+    blank: int
+    no_speech: int | None
+    suppress: list[int]
+    decode: Any  # list[int] -> str
+
+    @classmethod
+    def load(cls, model_dir: Path) -> Tokens:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        config = json.loads((model_dir / "config.json").read_text())
+
+        def token(name: str) -> int | None:
+            found = tokenizer.token_to_id(name)
+            return None if found is None else int(found)
+
+        names = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
+        prompt = [token(n) for n in names]
+        end = token("<|endoftext|>")
+        if None in prompt or end is None:
+            raise ValueError(f"{model_dir}: not a Whisper tokenizer")
+        return cls(
+            prompt=[int(t) for t in prompt if t is not None],
+            end=end,
+            blank=token("Ġ") or end,
+            # large-v3 names it <|nospeech|>, earlier Whispers <|nocaptions|>.
+            no_speech=token("<|nospeech|>") or token("<|nocaptions|>"),
+            suppress=[int(t) for t in config.get("suppress_ids", [])],
+            decode=tokenizer.decode,
+        )
+
+
+def read_ct2(path: Path) -> dict[str, np.ndarray]:
+    """The variables of a CTranslate2 model file, by name (aliases resolved)."""
+    data = path.read_bytes()
+    offset = 0
+
+    def take(fmt: str) -> Any:
+        nonlocal offset
+        (value,) = struct.unpack_from(fmt, data, offset)
+        offset += struct.calcsize(fmt)
+        return value
+
+    def string() -> str:
+        nonlocal offset
+        n = take("H")
+        text = data[offset : offset + n - 1].decode()
+        offset += n
+        return text
+
+    take("I")  # binary version
+    string()  # spec name
+    take("I")  # spec revision
+    out: dict[str, np.ndarray] = {}
+    for _ in range(take("I")):
+        name = string()
+        shape = [take("I") for _ in range(take("B"))]
+        dtype = np.dtype(_CT2_DTYPES[take("B")])
+        size = take("I")
+        out[name] = np.frombuffer(
+            data, dtype=dtype, count=size // dtype.itemsize, offset=offset
+        ).reshape(shape)
+        offset += size
+    for _ in range(take("I")):
+        alias, target = string(), string()
+        out[alias] = out[target]
+    return out
+
+
+def random_weights(shape: Shape, device: str, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """A Whisper of `shape` with random weights, in CTranslate2's names: the
+    compute of the real one, for capacity measurements."""
+    w, gen = shape.width, torch.Generator(device=device).manual_seed(0)
+    out: dict[str, torch.Tensor] = {}
+
+    def put(name: str, *dims: int, scale: float = 0.02) -> None:
+        t = torch.randn(*dims, generator=gen, device=device, dtype=torch.float32) * scale
+        out[name] = t.to(dtype)
+
+    def norm(name: str) -> None:
+        out[f"{name}/gamma"] = torch.ones(w, device=device, dtype=dtype)
+        out[f"{name}/beta"] = torch.zeros(w, device=device, dtype=dtype)
+
+    def linear(name: str, rows: int, cols: int) -> None:
+        put(f"{name}/weight", rows, cols)
+        put(f"{name}/bias", rows)
+
+    put("encoder/conv1/weight", w, shape.n_mels, 3)
+    put("encoder/conv1/bias", w)
+    put("encoder/conv2/weight", w, w, 3)
+    put("encoder/conv2/bias", w)
+    put("encoder/position_encodings/encodings", shape.audio_positions, w)
+    put("decoder/position_encodings/encodings", shape.text_positions, w)
+    put("decoder/embeddings/weight", shape.vocab, w)
+    for side, layers in (("encoder", shape.encoder_layers), ("decoder", shape.decoder_layers)):
+        out[f"{side}/num_heads"] = torch.tensor(shape.heads)
+        norm(f"{side}/layer_norm")
+        for i in range(layers):
+            p = f"{side}/layer_{i}"
+            norm(f"{p}/self_attention/layer_norm")
+            linear(f"{p}/self_attention/linear_0", 3 * w, w)
+            linear(f"{p}/self_attention/linear_1", w, w)
+            norm(f"{p}/ffn/layer_norm")
+            linear(f"{p}/ffn/linear_0", 4 * w, w)
+            linear(f"{p}/ffn/linear_1", w, 4 * w)
+            if side == "decoder":
+                norm(f"{p}/attention/layer_norm")
+                linear(f"{p}/attention/linear_0", w, w)
+                linear(f"{p}/attention/linear_1", 2 * w, w)
+                linear(f"{p}/attention/linear_2", w, w)
+    return out
+
+
+def mel_filters(n_mels: int, n_fft: int = N_FFT, rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Slaney-scale triangular filters, area-normalised: Whisper's filterbank."""
+    step = math.log(6.4) / 27.0  # the log part's mels per ln(Hz), above 1 kHz
+
+    def to_mel(hz: np.ndarray) -> np.ndarray:
+        log = 15.0 + np.log(np.maximum(hz, 1e-10) / 1000.0) / step
+        return np.asarray(np.where(hz >= 1000.0, log, hz / (200.0 / 3)))
+
+    def to_hz(mel: np.ndarray) -> np.ndarray:
+        log = 1000.0 * np.exp(step * (mel - 15.0))
+        return np.asarray(np.where(mel >= 15.0, log, mel * (200.0 / 3)))
+
+    freqs = np.linspace(0, rate / 2, n_fft // 2 + 1)
+    edges = to_hz(np.linspace(to_mel(np.array(0.0)), to_mel(np.array(rate / 2)), n_mels + 2))
+    rising = (freqs[None, :] - edges[:-2, None]) / (edges[1:-1] - edges[:-2])[:, None]
+    falling = (edges[2:, None] - freqs[None, :]) / (edges[2:] - edges[1:-1])[:, None]
+    weights = np.maximum(0.0, np.minimum(rising, falling))
+    weights *= (2.0 / (edges[2:] - edges[:-2]))[:, None]
+    return np.asarray(weights, dtype=np.float32)
+
+
+def log_mel(audio: torch.Tensor, filters: torch.Tensor) -> torch.Tensor:
+    """Log-mel features of equal-length waveforms ([B, samples] -> [B, mels,
+    frames]), each row floored 8 decades under its own loudest, as Whisper's are."""
+    audio = F.pad(audio, (0, HOP))
+    window = torch.hann_window(N_FFT, device=audio.device)
+    spec = torch.stft(audio, N_FFT, HOP, window=window, center=True, return_complex=True)
+    mel = torch.clamp(filters @ spec[..., :-1].abs().square(), min=1e-10).log10()
+    floor = mel.amax(dim=(1, 2), keepdim=True) - 8.0
+    return (torch.maximum(mel, floor) + 4.0) / 4.0
+
+
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, causal: bool = False
+) -> torch.Tensor:
+    b, t, width = q.shape
+
+    def split(x: torch.Tensor) -> torch.Tensor:
+        return x.view(b, x.shape[1], heads, width // heads).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=causal)
+    return out.transpose(1, 2).reshape(b, t, width)
+
+
+def _layers(names: Mapping[str, Any], side: str) -> int:
+    return len({m.group(1) for k in names if (m := re.match(side + r"/layer_(\d+)/", k))})
+
+
+@dataclass
+class Decoded:
+    """One row's greedy decode."""
+
+    tokens: list[int]
+    avg_logprob: float
+    no_speech_prob: float
+
+
+class TorchWhisper:
+    """One Whisper on one device; `transcribe` hears a batch of utterances at once."""
+
+    def __init__(
+        self, weights: Weights, tokens: Tokens, *, device: str = "cpu", half: bool | None = None
+    ) -> None:
+        self.device = torch.device(device)
+        # float16 on a GPU; on a CPU float32 (its half-precision matmuls are slow).
+        half = self.device.type == "cuda" if half is None else half
+        self.dtype = torch.float16 if half else torch.float32
+        self._w = {
+            # A copy: CTranslate2's arrays are views of the read-only file bytes.
+            k: (torch.from_numpy(v.copy()) if isinstance(v, np.ndarray) else v).to(
+                self.device, self.dtype
+            )
+            for k, v in weights.items()
+            if v.ndim
+        }
+        self._heads = {
+            side: int(weights[f"{side}/num_heads"].item()) for side in ("encoder", "decoder")
+        }
+        self._layers = {side: _layers(weights, side) for side in ("encoder", "decoder")}
+        n_mels = self._w["encoder/conv1/weight"].shape[1]
+        self._filters = torch.from_numpy(mel_filters(n_mels)).to(self.device)
+        self.tokens = tokens
+        self._suppress = torch.tensor(tokens.suppress, dtype=torch.long, device=self.device)
+
+    @classmethod
+    def load(cls, model_dir: Path, *, device: str = "cpu") -> TorchWhisper:
+        """A faster-whisper (CTranslate2) model folder's Whisper, on `device`."""
+        return cls(read_ct2(model_dir / "model.bin"), Tokens.load(model_dir), device=device)
+
+    # ---------------------------------------------------------------- whole
+    @torch.inference_mode()
+    def transcribe(self, clips: list[bytes]) -> list[str]:
+        """PCM16 mono 16 kHz utterances in, each one's stripped text out ("" for
+        no audio or no speech), as `WhisperAsr.transcribe` gives them."""
+        audio = [
+            np.frombuffer(c[: len(c) // 2 * 2], "<i2").astype(np.float32) / 32768 for c in clips
+        ]
+        if not any(len(a) for a in audio):
+            return ["" for _ in clips]
+        seconds = [min(len(a) / SAMPLE_RATE, 30.0) for a in audio]
+        rows = self.decode(
+            self.encode(self.features(audio)),
+            # Speech runs at most a few tokens a second; a bound stops a looping decode.
+            [int(20 + 8 * s) for s in seconds],
+        )
+        return [
+            heard(str(self.tokens.decode(r.tokens)), r.avg_logprob, r.no_speech_prob)
+            if len(a)
+            else ""
+            for r, a in zip(rows, audio, strict=True)
+        ]
+
+    def features(self, clips: list[np.ndarray]) -> torch.Tensor:
+        """One batch's features: each clip with Whisper's silence after it, the
+        shorter ones with more, up to the longest (at most 30 s)."""
+        longest = min(max(len(c) for c in clips) + int(PAD_S * SAMPLE_RATE), MAX_FRAMES * HOP)
+        batch = np.zeros((len(clips), longest), np.float32)
+        for r, clip in enumerate(clips):
+            batch[r, : min(len(clip), longest)] = clip[:longest]
+        features = log_mel(torch.from_numpy(batch).to(self.device), self._filters)
+        return features[:, :, :MAX_FRAMES]
+
+    # -------------------------------------------------------------- encoder
+    def encode(self, features: torch.Tensor) -> torch.Tensor:
+        w = self._w
+        x = features.to(self.dtype)
+        x = F.gelu(F.conv1d(x, w["encoder/conv1/weight"], w["encoder/conv1/bias"], padding=1))
+        x = F.gelu(
+            F.conv1d(x, w["encoder/conv2/weight"], w["encoder/conv2/bias"], stride=2, padding=1)
+        ).transpose(1, 2)
+        x = x + w["encoder/position_encodings/encodings"][: x.shape[1]]
+        heads = self._heads["encoder"]
+        for i in range(self._layers["encoder"]):
+            p = f"encoder/layer_{i}"
+            h = self._norm(x, f"{p}/self_attention/layer_norm")
+            q, k, v = self._linear(h, f"{p}/self_attention/linear_0").chunk(3, dim=-1)
+            x = x + self._linear(_attend(q, k, v, heads), f"{p}/self_attention/linear_1")
+            x = x + self._ffn(x, f"{p}/ffn")
+        return self._norm(x, "encoder/layer_norm")
+
+    # -------------------------------------------------------------- decoder
+    def decode(self, audio: torch.Tensor, max_tokens: list[int]) -> list[Decoded]:
+        """Greedy, every row at once, each up to its own token budget."""
+        w, tok = self._w, self.tokens
+        rows, heads = audio.shape[0], self._heads["decoder"]
+        embeddings = w["decoder/embeddings/weight"]
+        # Cross-attention's keys and values: once per batch, not per step.
+        cross = [
+            self._linear(audio, f"decoder/layer_{i}/attention/linear_1").chunk(2, dim=-1)
+            for i in range(self._layers["decoder"])
+        ]
+        cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+        inputs = torch.tensor([tok.prompt] * rows, device=self.device)
+        position = 0
+        budget = torch.tensor(max_tokens, device=self.device)
+        done = torch.zeros(rows, dtype=torch.bool, device=self.device)
+        logprob = torch.zeros(rows, device=self.device)
+        out: list[list[int]] = [[] for _ in range(rows)]
+        no_speech = [0.0] * rows
+        for step in range(max(max_tokens)):
+            x = embeddings[inputs]
+            x = x + w["decoder/position_encodings/encodings"][position : position + inputs.shape[1]]
+            for i, (ck, cv) in enumerate(cross):
+                p = f"decoder/layer_{i}"
+                h = self._norm(x, f"{p}/self_attention/layer_norm")
+                q, k, v = self._linear(h, f"{p}/self_attention/linear_0").chunk(3, dim=-1)
+                if step:
+                    k = torch.cat((cache[i][0], k), dim=1)
+                    v = torch.cat((cache[i][1], v), dim=1)
+                    cache[i] = (k, v)
+                else:
+                    cache.append((k, v))
+                x = x + self._linear(
+                    _attend(q, k, v, heads, causal=not step), f"{p}/self_attention/linear_1"
+                )
+                q = self._linear(
+                    self._norm(x, f"{p}/attention/layer_norm"), f"{p}/attention/linear_0"
+                )
+                x = x + self._linear(_attend(q, ck, cv, heads), f"{p}/attention/linear_2")
+                x = x + self._ffn(x, f"{p}/ffn")
+            x = self._norm(x, "decoder/layer_norm")
+            if not step and tok.no_speech is not None:
+                # What the model makes of the audio before any text: silence or speech.
+                first = (x[:, 0] @ embeddings.T).float().softmax(-1)
+                no_speech = first[:, tok.no_speech].tolist()
+            logits = (x[:, -1] @ embeddings.T).float()
+            if self._suppress.numel():
+                logits[:, self._suppress] = -math.inf
+            if not step:  # no text starts blank, or ends before it starts
+                logits[:, [tok.blank, tok.end]] = -math.inf
+            logp = logits.log_softmax(-1)
+            chosen = logp.argmax(-1)
+            chosen = torch.where(done | (step >= budget), torch.full_like(chosen, tok.end), chosen)
+            logprob += torch.where(done, 0.0, logp.gather(1, chosen[:, None])[:, 0])
+            for r, t in enumerate(chosen.tolist()):
+                if t != tok.end:
+                    out[r].append(t)
+            done |= chosen == tok.end
+            if bool(done.all()):
+                break
+            position += inputs.shape[1]
+            inputs = chosen[:, None]
+        return [
+            # Per text token, the end's log-prob included (CTranslate2's score).
+            Decoded(o, lp / max(1, len(o)), ns)
+            for o, lp, ns in zip(out, logprob.tolist(), no_speech, strict=True)
+        ]
+
+    # --------------------------------------------------------------- pieces
+    def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return F.linear(x, self._w[f"{name}/weight"], self._w.get(f"{name}/bias"))
+
+    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:], self._w[f"{name}/gamma"], self._w[f"{name}/beta"])
+
+    def _ffn(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        h = self._linear(self._norm(x, f"{name}/layer_norm"), f"{name}/linear_0")
+        return self._linear(F.gelu(h), f"{name}/linear_1")
