@@ -8,16 +8,10 @@ import asyncio
 from collections.abc import Iterable
 
 from antiphon.stage0.partials import Partials, agreed
-from antiphon.stage0.vad import Endpointer, EndpointerConfig, SpeechStopped
+from antiphon.stage0.vad import Endpointer, SpeechStopped
+from tests.stage0.vad_frames import CONFIG, FRAME, QUIET, SPEECH, frames
 
-FRAME = 20  # ms a frame
 EVERY_MS = 400
-SPEECH, QUIET = 0.9, 0.0
-CONFIG = EndpointerConfig(silence_duration_ms=500, min_speech_ms=100)
-
-
-def frames(ms: int, probability: float) -> list[float]:
-    return [probability] * (ms // FRAME)
 
 
 class Heard:

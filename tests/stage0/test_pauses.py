@@ -11,17 +11,10 @@ import pytest
 
 from antiphon.stage0.pauses import Pause, Pauses
 from antiphon.stage0.transcript import PendingText
-from antiphon.stage0.vad import Endpointer, EndpointerConfig, SpeechStopped
+from antiphon.stage0.vad import Endpointer, SpeechStopped
+from tests.stage0.vad_frames import CONFIG, FRAME, QUIET, SPEECH, frames
 
-FRAME = 20  # ms a frame
 AFTER_MS = 120
-SPEECH, QUIET = 0.9, 0.0
-# Speech is confirmed 100 ms into it; silence ends the turn after 500 ms.
-CONFIG = EndpointerConfig(silence_duration_ms=500, min_speech_ms=100)
-
-
-def frames(ms: int, probability: float) -> list[float]:
-    return [probability] * (ms // FRAME)
 
 
 class Heard:
