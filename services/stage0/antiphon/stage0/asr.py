@@ -21,7 +21,7 @@ import ctranslate2
 import numpy as np
 from faster_whisper import WhisperModel
 
-from antiphon.stage0.asr_text import MAX_FRAMES, PAD_S, SAMPLE_RATE, heard
+from antiphon.stage0.asr_text import MAX_FRAMES, PAD_S, SAMPLE_RATE, heard, token_budget
 
 
 class WhisperAsr:
@@ -64,8 +64,7 @@ class WhisperAsr:
             ctranslate2.StorageView.from_array(np.ascontiguousarray(features[np.newaxis])),
             [self._prompt],
             beam_size=1,
-            # Speech runs at most a few tokens a second; a bound stops a looping decode.
-            max_length=int(20 + 8 * seconds),
+            max_length=token_budget(seconds),
             return_scores=True,
             return_no_speech_prob=True,
             suppress_blank=True,

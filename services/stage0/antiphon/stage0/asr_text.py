@@ -18,6 +18,12 @@ NO_SPEECH_PROB = 0.6
 NO_SPEECH_LOGPROB = -1.0
 
 
+def token_budget(seconds: float) -> int:
+    """Tokens a decode of `seconds` of audio may take: speech runs at most a
+    few tokens a second, and a bound stops a looping decode."""
+    return int(20 + 8 * seconds)
+
+
 def heard(text: str, avg_logprob: float, no_speech_prob: float) -> str:
     """A decode's text as the user said it: "" where Whisper heard no speech."""
     if no_speech_prob > NO_SPEECH_PROB and avg_logprob < NO_SPEECH_LOGPROB:

@@ -20,7 +20,7 @@ import json
 import math
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from antiphon.stage0.asr_text import MAX_FRAMES, PAD_S, SAMPLE_RATE, heard
+from antiphon.common.audio import pcm16_to_float32
+from antiphon.stage0.asr_text import MAX_FRAMES, PAD_S, SAMPLE_RATE, heard, token_budget
 
 N_FFT = 400
 HOP = 160
@@ -67,7 +68,7 @@ class Tokens:
     blank: int
     no_speech: int | None
     suppress: list[int]
-    decode: Any  # list[int] -> str
+    decode: Callable[[list[int]], str]
 
     @classmethod
     def load(cls, model_dir: Path) -> Tokens:
@@ -221,6 +222,12 @@ def _attend(
     return out.transpose(1, 2).reshape(b, t, width)
 
 
+def _until_end(rows: list[list[int]], end: int) -> list[list[int]]:
+    """Each row's tokens before its first end of text (a finished row chose
+    only ends after it)."""
+    return [row[: row.index(end)] if end in row else row for row in rows]
+
+
 def _layers(names: Mapping[str, Any], side: str) -> int:
     return len({m.group(1) for k in names if (m := re.match(side + r"/layer_(\d+)/", k))})
 
@@ -271,16 +278,13 @@ class TorchWhisper:
     def transcribe(self, clips: list[bytes]) -> list[str]:
         """PCM16 mono 16 kHz utterances in, each one's stripped text out ("" for
         no audio or no speech), as `WhisperAsr.transcribe` gives them."""
-        audio = [
-            np.frombuffer(c[: len(c) // 2 * 2], "<i2").astype(np.float32) / 32768 for c in clips
-        ]
+        audio = [pcm16_to_float32(c[: len(c) // 2 * 2]) for c in clips]
         if not any(len(a) for a in audio):
             return ["" for _ in clips]
         seconds = [min(len(a) / SAMPLE_RATE, 30.0) for a in audio]
         rows = self.decode(
             self.encode(self.features(audio)),
-            # Speech runs at most a few tokens a second; a bound stops a looping decode.
-            [int(20 + 8 * s) for s in seconds],
+            [token_budget(s) for s in seconds],
         )
         return [
             heard(str(self.tokens.decode(r.tokens)), r.avg_logprob, r.no_speech_prob)
@@ -334,7 +338,7 @@ class TorchWhisper:
         budget = torch.tensor(max_tokens, device=self.device)
         done = torch.zeros(rows, dtype=torch.bool, device=self.device)
         logprob = torch.zeros(rows, device=self.device)
-        out: list[list[int]] = [[] for _ in range(rows)]
+        chosen_at: list[torch.Tensor] = []  # each step's token per row
         no_speech = [0.0] * rows
         for step in range(max(max_tokens)):
             x = embeddings[inputs]
@@ -371,9 +375,7 @@ class TorchWhisper:
             chosen = logp.argmax(-1)
             chosen = torch.where(done | (step >= budget), torch.full_like(chosen, tok.end), chosen)
             logprob += torch.where(done, 0.0, logp.gather(1, chosen[:, None])[:, 0])
-            for r, t in enumerate(chosen.tolist()):
-                if t != tok.end:
-                    out[r].append(t)
+            chosen_at.append(chosen)
             done |= chosen == tok.end
             if bool(done.all()):
                 break
@@ -382,7 +384,12 @@ class TorchWhisper:
         return [
             # Per text token, the end's log-prob included (CTranslate2's score).
             Decoded(o, lp / max(1, len(o)), ns)
-            for o, lp, ns in zip(out, logprob.tolist(), no_speech, strict=True)
+            for o, lp, ns in zip(
+                _until_end(torch.stack(chosen_at, dim=1).tolist(), tok.end),
+                logprob.tolist(),
+                no_speech,
+                strict=True,
+            )
         ]
 
     # --------------------------------------------------------------- pieces
