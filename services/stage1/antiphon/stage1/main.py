@@ -20,7 +20,7 @@ from antiphon.stage1.service import Emit, SessionFactory, Stage1Service
 from antiphon.stage1.settings import Stage1Settings
 from antiphon.stage1.synthesis import SynthesisSession, Voice
 from antiphon.stage1.synthetic import SyntheticTts
-from antiphon.stage1.tts import PiperTts
+from antiphon.stage1.tts import Batched, PiperTts
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2_grpc
 
@@ -33,14 +33,22 @@ TEXT_CAPABILITIES = cpb.Capabilities(supports_audio_truncate=True)
 MIMI_CAPABILITIES = cpb.Capabilities(supports_audio_truncate=True, model_native=True)
 
 
-def load_voice(settings: Stage1Settings) -> Voice:
+def load_voice(settings: Stage1Settings, stage_metrics: Stage1Metrics) -> Voice:
     if settings.backend == "piper":
         assets = locate()
+        batched = None
+        if settings.tts_engine == "torch":
+            batched = Batched(
+                device=settings.tts_device,
+                max_batch=settings.tts_max_batch,
+                observe_batch=stage_metrics.tts_batch_size.observe,
+            )
         return PiperTts(
             assets.voice_onnx,
             assets.voice_config,
             threads=settings.tts_threads,
             out_rate=settings.output_rate,
+            batched=batched,
         )
     if settings.backend == "synthetic":
         return SyntheticTts(
@@ -55,11 +63,13 @@ def load_voice(settings: Stage1Settings) -> Voice:
 async def text_backend(
     settings: Stage1Settings, stage_metrics: Stage1Metrics
 ) -> AsyncIterator[SessionFactory]:
-    tts = load_voice(settings)
-    # One synthesis at a time per worker: the voice uses the thread it is given.
-    executor = ThreadPoolExecutor(1, thread_name_prefix="tts")
-    # One voice thread per worker, shared by its sessions, first clauses first.
-    scheduler = SynthesisScheduler(executor, stage_metrics.queue_depth)
+    tts = load_voice(settings, stage_metrics)
+    # onnxruntime's voice uses the one thread it is given: one synthesis at a
+    # time per worker. A batched voice needs a batch's worth of callers.
+    parallel = settings.tts_max_batch if settings.tts_engine == "torch" else 1
+    executor = ThreadPoolExecutor(parallel, thread_name_prefix="tts")
+    # Shared by the worker's sessions, first clauses first.
+    scheduler = SynthesisScheduler(executor, stage_metrics.queue_depth, parallel)
 
     def session(emit: Emit) -> SynthesisSession:
         return SynthesisSession(
@@ -74,6 +84,9 @@ async def text_backend(
     try:
         yield session
     finally:
+        await scheduler.close()
+        if isinstance(tts, PiperTts):
+            tts.close()  # its batch thread, if it has one
         executor.shutdown(wait=False, cancel_futures=True)
 
 

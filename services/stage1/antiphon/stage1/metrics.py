@@ -37,6 +37,12 @@ class Stage1Metrics:
             buckets=(0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2),
             registry=registry,
         )
+        self.tts_batch_size = Histogram(
+            "antiphon_stage1_tts_batch_size",
+            "Sentences voiced in one batch (tts_engine torch)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=registry,
+        )
         self.queue_depth = Gauge(
             "antiphon_stage1_queue_depth",
             "Clauses waiting for the voice thread, across sessions",

@@ -1,11 +1,12 @@
-"""Who speaks next on a stage1 worker's voice thread.
+"""Who speaks next on a stage1 worker's voice.
 
-A worker synthesises one clause at a time (the voice uses the one thread it
-is given). With plain first-come order, a session's first clause could wait
-behind another session's long sentence; here a response's first clause goes
-ahead of every later clause, so time to first audio stays flat as sessions
-share a worker. Work whose epoch was cancelled while it waited is skipped,
-never synthesised.
+A worker synthesises `parallel` clauses at a time: one where the voice uses
+the one thread it is given, many where the voice batches them (a GPU's, which
+voices a batch in about the time of one sentence). With plain first-come
+order, a session's first clause could wait behind another session's long
+sentence; here a response's first clause goes ahead of every later clause, so
+time to first audio stays flat as sessions share a worker. Work whose epoch
+was cancelled while it waited is skipped, never synthesised.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ class _Job(Generic[T]):
 
 
 class SynthesisScheduler:
-    """Runs synthesis jobs on `executor` one at a time, first clauses first."""
+    """Runs synthesis jobs on `executor`, `parallel` at a time, first clauses first."""
 
-    def __init__(self, executor: Executor, queue_depth: Gauge) -> None:
+    def __init__(self, executor: Executor, queue_depth: Gauge, parallel: int = 1) -> None:
         self._executor = executor
         self._queue_depth = queue_depth
+        self._slots = asyncio.Semaphore(parallel)
+        self._running: set[asyncio.Task[None]] = set()
         self._heap: list[_Job[Any]] = []
         self._order = itertools.count()
         self._wakeup = asyncio.Event()
@@ -66,31 +69,42 @@ class SynthesisScheduler:
         return await job.result
 
     async def _dispatch(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             while not self._heap:
                 self._wakeup.clear()
                 await self._wakeup.wait()
+            # A free slot first: the job to run is chosen when it can start,
+            # so a first clause that comes meanwhile still goes ahead.
+            await self._slots.acquire()
+            if not self._heap:
+                self._slots.release()
+                continue
             job = heapq.heappop(self._heap)
             self._queue_depth.set(len(self._heap))
+            task = asyncio.create_task(self._execute(job))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _execute(self, job: _Job[Any]) -> None:
+        try:
             if job.result.done():
-                continue  # its session closed while it waited
+                return  # its session closed while it waited
             if not job.wanted():
                 job.result.set_result(None)
-                continue
+                return
             try:
-                value = await loop.run_in_executor(self._executor, job.run)
+                value = await asyncio.get_running_loop().run_in_executor(self._executor, job.run)
             except Exception as exc:
                 if not job.result.done():
                     job.result.set_exception(exc)
-                continue
+                return
             if not job.result.done():
                 job.result.set_result(value)
+        finally:
+            self._slots.release()
 
     async def close(self) -> None:
-        if self._dispatcher is not None:
-            self._dispatcher.cancel()
-            try:
-                await self._dispatcher
-            except asyncio.CancelledError:
-                pass
+        tasks = [t for t in (self._dispatcher, *self._running) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

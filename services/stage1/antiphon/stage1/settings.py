@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+from pydantic import Field
 
 from antiphon.common.audio_formats import PCM_OUTPUT_RATE
 from antiphon.common.workers import WorkerSettings
@@ -18,6 +20,16 @@ class Stage1Settings(WorkerSettings):
     backend: str = "piper"
     # One thread: two under contention on a shared 2-core box ran far slower.
     tts_threads: int = 1
+    # What runs the Piper voice. `onnxruntime`: on the CPU, one sentence at a
+    # time. `torch` (onnx_torch.py): the same graph in torch on `tts_device`,
+    # the sentences of every session of the worker in shared batches
+    # (voice_batch.py); for a GPU (on a CPU it is slower than onnxruntime).
+    tts_engine: Literal["onnxruntime", "torch"] = "onnxruntime"
+    # torch's device: "cpu", "cuda" or "cuda:N".
+    tts_device: str = "cpu"
+    # Sentences in one `torch` batch at most; as many clauses are synthesised
+    # at once (each waits for its batch), where `onnxruntime` takes one.
+    tts_max_batch: int = Field(default=64, ge=1)
     # The rate the voice speaks; synthesis resamples to the rate a session asks for.
     output_rate: int = PCM_OUTPUT_RATE
     # A response's first clause may end at a word boundary after this many

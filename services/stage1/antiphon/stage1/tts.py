@@ -21,6 +21,7 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import onnxruntime
 from piper import PiperVoice
@@ -169,6 +170,16 @@ def chunk_marks(
     return marks
 
 
+class VoiceSession(Protocol):
+    """What `PiperVoice` calls of an onnxruntime session, and what a batched one adds."""
+
+    def get_outputs(self) -> Sequence[Any]: ...
+
+    def run(self, output_names: Any, feeds: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
 def _session(voice_onnx: Path, threads: int, alignments: bool) -> onnxruntime.InferenceSession:
     options = onnxruntime.SessionOptions()
     # Piper's own loader takes onnxruntime's default (one thread per core);
@@ -201,6 +212,34 @@ def _with_alignment_output(voice_onnx: Path) -> str | bytes:
     return serialized
 
 
+def _batched_session(voice_onnx: Path, batched: Batched, hop: int, threads: int) -> VoiceSession:
+    """The voice's graph in torch on `batched.device`, every caller's sentences batched."""
+    import torch
+
+    from antiphon.stage1.onnx_torch import TorchGraph
+    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+
+    torch.set_num_threads(threads)
+    # The durations say where each sentence of a batch ends: required here.
+    model = _with_alignment_output(voice_onnx)
+    return BatchedVoiceGraph(
+        TorchGraph(model, device=batched.device),
+        hop=hop,
+        max_batch=batched.max_batch,
+        observe_batch=batched.observe_batch,
+    )
+
+
+@dataclass(frozen=True)
+class Batched:
+    """Run the voice in torch on `device`, sentences of all callers batched
+    (voice_batch.py), instead of onnxruntime on the CPU, one at a time."""
+
+    device: str
+    max_batch: int = 64
+    observe_batch: Callable[[int], None] = lambda _size: None
+
+
 class PiperTts:
     """A loaded Piper voice that turns text into `SpeechChunk`s at `out_rate`.
 
@@ -218,20 +257,32 @@ class PiperTts:
         out_rate: int = PCM_OUTPUT_RATE,
         alignments: bool = True,
         varied: bool = True,
+        batched: Batched | None = None,
     ) -> None:
         """`varied=False` takes out the noise Piper samples at every call, so the
         same text always gives the same samples (tests need audio that an ASR
-        either hears or does not, run after run)."""
+        either hears or does not, run after run). With `batched`, `synthesize`
+        may be called from many threads at once: their sentences share batches."""
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         config = PiperConfig.from_dict(json.loads(Path(voice_config).read_text(encoding="utf-8")))
-        session = _session(Path(voice_onnx), threads, alignments)
+        session: VoiceSession
+        if batched is None:
+            session = _session(Path(voice_onnx), threads, alignments)
+        else:
+            session = _batched_session(Path(voice_onnx), batched, config.hop_length, threads)
+        self._session = session
         self._voice = PiperVoice(session=session, config=config)
         self.out_rate = out_rate
         self.voice_rate: int = config.sample_rate
         self.has_alignments = len(session.get_outputs()) > 1
         self._varied = varied
         self._length_scale = config.length_scale
+
+    def close(self) -> None:
+        """Stop the batch thread, if any; sentences still waiting fail."""
+        if not isinstance(self._session, onnxruntime.InferenceSession):
+            self._session.close()
 
     def _weigh(self, word: str) -> int:
         return max(1, sum(phoneme_weight(s) for s in self._voice.phonemize(word)))

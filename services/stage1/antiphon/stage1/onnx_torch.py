@@ -1,0 +1,455 @@
+"""An ONNX graph run with torch operators, on whatever device torch has.
+
+Piper voices ship as ONNX files, and onnxruntime's GPU build needs CUDA
+libraries that a torch image does not carry. A voice's graph is plain
+feed-forward (no loops or branches) over some fifty standard operators, so
+each node maps to one or two torch calls, and the graph runs wherever torch
+does, batched.
+
+Shape arithmetic (Shape, the Gathers and Concats over its result) stays on the
+CPU: those values become Python ints for Reshape, Slice and the like, and
+keeping them off the GPU saves a device round trip per node. Floating-point
+weights go to the device once, at load.
+
+Only the operators and attributes the shipped voices use are implemented;
+loading a graph with any other operator fails at once, naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+import torch.nn.functional as F
+from onnx import numpy_helper
+
+Tensor = torch.Tensor
+# One node: its input tensors (None where an optional input is left out) and
+# its attributes; its outputs.
+Op = Callable[[list[Tensor | None], dict[str, Any]], Sequence[Tensor]]
+
+_DTYPES: dict[int, torch.dtype] = {
+    onnx.TensorProto.FLOAT: torch.float32,
+    onnx.TensorProto.FLOAT16: torch.float16,
+    onnx.TensorProto.DOUBLE: torch.float64,
+    onnx.TensorProto.INT64: torch.int64,
+    onnx.TensorProto.INT32: torch.int32,
+    onnx.TensorProto.INT8: torch.int8,
+    onnx.TensorProto.UINT8: torch.uint8,
+    onnx.TensorProto.BOOL: torch.bool,
+}
+
+
+def _ints(t: Tensor | None) -> list[int]:
+    return [] if t is None else [int(v) for v in t.reshape(-1).tolist()]
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _unary(fn: Callable[[Tensor], Tensor]) -> Op:
+    return lambda xs, _a: [fn(_req(xs[0]))]
+
+
+def _binary(fn: Callable[[Tensor, Tensor], Tensor]) -> Op:
+    return lambda xs, _a: [fn(_req(xs[0]), _req(xs[1]))]
+
+
+def _req(t: Tensor | None) -> Tensor:
+    if t is None:
+        raise ValueError("a required input is missing")
+    return t
+
+
+def _div(a: Tensor, b: Tensor) -> Tensor:
+    # ONNX divides integers with truncation, as C does.
+    if a.dtype.is_floating_point:
+        return a / b
+    return torch.div(a, b, rounding_mode="trunc")
+
+
+def _cast(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    return [_req(xs[0]).to(_DTYPES[a["to"]])]
+
+
+def _shape(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    dims = list(_req(xs[0]).shape)
+    return [torch.tensor(dims[a.get("start", 0) : a.get("end", len(dims))], dtype=torch.int64)]
+
+
+def _reshape(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    x = _req(xs[0])
+    shape = _ints(xs[1])
+    if not a.get("allowzero", 0):
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return [x.reshape(shape)]
+
+
+def _unsqueeze(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
+    x = _req(xs[0])
+    rank = x.dim() + len(_ints(xs[1]))
+    for axis in sorted(_axis(v, rank) for v in _ints(xs[1])):
+        x = x.unsqueeze(axis)
+    return [x]
+
+
+def _squeeze(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
+    x = _req(xs[0])
+    axes = _ints(xs[1]) if len(xs) > 1 else []
+    if not axes:
+        return [x.squeeze()]
+    for axis in sorted((_axis(v, x.dim()) for v in axes), reverse=True):
+        x = x.squeeze(axis)
+    return [x]
+
+
+def _gather(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    data, indices = _req(xs[0]), _req(xs[1])
+    axis = _axis(a.get("axis", 0), data.dim())
+    indices = indices.to(data.device)
+    flat = torch.where(indices < 0, indices + data.shape[axis], indices).reshape(-1)
+    out = torch.index_select(data, axis, flat)
+    shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :])
+    return [out.reshape(shape)]
+
+
+def _gather_elements(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    data, indices = _req(xs[0]), _req(xs[1])
+    axis = _axis(a.get("axis", 0), data.dim())
+    indices = torch.where(indices < 0, indices + data.shape[axis], indices)
+    return [torch.gather(data, axis, indices)]
+
+
+def _gather_nd(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    if a.get("batch_dims", 0):
+        raise NotImplementedError("GatherND with batch_dims")
+    data, indices = _req(xs[0]), _req(xs[1])
+    return [data[tuple(indices[..., i] for i in range(indices.shape[-1]))]]
+
+
+def _scatter_nd(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    if a.get("reduction", "none") not in ("none", b"none"):
+        raise NotImplementedError("ScatterND with a reduction")
+    data, indices, updates = _req(xs[0]), _req(xs[1]), _req(xs[2])
+    out = data.clone()
+    out[tuple(indices[..., i] for i in range(indices.shape[-1]))] = updates
+    return [out]
+
+
+def _transpose(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    x = _req(xs[0])
+    return [x.permute(a.get("perm", list(reversed(range(x.dim())))))]
+
+
+def _concat(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    parts = [t for t in xs if t is not None]
+    return [torch.cat(parts, dim=a["axis"])]
+
+
+def _slice(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
+    x = _req(xs[0])
+    starts, ends = _ints(xs[1]), _ints(xs[2])
+    axes = _ints(xs[3]) if len(xs) > 3 and xs[3] is not None else list(range(len(starts)))
+    steps = _ints(xs[4]) if len(xs) > 4 and xs[4] is not None else [1] * len(starts)
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        axis = _axis(axis, x.dim())
+        size = x.shape[axis]
+        start, end = (v + size if v < 0 else v for v in (start, end))
+        if step > 0:
+            index: list[slice] = [slice(None)] * x.dim()
+            index[axis] = slice(min(max(start, 0), size), min(max(end, 0), size), step)
+            x = x[tuple(index)]
+        else:
+            # torch slices only forwards: pick the elements by index instead.
+            picks = range(min(max(start, -1), size - 1), min(max(end, -1), size - 1), step)
+            x = torch.index_select(x, axis, torch.tensor(picks, dtype=torch.int64, device=x.device))
+    return [x]
+
+
+def _expand(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
+    x = _req(xs[0])
+    # Expand broadcasts both ways: a 1 in `shape` keeps x's dimension.
+    target = _ints(xs[1])
+    rank = max(x.dim(), len(target))
+    dims = [1] * (rank - x.dim()) + list(x.shape)
+    target = [1] * (rank - len(target)) + target
+    return [
+        x.reshape(dims).expand(
+            [max(d, t) if 1 in (d, t) else d for d, t in zip(dims, target, strict=True)]
+        )
+    ]
+
+
+def _constant_of_shape(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    value = a.get("value")
+    fill = value if value is not None else torch.zeros(1, dtype=torch.float32)
+    return [torch.full(_ints(xs[0]), fill.reshape(-1)[0].item(), dtype=fill.dtype)]
+
+
+def _range(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
+    start, limit, delta = (_req(t) for t in xs[:3])
+    return [torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype)]
+
+
+def _conv(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    x, w, b = _req(xs[0]), _req(xs[1]), xs[2] if len(xs) > 2 else None
+    spatial = w.dim() - 2
+    pads = a.get("pads", [0] * 2 * spatial)
+    begin, end = pads[:spatial], pads[spatial:]
+    padding: list[int] | int = begin
+    if begin != end:
+        # F.pad lists the last dimension first.
+        x = F.pad(x, [p for d in reversed(range(spatial)) for p in (begin[d], end[d])])
+        padding = 0
+    conv = F.conv1d if spatial == 1 else F.conv2d
+    return [
+        conv(
+            x,
+            w,
+            b,
+            stride=a.get("strides", 1),
+            padding=padding,
+            dilation=a.get("dilations", 1),
+            groups=a.get("group", 1),
+        )
+    ]
+
+
+def _conv_transpose(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    x, w, b = _req(xs[0]), _req(xs[1]), xs[2] if len(xs) > 2 else None
+    spatial = w.dim() - 2
+    pads = a.get("pads", [0] * 2 * spatial)
+    if pads[:spatial] != pads[spatial:] or "output_shape" in a:
+        raise NotImplementedError("ConvTranspose with uneven pads or an output_shape")
+    conv = F.conv_transpose1d if spatial == 1 else F.conv_transpose2d
+    return [
+        conv(
+            x,
+            w,
+            b,
+            stride=a.get("strides", 1),
+            padding=pads[:spatial],
+            output_padding=a.get("output_padding", 0),
+            groups=a.get("group", 1),
+            dilation=a.get("dilations", 1),
+        )
+    ]
+
+
+def _reduce(fn: Callable[..., Tensor], axes_as_input: bool) -> Op:
+    def run(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+        x = _req(xs[0])
+        axes = _ints(xs[1]) if axes_as_input and len(xs) > 1 else list(a.get("axes", []))
+        keep = bool(a.get("keepdims", 1))
+        if not axes:
+            if a.get("noop_with_empty_axes", 0):
+                return [x]
+            axes = list(range(x.dim()))
+        return [fn(x, dim=[_axis(v, x.dim()) for v in axes], keepdim=keep)]
+
+    return run
+
+
+def _amax(x: Tensor, dim: list[int], keepdim: bool) -> Tensor:
+    return torch.amax(x, dim=dim, keepdim=keepdim)
+
+
+def _pad(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    x = _req(xs[0])
+    pads = _ints(xs[1])
+    value = xs[2].item() if len(xs) > 2 and xs[2] is not None and xs[2].numel() else 0.0
+    if len(xs) > 3 and xs[3] is not None:
+        raise NotImplementedError("Pad with axes")
+    rank = x.dim()
+    torch_pads = [p for d in reversed(range(rank)) for p in (pads[d], pads[d + rank])]
+    # Trailing all-zero pairs are leading dimensions: F.pad needs only the rest.
+    while len(torch_pads) > 2 and torch_pads[-2:] == [0, 0]:
+        torch_pads = torch_pads[:-2]
+    mode = a.get("mode", "constant")
+    if mode == "constant":
+        return [F.pad(x, torch_pads, value=value)]
+    return [F.pad(x, torch_pads, mode={"edge": "replicate"}.get(mode, mode))]
+
+
+def _softmax(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    return [torch.softmax(_req(xs[0]), dim=a.get("axis", -1))]
+
+
+def _split(xs: list[Tensor | None], a: dict[str, Any], outputs: int) -> list[Tensor]:
+    x = _req(xs[0])
+    axis = a.get("axis", 0)
+    sizes = _ints(xs[1]) if len(xs) > 1 and xs[1] is not None else a.get("split")
+    if not sizes:
+        sizes = [x.shape[axis] // outputs] * outputs
+    return list(torch.split(x, sizes, dim=axis))
+
+
+def _cumsum(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    x, axis = _req(xs[0]), _axis(_ints(xs[1])[0], _req(xs[0]).dim())
+    if a.get("reverse", 0):
+        x = x.flip(axis)
+    out = torch.cumsum(x, dim=axis)
+    if a.get("exclusive", 0):
+        out = out - x
+    return [out.flip(axis) if a.get("reverse", 0) else out]
+
+
+def _random_normal_like(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    x = _req(xs[0])
+    dtype = _DTYPES[a["dtype"]] if "dtype" in a else x.dtype
+    noise = torch.randn(x.shape, dtype=dtype, device=x.device)
+    return [noise * a.get("scale", 1.0) + a.get("mean", 0.0)]
+
+
+def _clip(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
+    low = xs[1].item() if len(xs) > 1 and xs[1] is not None else None
+    high = xs[2].item() if len(xs) > 2 and xs[2] is not None else None
+    return [torch.clamp(_req(xs[0]), low, high)]
+
+
+def _where(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
+    return [torch.where(_req(xs[0]), _req(xs[1]), _req(xs[2]))]
+
+
+OPS: dict[str, Op] = {
+    "Add": _binary(torch.add),
+    "Sub": _binary(torch.sub),
+    "Mul": _binary(torch.mul),
+    "Div": _binary(_div),
+    "Pow": _binary(torch.pow),
+    "MatMul": _binary(torch.matmul),
+    "Equal": _binary(torch.eq),
+    "Less": _binary(torch.lt),
+    "LessOrEqual": _binary(torch.le),
+    "GreaterOrEqual": _binary(torch.ge),
+    "Greater": _binary(torch.gt),
+    "And": _binary(torch.logical_and),
+    "Not": _unary(torch.logical_not),
+    "Neg": _unary(torch.neg),
+    "Sqrt": _unary(torch.sqrt),
+    "Exp": _unary(torch.exp),
+    "Erf": _unary(torch.erf),
+    "Tanh": _unary(torch.tanh),
+    "Sigmoid": _unary(torch.sigmoid),
+    "Relu": _unary(torch.relu),
+    "Softplus": _unary(F.softplus),
+    "Ceil": _unary(torch.ceil),
+    "Identity": _unary(lambda x: x),
+    "NonZero": _unary(lambda x: torch.nonzero(x).T),
+    "LeakyRelu": lambda xs, a: [F.leaky_relu(_req(xs[0]), a.get("alpha", 0.01))],
+    "Cast": _cast,
+    "Shape": _shape,
+    "Reshape": _reshape,
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+    "Gather": _gather,
+    "GatherElements": _gather_elements,
+    "GatherND": _gather_nd,
+    "ScatterND": _scatter_nd,
+    "Transpose": _transpose,
+    "Concat": _concat,
+    "Slice": _slice,
+    "Expand": _expand,
+    "ConstantOfShape": _constant_of_shape,
+    "Range": _range,
+    "Conv": _conv,
+    "ConvTranspose": _conv_transpose,
+    "ReduceMean": _reduce(torch.mean, axes_as_input=False),
+    "ReduceMax": _reduce(_amax, axes_as_input=False),
+    "ReduceSum": _reduce(torch.sum, axes_as_input=True),
+    "Pad": _pad,
+    "Softmax": _softmax,
+    "CumSum": _cumsum,
+    "RandomNormalLike": _random_normal_like,
+    "Clip": _clip,
+    "Where": _where,
+}
+
+
+def _attribute(attr: onnx.AttributeProto) -> Any:
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, onnx.TensorProto):
+        return torch.from_numpy(numpy_helper.to_array(value).copy())
+    if isinstance(value, bytes):
+        return value.decode()
+    return value
+
+
+class _Node:
+    __slots__ = ("attrs", "inputs", "op", "op_type", "outputs")
+
+    def __init__(self, node: onnx.NodeProto) -> None:
+        self.op_type = node.op_type
+        self.inputs = list(node.input)
+        self.outputs = list(node.output)
+        self.attrs = {a.name: _attribute(a) for a in node.attribute}
+        if node.op_type == "Split":
+            count = len(node.output)
+            self.op: Op = lambda xs, a: _split(xs, a, count)
+        elif node.op_type == "Constant":
+            value = self.attrs["value"]
+            self.op = lambda _xs, _a: [value]
+        else:
+            self.op = OPS[node.op_type]
+
+
+class TorchGraph:
+    """An ONNX model's graph as torch calls on `device`; `run` as onnxruntime's."""
+
+    def __init__(self, model: onnx.ModelProto | str | bytes, device: str = "cpu") -> None:
+        if not isinstance(model, onnx.ModelProto):
+            model = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
+        graph = model.graph
+        unknown = sorted({n.op_type for n in graph.node} - set(OPS) - {"Split", "Constant"})
+        if unknown:
+            raise NotImplementedError(f"ONNX operators not implemented: {', '.join(unknown)}")
+        self.device = torch.device(device)
+        self._constants: dict[str, Tensor] = {}
+        for init in graph.initializer:
+            value = torch.from_numpy(numpy_helper.to_array(init).copy())
+            self._constants[init.name] = self._placed(value)
+        self._nodes = [_Node(n) for n in graph.node]
+        self.input_names = [i.name for i in graph.input if i.name not in self._constants]
+        self.output_names = [o.name for o in graph.output]
+        # Each value's last reader, so that intermediates are freed as soon as
+        # they are spent (a batch's decoder activations are large on a GPU).
+        self._last_use: dict[str, int] = {}
+        for index, node in enumerate(self._nodes):
+            for name in node.inputs:
+                self._last_use[name] = index
+
+    @torch.inference_mode()
+    def run(self, feeds: Mapping[str, np.ndarray | Tensor]) -> list[Tensor]:
+        """The graph's outputs for `feeds` (by input name), as tensors on the device."""
+        values: dict[str, Tensor] = dict(self._constants)
+        for name, value in feeds.items():
+            tensor = value if isinstance(value, Tensor) else torch.from_numpy(np.asarray(value))
+            values[name] = self._placed(tensor)
+        keep = set(self.output_names)
+        for index, node in enumerate(self._nodes):
+            xs = [values[name] if name else None for name in node.inputs]
+            outs = node.op(self._on_one_device(xs), node.attrs)
+            for name, out in zip(node.outputs, outs, strict=False):
+                values[name] = out
+            for name in node.inputs:
+                if self._last_use.get(name) == index and name not in keep:
+                    if name not in self._constants:
+                        values.pop(name, None)
+        return [values[name] for name in self.output_names]
+
+    def _placed(self, value: Tensor) -> Tensor:
+        """Floating-point values on the device; integers (ids, lengths, shape
+        arithmetic) where they are, moved only when a device value meets them."""
+        return value.to(self.device) if value.dtype.is_floating_point else value
+
+    def _on_one_device(self, xs: list[Tensor | None]) -> list[Tensor | None]:
+        """Inputs moved to the device where any one of them is there already."""
+        if self.device.type == "cpu" or not any(
+            t is not None and t.device.type != "cpu" for t in xs
+        ):
+            return xs
+        return [t.to(self.device) if t is not None and t.device.type == "cpu" else t for t in xs]

@@ -1,0 +1,149 @@
+"""Every session's sentences on a worker, voiced together on one device.
+
+A GPU runs Piper's network on 64 sentences in about the time of one, so the
+sessions of a worker do not each call it: `BatchedVoiceGraph` stands in for
+the onnxruntime session that `PiperVoice` calls, per sentence, from many
+synthesis threads at once. Each call waits in one queue; one batch at a time
+takes everything waiting (up to `max_batch`, and only sentences asking the
+same scales: the graph takes one set per batch), pads the phoneme ids, and
+runs the graph once. A sentence that arrives while a batch runs goes in the
+next one, so a lone caller is never held back for company, and under load the
+batches grow by themselves.
+
+Each sentence gets back exactly what a batch of one would give: the padding
+is masked inside the network, and its audio ends where its phoneme durations
+(the graph's alignment output) say.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+
+from antiphon.stage1.onnx_torch import TorchGraph
+
+
+@dataclass(frozen=True)
+class _Output:
+    """What `PiperVoice` reads of an onnxruntime session's outputs."""
+
+    name: str
+
+
+@dataclass
+class _Sentence:
+    ids: np.ndarray
+    scales: np.ndarray
+    heard: Future[list[np.ndarray]]
+
+    @property
+    def key(self) -> bytes:
+        return self.scales.tobytes()
+
+
+class BatchedVoiceGraph:
+    """A voice graph whose `run` calls, from any thread, are batched together.
+
+    The graph must have the alignment output (`add_alignment_output`): it is
+    what says where each sentence's audio ends. `hop` is the voice's samples
+    per duration unit (its config's hop length).
+    """
+
+    def __init__(
+        self,
+        graph: TorchGraph,
+        *,
+        hop: int,
+        max_batch: int,
+        observe_batch: Callable[[int], None] = lambda _size: None,
+    ) -> None:
+        if len(graph.output_names) < 2:
+            raise ValueError("the voice graph needs its alignment output to be batched")
+        self._graph = graph
+        self._hop = hop
+        self._max_batch = max(1, max_batch)
+        self._observe_batch = observe_batch
+        self._waiting: list[_Sentence] = []
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="tts-batch", daemon=True)
+        self._thread.start()
+
+    def get_outputs(self) -> list[_Output]:
+        return [_Output(name) for name in self._graph.output_names]
+
+    def run(
+        self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]
+    ) -> list[np.ndarray]:
+        """One sentence (a batch of one, as `PiperVoice` feeds it); blocks until voiced."""
+        if "sid" in feeds:
+            raise NotImplementedError("multi-speaker voices are not batched")
+        ids = np.asarray(feeds["input"]).reshape(-1)
+        heard: Future[list[np.ndarray]] = Future()
+        sentence = _Sentence(ids, np.asarray(feeds["scales"], dtype=np.float32), heard)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the voice is closed")
+            self._waiting.append(sentence)
+            self._wakeup.notify()
+        outputs = heard.result()
+        if output_names is None:
+            return outputs
+        return [outputs[self._graph.output_names.index(name)] for name in output_names]
+
+    def _take(self) -> list[_Sentence] | None:
+        with self._lock:
+            while not self._waiting and not self._closed:
+                self._wakeup.wait()
+            if self._closed:
+                return None
+            key = self._waiting[0].key
+            batch = [s for s in self._waiting if s.key == key][: self._max_batch]
+            taken = {id(s) for s in batch}
+            self._waiting = [s for s in self._waiting if id(s) not in taken]
+            return batch
+
+    def _loop(self) -> None:
+        while (batch := self._take()) is not None:
+            self._observe_batch(len(batch))
+            try:
+                results = self._voice(batch)
+            except Exception as exc:
+                for sentence in batch:
+                    sentence.heard.set_exception(exc)
+                continue
+            for sentence, outputs in zip(batch, results, strict=True):
+                sentence.heard.set_result(outputs)
+
+    def _voice(self, batch: list[_Sentence]) -> list[list[np.ndarray]]:
+        lengths = np.array([len(s.ids) for s in batch], dtype=np.int64)
+        ids = np.zeros((len(batch), int(lengths.max())), dtype=np.int64)
+        for row, sentence in enumerate(batch):
+            ids[row, : len(sentence.ids)] = sentence.ids
+        audio, durations = (
+            t.float().cpu().numpy()
+            for t in self._graph.run(
+                {"input": ids, "input_lengths": lengths, "scales": batch[0].scales}
+            )[:2]
+        )
+        results = []
+        for row, length in enumerate(lengths):
+            spans = durations[row, ..., :length]
+            samples = int(spans.sum()) * self._hop
+            # The shapes a batch of one has: audio (1, 1, 1, n), durations (1, 1, t).
+            results.append([audio[row, ..., :samples][None], spans[None]])
+        return results
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting = self._waiting, []
+            self._wakeup.notify_all()
+        for sentence in waiting:
+            sentence.heard.set_exception(RuntimeError("the voice is closed"))
+        self._thread.join(timeout=5)

@@ -1,0 +1,231 @@
+"""The ONNX graph in torch: operator by operator against onnxruntime, then the
+shipped Piper voice whole, alone and batched across threads."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+from antiphon.stage1.onnx_torch import TorchGraph
+from tests.support import tiers
+
+# Every case runs onnxruntime beside torch.
+pytestmark = pytest.mark.models
+
+FLOAT = TensorProto.FLOAT
+
+
+def _graph(
+    op: str,
+    inputs: dict[str, np.ndarray],
+    constants: dict[str, np.ndarray],
+    outputs: int = 1,
+    **attrs: Any,
+) -> onnx.ModelProto:
+    """One node over `inputs` (fed) and `constants` (initializers), in order."""
+    names = [*inputs, *constants]
+    node = helper.make_node(op, names, [f"y{i}" for i in range(outputs)], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for n, v in inputs.items()
+        ],
+        [helper.make_tensor_value_info(f"y{i}", FLOAT, None) for i in range(outputs)],
+        [onnx.numpy_helper.from_array(v, n) for n, v in constants.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+
+
+rng = np.random.default_rng(3)
+x34 = rng.standard_normal((3, 4)).astype(np.float32)
+x235 = rng.standard_normal((2, 3, 5)).astype(np.float32)
+ints = np.array
+FAR = 10**9  # past either end: ONNX clamps it
+
+# (operator, fed inputs, initializers, outputs, attributes): the edges that the
+# voices reach (negative axes and steps, uneven pads, broadcasting both ways).
+CASES: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray], int, dict[str, object]]] = [
+    ("Slice", {"x": x235}, {"s": ints([-1]), "e": ints([-FAR]), "a": ints([2]), "t": ints([-2])},
+     1, {}),
+    ("Slice", {"x": x235}, {"s": ints([1, 0]), "e": ints([FAR, -1]), "a": ints([1, -1])}, 1, {}),
+    ("Expand", {"x": x34[:, :1]}, {"s": ints([2, 1, 4])}, 1, {}),
+    ("Pad", {"x": x235}, {"p": ints([0, 0, 1, 0, 0, 2])}, 1, {}),
+    ("Pad", {"x": x235}, {"p": ints([0, 1, 0, 0, 0, 0])}, 1, {"mode": "reflect"}),
+    ("CumSum", {"x": x34}, {"a": ints(1)}, 1, {"exclusive": 1, "reverse": 1}),
+    ("Gather", {"x": x235}, {"i": ints([[-1, 0]])}, 1, {"axis": 1}),
+    ("GatherElements", {"x": x34}, {"i": ints([[1, 0, 2, 1]])}, 1, {"axis": 0}),
+    ("GatherND", {"x": x235}, {"i": ints([[1, 2], [0, 0]])}, 1, {}),
+    ("ScatterND", {"x": x34}, {"i": ints([[2], [0]]), "u": x34[:2] * 10}, 1, {}),
+    ("ReduceSum", {"x": x235}, {"a": ints([-1])}, 1, {"keepdims": 0}),
+    ("ReduceMean", {"x": x235}, {}, 1, {"axes": [1], "keepdims": 1}),
+    ("Split", {"x": x235}, {"s": ints([2, 3])}, 2, {"axis": -1}),
+    ("Unsqueeze", {"x": x34}, {"a": ints([0, -1])}, 1, {}),
+    ("Reshape", {"x": x235}, {"s": ints([0, -1])}, 1, {}),
+    ("Conv", {"x": x235}, {"w": rng.standard_normal((4, 3, 3)).astype(np.float32)}, 1,
+     {"pads": [2, 0], "dilations": [1], "strides": [1]}),
+    ("ConvTranspose", {"x": x235}, {"w": rng.standard_normal((3, 2, 4)).astype(np.float32)}, 1,
+     {"pads": [1, 1], "strides": [2]}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("op", "inputs", "constants", "outputs", "attrs"), CASES)
+def test_an_operator_computes_what_onnxruntime_does(
+    op: str,
+    inputs: dict[str, np.ndarray],
+    constants: dict[str, np.ndarray],
+    outputs: int,
+    attrs: dict[str, object],
+) -> None:
+    model = _graph(op, inputs, constants, outputs, **attrs)
+    expected = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, inputs)
+    got = TorchGraph(model).run(inputs)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert tuple(g.shape) == e.shape
+        np.testing.assert_allclose(g.numpy(), e, rtol=1e-5, atol=1e-5)
+
+
+def test_an_operator_it_lacks_is_named_at_load() -> None:
+    model = _graph("Det", {"x": x34[:3, :3]}, {})
+    with pytest.raises(NotImplementedError, match="Det"):
+        TorchGraph(model)
+
+
+# --- the shipped voice ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def voice_model(request: pytest.FixtureRequest) -> bytes:
+    tiers.require(request, tiers.MODELS, "loads the Piper voice")
+    from piper.patch_voice_with_alignment import add_alignment_output
+
+    from antiphon.stage1.assets import locate
+
+    model = onnx.load(str(locate().voice_onnx))
+    add_alignment_output(model)
+    return model.SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[list[int]]:
+    """Phoneme ids of real sentences of different lengths (each ends in silence,
+    as Piper's do: a padded neighbour's decoder then reaches no audible sample)."""
+    from piper import PiperVoice
+
+    from antiphon.stage1.assets import locate
+
+    voice = PiperVoice.load(locate().voice_onnx)
+    text = "Sure. The store opens at nine, and it closes at five. Goodbye! Is there more?"
+    return [voice.phonemes_to_ids(p) for p in voice.phonemize(text)]
+
+
+def _feeds(ids: list[int]) -> dict[str, np.ndarray]:
+    return {
+        "input": np.array([ids], dtype=np.int64),
+        "input_lengths": np.array([len(ids)], dtype=np.int64),
+        # No noise: the same ids give the same samples.
+        "scales": np.array([0.0, 1.0, 0.0], dtype=np.float32),
+    }
+
+
+def test_the_voice_sounds_as_it_does_in_onnxruntime(
+    voice_model: bytes, sentences: list[list[int]]
+) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    runtime = onnxruntime.InferenceSession(voice_model, options, providers=["CPUExecutionProvider"])
+    feeds = _feeds(sentences[1])
+    audio, durations = runtime.run(None, feeds)
+    got_audio, got_durations = (t.numpy() for t in TorchGraph(voice_model).run(feeds))
+    assert got_audio.shape == audio.shape
+    assert np.abs(audio).max() > 0.05  # it speaks
+    np.testing.assert_allclose(got_audio, audio, atol=1e-3)
+    np.testing.assert_array_equal(got_durations, durations)
+
+
+def test_sentences_voiced_together_sound_as_each_does_alone(
+    voice_model: bytes, sentences: list[list[int]]
+) -> None:
+    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+
+    assert len({len(s) for s in sentences}) == 4
+    alone = TorchGraph(voice_model)
+    sizes: list[int] = []
+    batched = BatchedVoiceGraph(
+        TorchGraph(voice_model), hop=256, max_batch=8, observe_batch=sizes.append
+    )
+    results: dict[int, list[np.ndarray]] = {}
+    start = threading.Barrier(len(sentences) * 2)
+
+    def voice(i: int) -> None:
+        start.wait()
+        results[i] = batched.run(None, _feeds(sentences[i % len(sentences)]))
+
+    threads = [threading.Thread(target=voice, args=(i,)) for i in range(len(sentences) * 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    batched.close()
+    assert max(sizes) > 1, sizes  # they did share a batch
+    assert sum(sizes) == len(threads)
+    for i, (audio, durations) in results.items():
+        want_audio, want_durations = (
+            t.numpy() for t in alone.run(_feeds(sentences[i % len(sentences)]))
+        )
+        assert audio.shape == want_audio.shape, i
+        np.testing.assert_allclose(audio, want_audio, atol=1e-3)
+        np.testing.assert_array_equal(durations, want_durations)
+
+
+def test_a_closed_batch_fails_its_callers_at_once(voice_model: bytes) -> None:
+    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+
+    batched = BatchedVoiceGraph(TorchGraph(voice_model), hop=256, max_batch=4)
+    batched.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        batched.run(None, _feeds([1, 0, 2]))
+
+
+def test_piper_on_the_torch_engine_says_what_onnxruntime_says(
+    request: pytest.FixtureRequest,
+) -> None:
+    """The whole voice, text in: same chunks, texts and marks either way."""
+    tiers.require(request, tiers.MODELS, "loads the Piper voice")
+    from antiphon.stage1.assets import locate
+    from antiphon.stage1.tts import Batched, PiperTts
+
+    assets = locate()
+    sizes: list[int] = []
+    make: Callable[..., PiperTts] = lambda **kw: PiperTts(  # noqa: E731
+        assets.voice_onnx, assets.voice_config, out_rate=24000, varied=False, **kw
+    )
+    runtime, torch_voice = make(), make(batched=Batched("cpu", 4, sizes.append))
+    text = "Sure. The store opens at nine, and it closes at five."
+    try:
+        want = list(runtime.synthesize(text))
+        got = list(torch_voice.synthesize(text))
+    finally:
+        torch_voice.close()
+    assert [c.text for c in got] == [c.text for c in want]
+    assert [c.marks for c in got] == [c.marks for c in want]
+    for g, w in zip(got, want, strict=True):
+        a = np.frombuffer(g.pcm16, np.int16).astype(np.int32)
+        b = np.frombuffer(w.pcm16, np.int16).astype(np.int32)
+        assert len(a) == len(b)
+        assert np.abs(a - b).max() <= 64  # within a few PCM16 steps of rounding
+    assert sizes and sum(sizes) == len(want)
