@@ -398,9 +398,14 @@ class _Node:
 
 
 class TorchGraph:
-    """An ONNX model's graph as torch calls on `device`; `run` as onnxruntime's."""
+    """An ONNX model's graph as torch calls on `device`; `run` as onnxruntime's.
 
-    def __init__(self, model: onnx.ModelProto | str | bytes, device: str = "cpu") -> None:
+    `half`: convolutions and matrix products in float16 under torch's autocast
+    (a GPU's tensor cores), everything else as the graph says."""
+
+    def __init__(
+        self, model: onnx.ModelProto | str | bytes, device: str = "cpu", *, half: bool = False
+    ) -> None:
         if not isinstance(model, onnx.ModelProto):
             model = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
         graph = model.graph
@@ -408,6 +413,7 @@ class TorchGraph:
         if unknown:
             raise NotImplementedError(f"ONNX operators not implemented: {', '.join(unknown)}")
         self.device = torch.device(device)
+        self._half = half
         self._constants: dict[str, Tensor] = {}
         for init in graph.initializer:
             value = torch.from_numpy(numpy_helper.to_array(init).copy())
@@ -425,6 +431,10 @@ class TorchGraph:
     @torch.inference_mode()
     def run(self, feeds: Mapping[str, np.ndarray | Tensor]) -> list[Tensor]:
         """The graph's outputs for `feeds` (by input name), as tensors on the device."""
+        with torch.autocast(self.device.type, dtype=torch.float16, enabled=self._half):
+            return self._run(feeds)
+
+    def _run(self, feeds: Mapping[str, np.ndarray | Tensor]) -> list[Tensor]:
         values: dict[str, Tensor] = dict(self._constants)
         for name, value in feeds.items():
             tensor = value if isinstance(value, Tensor) else torch.from_numpy(np.asarray(value))

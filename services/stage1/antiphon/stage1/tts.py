@@ -214,14 +214,14 @@ def _with_alignment_output(voice_onnx: Path) -> str | bytes:
 
 def _batched_session(voice_onnx: Path, batched: Batched, hop: int, threads: int) -> VoiceSession:
     """The voice's graph in torch on `batched.device`, every caller's sentences batched."""
+    import onnx
     import torch
 
     from antiphon.stage1.onnx_torch import TorchGraph
-    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+    from antiphon.stage1.voice_batch import BatchedVoiceGraph, with_durations
 
     torch.set_num_threads(threads)
-    # The durations say where each sentence of a batch ends: required here.
-    model = _with_alignment_output(voice_onnx)
+    model = with_durations(onnx.load(str(voice_onnx)))
     return BatchedVoiceGraph(
         TorchGraph(model, device=batched.device),
         hop=hop,

@@ -23,8 +23,22 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 
 from antiphon.stage1.onnx_torch import TorchGraph
+
+
+def with_durations(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with its phoneme durations (the one Ceil's output, in hops) as its
+    second output, if they are not one already: they say where each sentence
+    of a batch ends. Piper's `add_alignment_output` does the same, for
+    onnxruntime; this one needs no Piper (the GPU bench runs without it)."""
+    ceils = [out for node in model.graph.node if node.op_type == "Ceil" for out in node.output]
+    if len(ceils) != 1:
+        raise ValueError(f"expected one Ceil (the phoneme durations), found {len(ceils)}")
+    if ceils[0] not in {o.name for o in model.graph.output}:
+        model.graph.output.append(onnx.helper.make_empty_tensor_value_info(ceils[0]))
+    return model
 
 
 @dataclass(frozen=True)

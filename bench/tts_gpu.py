@@ -1,0 +1,246 @@
+"""Batched Piper on a GPU: clauses per second, against Piper as it comes.
+
+    python -m bench.tts_gpu --device cuda --voice VOICE.onnx --out $OUT/tts-h200.json
+
+stage1's `tts_engine: torch` path (services/stage1/antiphon/stage1/onnx_torch.py,
+voice_batch.py) voices B clauses at once at every level of `--levels`: B
+threads call the batched graph together, as the synthesis threads of B
+sessions do, and the batcher runs them in batches of at most `--max-batch`.
+The clauses are the shipped voice's phoneme ids of answer clauses as stage1
+cuts them (bench/tts_clauses.json; `--make-clauses` writes it again, with
+Piper installed), cycled to B, and the voice's own noise scales.
+
+Reported per level: the wall time until the last clause is voiced (p50 of
+`--repeats`, after a warm-up), a clause's own wait from its call to its audio
+(p50/p95 over the level's calls), clauses per second, and audio seconds per
+wall second (`x_real_time`: the sessions it keeps talking without a pause).
+Beside it, Piper as it comes: onnxruntime on the CPU, one thread, one clause
+after another (stage1's CPU worker). Runs on the CPU too (`--device cpu`),
+which is how the tests keep it working; only the GPU's numbers are worth
+reporting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+import torch
+
+from antiphon.stage1.onnx_torch import TorchGraph
+from antiphon.stage1.voice_batch import BatchedVoiceGraph, with_durations
+
+CLAUSES = Path(__file__).with_name("tts_clauses.json")
+# The answer clauses: a first few words (stage1's first_clause_words), then
+# whole clauses and sentences.
+TEXTS = [
+    "Sure,",
+    "The store opens at nine in the morning,",
+    "and it closes at five.",
+    "I can book a table for two tonight.",
+    "Would you like that?",
+    "Of course.",
+    "Your order number is four one two seven, and it ships tomorrow.",
+    "Let me check that for you.",
+]
+
+
+def make_clauses(voice_onnx: Path) -> None:
+    from piper import PiperVoice
+
+    voice = PiperVoice.load(voice_onnx)
+    clauses = [
+        {"text": text, "ids": voice.phonemes_to_ids(phonemes)}
+        for text in TEXTS
+        for phonemes in voice.phonemize(text)
+        if phonemes
+    ]
+    config = voice.config
+    CLAUSES.write_text(
+        json.dumps(
+            {
+                "sample_rate": config.sample_rate,
+                "hop": config.hop_length,
+                "scales": [config.noise_scale, config.length_scale, config.noise_w_scale],
+                "clauses": clauses,
+            }
+        )
+        + "\n"
+    )
+
+
+def _feeds(ids: list[int], scales: list[float]) -> dict[str, np.ndarray]:
+    return {
+        "input": np.array([ids], dtype=np.int64),
+        "input_lengths": np.array([len(ids)], dtype=np.int64),
+        "scales": np.array(scales, dtype=np.float32),
+    }
+
+
+def voice_at_once(
+    voice: BatchedVoiceGraph, clauses: list[list[int]], scales: list[float]
+) -> tuple[float, list[float], int]:
+    """All `clauses` called at once from threads of their own: the wall time,
+    each call's wait (s) and the samples voiced."""
+    waits = [0.0] * len(clauses)
+    samples = [0] * len(clauses)
+    go = threading.Barrier(len(clauses) + 1)
+
+    def call(i: int) -> None:
+        go.wait()
+        t0 = time.perf_counter()
+        audio = voice.run(None, _feeds(clauses[i], scales))[0]
+        waits[i] = time.perf_counter() - t0
+        samples[i] = audio.size
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(clauses))]
+    for t in threads:
+        t.start()
+    go.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, waits, sum(samples)
+
+
+def as_it_comes(voice_onnx: Path, clauses: list[list[int]], scales: list[float]) -> dict[str, Any]:
+    """onnxruntime on the CPU, one thread, the clauses one after another."""
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(
+        str(voice_onnx), options, providers=["CPUExecutionProvider"]
+    )
+    session.run(None, _feeds(clauses[0], scales))  # warm-up
+    t0 = time.perf_counter()
+    samples = sum(session.run(None, _feeds(ids, scales))[0].size for ids in clauses)
+    wall = time.perf_counter() - t0
+    return {
+        "wall_s": round(wall, 3),
+        "clauses_per_s": round(len(clauses) / wall, 1),
+        "samples": samples,
+    }
+
+
+def half_snr_db(
+    model: onnx.ModelProto, half: TorchGraph, clauses: list[list[int]], device: str
+) -> float:
+    """How far float16's audio is from float32's (noise off), as a signal-to-noise
+    ratio in dB over every clause: above ~40 dB the two sound alike."""
+    full = TorchGraph(model, device=device)
+    signal = error = 0.0
+    for ids in clauses:
+        feeds = _feeds(ids, [0.0, 1.0, 0.0])
+        want, got = full.run(feeds)[0].float(), half.run(feeds)[0].float()
+        signal += float((want**2).sum())
+        error += float(((got - want) ** 2).sum())
+    return round(10 * float(np.log10(signal / max(error, 1e-12))), 1)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    spec = json.loads(CLAUSES.read_text())
+    ids = [c["ids"] for c in spec["clauses"]]
+    scales, rate = spec["scales"], spec["sample_rate"]
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    model = with_durations(onnx.load(args.voice))
+    graph = TorchGraph(model, device=args.device, half=args.half)
+    sizes: list[int] = []
+    voice = BatchedVoiceGraph(
+        graph, hop=spec["hop"], max_batch=args.max_batch, observe_batch=sizes.append
+    )
+    cpu = as_it_comes(Path(args.voice), ids, scales)
+    cpu["x_real_time"] = round(cpu.pop("samples") / rate / cpu["wall_s"], 1)
+    snr = half_snr_db(model, graph, ids, args.device) if args.half else None
+    print(json.dumps({"as_it_comes": cpu}), flush=True)
+    levels: list[dict[str, Any]] = []
+    try:
+        for level in args.levels:
+            clauses = [ids[i % len(ids)] for i in range(level)]
+            voice_at_once(voice, clauses, scales)  # warm-up (the allocator, cuDNN's choices)
+            sync()
+            walls, waits, samples = [], [], 0
+            sizes.clear()
+            for _ in range(args.repeats):
+                wall, level_waits, samples = voice_at_once(voice, clauses, scales)
+                walls.append(wall)
+                waits.extend(level_waits)
+            p50 = statistics.median(walls)
+            row = {
+                "clauses": level,
+                "wall_ms_p50": round(p50 * 1000, 1),
+                "wait_ms_p50": round(float(np.percentile(waits, 50)) * 1000, 1),
+                "wait_ms_p95": round(float(np.percentile(waits, 95)) * 1000, 1),
+                "clauses_per_s": round(level / p50, 1),
+                "x_real_time": round(samples / rate / p50, 1),
+                "batches_per_call": round(len(sizes) / args.repeats, 1),
+            }
+            row["over_as_it_comes"] = round(row["clauses_per_s"] / cpu["clauses_per_s"], 1)
+            print(json.dumps(row), flush=True)
+            levels.append(row)
+            if args.out:
+                write(args, spec, cpu, levels, snr)
+    finally:
+        voice.close()
+    return {"as_it_comes": cpu, "levels": levels}
+
+
+def write(
+    args: argparse.Namespace,
+    spec: dict[str, Any],
+    cpu: dict[str, Any],
+    levels: list[dict[str, Any]],
+    half_snr: float | None,
+) -> None:
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "bench": "tts_gpu",
+                "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+                "voice": Path(args.voice).name,
+                "dtype": "float16 autocast" if args.half else "float32",
+                # float16's audio against float32's, noise off (dB; None: float32 ran).
+                "half_snr_db": half_snr,
+                "max_batch": args.max_batch,
+                "clause_phonemes": [len(c["ids"]) for c in spec["clauses"]],
+                "repeats": args.repeats,
+                "as_it_comes": {"engine": "onnxruntime CPU, 1 thread, one at a time", **cpu},
+                "levels": levels,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--voice", default="", help="the voice's .onnx (default: the shipped one)")
+    parser.add_argument(
+        "--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64, 128, 256]
+    )
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--half", action="store_true", help="float16 autocast (TorchGraph half)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default="")
+    parser.add_argument("--make-clauses", action="store_true", help="write tts_clauses.json")
+    args = parser.parse_args()
+    if not args.voice:
+        from antiphon.stage1.assets import locate
+
+        args.voice = str(locate().voice_onnx)
+    if args.make_clauses:
+        make_clauses(Path(args.voice))
+        return
+    measure(args)
+
+
+if __name__ == "__main__":
+    main()
