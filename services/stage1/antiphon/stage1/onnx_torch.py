@@ -418,6 +418,17 @@ class TorchGraph:
         for init in graph.initializer:
             value = torch.from_numpy(numpy_helper.to_array(init).copy())
             self._constants[init.name] = self._placed(value)
+        # The integer constants, on the device too, for the nodes that meet
+        # them there (a mask's fill value, an axis compared with a device index).
+        self._device_constants = (
+            {}
+            if self.device.type == "cpu"
+            else {
+                name: value.to(self.device)
+                for name, value in self._constants.items()
+                if not value.is_cuda
+            }
+        )
         self._nodes = [_Node(n) for n in graph.node]
         self.input_names = [i.name for i in graph.input if i.name not in self._constants]
         self.output_names = [o.name for o in graph.output]
@@ -439,16 +450,25 @@ class TorchGraph:
         for name, value in feeds.items():
             tensor = value if isinstance(value, Tensor) else torch.from_numpy(np.asarray(value))
             values[name] = self._placed(tensor)
+        # Device copies of values computed on the CPU, made once per run; the
+        # constants' are made once at load.
+        moved = dict(self._device_constants)
         keep = set(self.output_names)
         for index, node in enumerate(self._nodes):
             xs = [values[name] if name else None for name in node.inputs]
-            outs = node.op(self._on_one_device(xs), node.attrs)
+            if self.device.type != "cpu" and any(t is not None and t.is_cuda for t in xs):
+                xs = [
+                    self._moved(name, t, moved) if t is not None and not t.is_cuda else t
+                    for name, t in zip(node.inputs, xs, strict=True)
+                ]
+            outs = node.op(xs, node.attrs)
             for name, out in zip(node.outputs, outs, strict=False):
                 values[name] = out
             for name in node.inputs:
                 if self._last_use.get(name) == index and name not in keep:
                     if name not in self._constants:
                         values.pop(name, None)
+                        moved.pop(name, None)
         return [values[name] for name in self.output_names]
 
     def _placed(self, value: Tensor) -> Tensor:
@@ -456,10 +476,12 @@ class TorchGraph:
         arithmetic) where they are, moved only when a device value meets them."""
         return value.to(self.device) if value.dtype.is_floating_point else value
 
-    def _on_one_device(self, xs: list[Tensor | None]) -> list[Tensor | None]:
-        """Inputs moved to the device where any one of them is there already."""
-        if self.device.type == "cpu" or not any(
-            t is not None and t.device.type != "cpu" for t in xs
-        ):
-            return xs
-        return [t.to(self.device) if t is not None and t.device.type == "cpu" else t for t in xs]
+    def _moved(self, name: str, value: Tensor, moved: dict[str, Tensor]) -> Tensor:
+        """`value` (named `name`) on the device, copied there at most once a run.
+
+        Each blocking copy would wait for the device to finish all it was
+        given: an unpinned host tensor is staged at once, so the copy need not
+        block."""
+        if name not in moved:
+            moved[name] = value.to(self.device, non_blocking=True)
+        return moved[name]
