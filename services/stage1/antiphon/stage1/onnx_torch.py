@@ -370,6 +370,24 @@ OPS: dict[str, Op] = {
 }
 
 
+# Inputs each operator reads as Python numbers (shapes, axes, bounds), by
+# position: never moved to the device, where reading them would wait for it.
+_HOST_INPUTS: dict[str, frozenset[int]] = {
+    "Reshape": frozenset({1}),
+    "Unsqueeze": frozenset({1}),
+    "Squeeze": frozenset({1}),
+    "Slice": frozenset({1, 2, 3, 4}),
+    "Expand": frozenset({1}),
+    "Pad": frozenset({1, 2, 3}),
+    "ReduceSum": frozenset({1}),
+    "Split": frozenset({1}),
+    "CumSum": frozenset({1}),
+    "Clip": frozenset({1, 2}),
+    "Range": frozenset({0, 1, 2}),
+    "ConstantOfShape": frozenset({0}),
+}
+
+
 def _attribute(attr: onnx.AttributeProto) -> Any:
     value = onnx.helper.get_attribute_value(attr)
     if isinstance(value, onnx.TensorProto):
@@ -380,11 +398,12 @@ def _attribute(attr: onnx.AttributeProto) -> Any:
 
 
 class _Node:
-    __slots__ = ("attrs", "inputs", "op", "op_type", "outputs")
+    __slots__ = ("attrs", "host_inputs", "inputs", "op", "op_type", "outputs")
 
     def __init__(self, node: onnx.NodeProto) -> None:
         self.op_type = node.op_type
         self.inputs = list(node.input)
+        self.host_inputs = _HOST_INPUTS.get(node.op_type, frozenset())
         self.outputs = list(node.output)
         self.attrs = {a.name: _attribute(a) for a in node.attribute}
         if node.op_type == "Split":
@@ -458,8 +477,10 @@ class TorchGraph:
             xs = [values[name] if name else None for name in node.inputs]
             if self.device.type != "cpu" and any(t is not None and t.is_cuda for t in xs):
                 xs = [
-                    self._moved(name, t, moved) if t is not None and not t.is_cuda else t
-                    for name, t in zip(node.inputs, xs, strict=True)
+                    self._moved(name, t, moved)
+                    if t is not None and not t.is_cuda and i not in node.host_inputs
+                    else t
+                    for i, (name, t) in enumerate(zip(node.inputs, xs, strict=True))
                 ]
             outs = node.op(xs, node.attrs)
             for name, out in zip(node.outputs, outs, strict=False):
