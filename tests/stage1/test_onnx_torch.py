@@ -70,6 +70,8 @@ CASES: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray], int, dict[s
     ("Split", {"x": x235}, {"s": ints([2, 3])}, 2, {"axis": -1}),
     ("Unsqueeze", {"x": x34}, {"a": ints([0, -1])}, 1, {}),
     ("Reshape", {"x": x235}, {"s": ints([0, -1])}, 1, {}),
+    ("ConstantOfShape", {"s": ints([2, 3])}, {}, 1,
+     {"value": helper.make_tensor("v", FLOAT, [1], [0.5])}),
     ("Conv", {"x": x235}, {"w": rng.standard_normal((4, 3, 3)).astype(np.float32)}, 1,
      {"pads": [2, 0], "dilations": [1], "strides": [1]}),
     ("ConvTranspose", {"x": x235}, {"w": rng.standard_normal((3, 2, 4)).astype(np.float32)}, 1,

@@ -184,10 +184,15 @@ def _expand(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
     ]
 
 
-def _constant_of_shape(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+def _constant_of_shape(
+    xs: list[Tensor | None], a: dict[str, Any], device: torch.device
+) -> list[Tensor]:
     value = a.get("value")
     fill = value if value is not None else torch.zeros(1, dtype=torch.float32)
-    return [torch.full(_ints(xs[0]), fill.reshape(-1)[0].item(), dtype=fill.dtype)]
+    # Made where it is used: a float fill is data (a padding the size of an
+    # activation, slow to copy over), an integer one shape arithmetic.
+    where = device if fill.dtype.is_floating_point else torch.device("cpu")
+    return [torch.full(_ints(xs[0]), fill.reshape(-1)[0].item(), dtype=fill.dtype, device=where)]
 
 
 def _range(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
@@ -354,7 +359,6 @@ OPS: dict[str, Op] = {
     "Concat": _concat,
     "Slice": _slice,
     "Expand": _expand,
-    "ConstantOfShape": _constant_of_shape,
     "Range": _range,
     "Conv": _conv,
     "ConvTranspose": _conv_transpose,
@@ -400,7 +404,7 @@ def _attribute(attr: onnx.AttributeProto) -> Any:
 class _Node:
     __slots__ = ("attrs", "host_inputs", "inputs", "op", "op_type", "outputs")
 
-    def __init__(self, node: onnx.NodeProto) -> None:
+    def __init__(self, node: onnx.NodeProto, device: torch.device) -> None:
         self.op_type = node.op_type
         self.inputs = list(node.input)
         self.host_inputs = _HOST_INPUTS.get(node.op_type, frozenset())
@@ -409,6 +413,8 @@ class _Node:
         if node.op_type == "Split":
             count = len(node.output)
             self.op: Op = lambda xs, a: _split(xs, a, count)
+        elif node.op_type == "ConstantOfShape":
+            self.op = lambda xs, a: _constant_of_shape(xs, a, device)
         elif node.op_type == "Constant":
             value = self.attrs["value"]
             self.op = lambda _xs, _a: [value]
@@ -428,7 +434,9 @@ class TorchGraph:
         if not isinstance(model, onnx.ModelProto):
             model = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
         graph = model.graph
-        unknown = sorted({n.op_type for n in graph.node} - set(OPS) - {"Split", "Constant"})
+        unknown = sorted(
+            {n.op_type for n in graph.node} - set(OPS) - {"Split", "Constant", "ConstantOfShape"}
+        )
         if unknown:
             raise NotImplementedError(f"ONNX operators not implemented: {', '.join(unknown)}")
         self.device = torch.device(device)
@@ -448,7 +456,7 @@ class TorchGraph:
                 if not value.is_cuda
             }
         )
-        self._nodes = [_Node(n) for n in graph.node]
+        self._nodes = [_Node(n, self.device) for n in graph.node]
         self.input_names = [i.name for i in graph.input if i.name not in self._constants]
         self.output_names = [o.name for o in graph.output]
         # Each value's last reader, so that intermediates are freed as soon as

@@ -139,18 +139,18 @@ class BatchedVoiceGraph:
         ids = np.zeros((len(batch), int(lengths.max())), dtype=np.int64)
         for row, sentence in enumerate(batch):
             ids[row, : len(sentence.ids)] = sentence.ids
-        audio, durations = (
-            t.float().cpu().numpy()
-            for t in self._graph.run(
-                {"input": ids, "input_lengths": lengths, "scales": batch[0].scales}
-            )[:2]
-        )
+        audio, durations = self._graph.run(
+            {"input": ids, "input_lengths": lengths, "scales": batch[0].scales}
+        )[:2]
+        spans = durations.float().cpu().numpy()
         results = []
         for row, length in enumerate(lengths):
-            spans = durations[row, ..., :length]
-            samples = int(spans.sum()) * self._hop
-            # The shapes a batch of one has: audio (1, 1, 1, n), durations (1, 1, t).
-            results.append([audio[row, ..., :samples][None], spans[None]])
+            row_spans = spans[row, ..., :length]
+            samples = int(row_spans.sum()) * self._hop
+            # Only the row's own samples leave the device, not the padding. The
+            # shapes are a batch of one's: audio (1, 1, 1, n), durations (1, 1, t).
+            row_audio = audio[row, ..., :samples].float().cpu().numpy()
+            results.append([row_audio[None], row_spans[None]])
         return results
 
     def close(self) -> None:
