@@ -28,8 +28,10 @@ class Stage1Settings(WorkerSettings):
     # torch's device: "cpu", "cuda" or "cuda:N".
     tts_device: str = "cpu"
     # Sentences in one `torch` batch at most; as many clauses are synthesised
-    # at once (each waits for its batch), where `onnxruntime` takes one.
-    tts_max_batch: int = Field(default=64, ge=1)
+    # at once (each waits for its batch), where `onnxruntime` takes one. On an
+    # H200, 128 clauses at once were voiced in 250 ms at 128, 451 at 64
+    # (docs/performance.md, "Piper on one GPU").
+    tts_max_batch: int = Field(default=128, ge=1)
     # The rate the voice speaks; synthesis resamples to the rate a session asks for.
     output_rate: int = PCM_OUTPUT_RATE
     # A response's first clause may end at a word boundary after this many
