@@ -1,0 +1,102 @@
+"""A stage1 worker with Piper on the `torch` engine (here on the CPU, where the
+tests run; a GPU is one setting away), over a real gRPC server: sessions
+answering at the same time are voiced in shared batches, and each gets its
+own words back as audio."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from antiphon.common import grpcserver
+from antiphon.common.binding import ActiveSessions
+from antiphon.stage1.main import SERVICE_NAME, TEXT_CAPABILITIES, text_backend
+from antiphon.stage1.metrics import Stage1Metrics
+from antiphon.stage1.service import Stage1Service
+from antiphon.stage1.settings import Stage1Settings
+from antiphon.v1 import stage_pb2 as pb
+from antiphon.v1 import stage_pb2_grpc
+from tests.support import tiers
+
+RECV_TIMEOUT_S = 60.0
+SESSIONS = 3
+
+
+@dataclass
+class Worker:
+    stub: stage_pb2_grpc.Stage1ServiceStub
+    metrics: Stage1Metrics
+    registry: CollectorRegistry
+
+
+@pytest.fixture
+async def worker(request: pytest.FixtureRequest) -> AsyncIterator[Worker]:
+    tiers.require(request, tiers.MODELS, "loads the Piper voice")
+    settings = Stage1Settings(
+        tts_engine="torch", tts_device="cpu", tts_max_batch=8, capacity=4, listen="127.0.0.1:0"
+    )
+    registry = CollectorRegistry()
+    stage_metrics = Stage1Metrics(registry)
+    app = grpcserver.GrpcApp(SERVICE_NAME, settings.listen)
+    async with text_backend(settings, stage_metrics) as sessions:
+        active = ActiveSessions(stage_metrics.sessions_active, capacity=settings.capacity)
+        service = Stage1Service(
+            sessions=sessions, capabilities=TEXT_CAPABILITIES, settings=settings, active=active
+        )
+        stage_pb2_grpc.add_Stage1ServiceServicer_to_server(service, app.server)
+        await app.start()
+        try:
+            async with grpcserver.channel(f"127.0.0.1:{app.port}") as channel:
+                yield Worker(stage_pb2_grpc.Stage1ServiceStub(channel), stage_metrics, registry)
+        finally:
+            await app.server.stop(None)
+
+
+async def _answer(
+    stub: stage_pb2_grpc.Stage1ServiceStub, session: str, text: str
+) -> list[pb.AudioChunk]:
+    call = stub.Bind()
+    await call.write(pb.Stage1Request(open=pb.Stage1Open(session_id=session, sample_rate_hz=16000)))
+    await call.write(pb.Stage1Request(text=pb.SynthesizeText(epoch=1, response_id="r", text=text)))
+    await call.write(pb.Stage1Request(text=pb.SynthesizeText(epoch=1, response_id="r", final=True)))
+    chunks: list[pb.AudioChunk] = []
+    while True:
+        event = await asyncio.wait_for(call.read(), RECV_TIMEOUT_S)
+        assert isinstance(event, pb.Stage1Event), event
+        kind = event.WhichOneof("kind")
+        assert kind != "error", event.error
+        if kind == "done":
+            break
+        chunks.append(event.audio)
+    await call.done_writing()
+    return chunks
+
+
+@pytest.mark.models
+async def test_sessions_answering_at_once_share_batches_and_each_hears_its_own_words(
+    worker: Worker,
+) -> None:
+    texts = [
+        "Sure, the store opens at nine.",
+        "Your order ships tomorrow morning.",
+        "I can book a table for two people tonight.",
+    ]
+    answers = await asyncio.gather(
+        *(_answer(worker.stub, f"s{i}", text) for i, text in enumerate(texts))
+    )
+    for text, chunks in zip(texts, answers, strict=True):
+        assert "".join(c.text for c in chunks) == text  # the words, whole, in order
+        pcm = np.frombuffer(b"".join(c.pcm16 for c in chunks), np.int16)
+        assert all(c.sample_rate_hz == 16000 for c in chunks)
+        assert len(pcm) > 16000 * 0.8  # about a second of speech or more
+        assert np.abs(pcm).max() > 1000  # speech, not silence
+    batches = worker.registry.get_sample_value("antiphon_stage1_tts_batch_size_count")
+    sentences = worker.registry.get_sample_value("antiphon_stage1_tts_batch_size_sum")
+    assert batches is not None and sentences is not None
+    # Every clause went through the batcher, and some shared a batch.
+    assert batches < sentences
