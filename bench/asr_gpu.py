@@ -41,6 +41,7 @@ from antiphon.stage0.whisper_torch import (
     TorchWhisper,
     random_weights,
 )
+from bench.lib.results import write_json
 
 SHAPES = {
     "large-v3-turbo": LARGE_V3_TURBO,
@@ -115,27 +116,24 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def write(args: argparse.Namespace, shape: Shape, levels: list[dict[str, Any]]) -> None:
     encoded_s = args.seconds + PAD_S
-    Path(args.out).write_text(
-        json.dumps(
-            {
-                "bench": "asr_gpu",
-                "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
-                "shape": args.shape,
-                "shape_dims": vars(shape),
-                "weights": "random",
-                "dtype": "float16" if args.device.startswith("cuda") else "float32",
-                "utterance_s": args.seconds,
-                "tokens_each": args.tokens,
-                "encoder_frames": {
-                    "speech": int(encoded_s * SAMPLE_RATE / HOP),
-                    "window": MAX_FRAMES,
-                },
-                "repeats": args.repeats,
-                "levels": levels,
+    write_json(
+        Path(args.out),
+        {
+            "bench": "asr_gpu",
+            "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+            "shape": args.shape,
+            "shape_dims": vars(shape),
+            "weights": "random",
+            "dtype": "float16" if args.device.startswith("cuda") else "float32",
+            "utterance_s": args.seconds,
+            "tokens_each": args.tokens,
+            "encoder_frames": {
+                "speech": int(encoded_s * SAMPLE_RATE / HOP),
+                "window": MAX_FRAMES,
             },
-            indent=1,
-        )
-        + "\n"
+            "repeats": args.repeats,
+            "levels": levels,
+        },
     )
 
 

@@ -37,6 +37,7 @@ import torch
 
 from antiphon.stage1.onnx_torch import TorchGraph
 from antiphon.stage1.voice_batch import BatchedVoiceGraph, with_durations
+from bench.lib.results import write_json
 
 CLAUSES = Path(__file__).with_name("tts_clauses.json")
 # The answer clauses: a first few words (stage1's first_clause_words), then
@@ -233,25 +234,22 @@ def write(
     levels: list[dict[str, Any]],
     agrees: dict[str, Any],
 ) -> None:
-    Path(args.out).write_text(
-        json.dumps(
-            {
-                "bench": "tts_gpu",
-                "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
-                "voice": Path(args.voice).name,
-                "dtype": "float16 autocast" if args.half else "float32",
-                # The engine's audio against onnxruntime's, noise off.
-                "against_onnxruntime": agrees,
-                "cudnn": torch.backends.cudnn.enabled,
-                "max_batch": args.max_batch,
-                "clause_phonemes": [len(c["ids"]) for c in spec["clauses"]],
-                "repeats": args.repeats,
-                "as_it_comes": {"engine": "onnxruntime CPU, 1 thread, one at a time", **cpu},
-                "levels": levels,
-            },
-            indent=1,
-        )
-        + "\n"
+    write_json(
+        Path(args.out),
+        {
+            "bench": "tts_gpu",
+            "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+            "voice": Path(args.voice).name,
+            "dtype": "float16 autocast" if args.half else "float32",
+            # The engine's audio against onnxruntime's, noise off.
+            "against_onnxruntime": agrees,
+            "cudnn": torch.backends.cudnn.enabled,
+            "max_batch": args.max_batch,
+            "clause_phonemes": [len(c["ids"]) for c in spec["clauses"]],
+            "repeats": args.repeats,
+            "as_it_comes": {"engine": "onnxruntime CPU, 1 thread, one at a time", **cpu},
+            "levels": levels,
+        },
     )
 
 

@@ -11,89 +11,16 @@ stage metrics of `response.done`, a duplex extension: `?duplex=1`).
 
 from __future__ import annotations
 
-import asyncio
-import re
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from stack import LocalStack
 
-from antiphon.client import Microphone
-from tests.support.realtime import (
-    Event,
-    RealtimeClient,
-    audio_bytes,
-    duplex_url,
-    of_type,
-)
+from tests.support.live import QUESTIONS, live_session, live_turn, words
+from tests.support.realtime import RealtimeClient, duplex_url, of_type
 from tests.support.speech import VOICES, Voice, silence, spoken
 
 pytestmark = [pytest.mark.stack, pytest.mark.models]
-
-
-@dataclass(frozen=True)
-class Question:
-    text: str
-    words: frozenset[str]
-
-
-QUESTIONS = {
-    "piper": Question("What is the capital of France?", frozenset({"capital", "france"})),
-    "espeak": Question("What color is the sky on a sunny day?", frozenset({"sky", "sunny"})),
-}
-
-
-def words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z']+", text.lower()))
-
-
-def _session(lane: str, rate: int, turn_detection: dict[str, Any] | None = None) -> dict[str, Any]:
-    audio_in: dict[str, Any] = {"format": {"type": "audio/pcm", "rate": rate}}
-    if lane != "server_vad":
-        audio_in["turn_detection"] = None
-    elif turn_detection is not None:
-        audio_in["turn_detection"] = turn_detection
-    # Absent turn_detection is OpenAI's default: server_vad.
-    extra: dict[str, Any] = {"return_stage_metrics": True}
-    if lane == "native":
-        extra["native_duplex"] = True
-    return {"type": "realtime", "audio": {"input": audio_in}, "extra_body": extra}
-
-
-async def _live_turn(
-    stack: LocalStack,
-    lane: str,
-    voice: Voice,
-    rate: int,
-    turn_detection: dict[str, Any] | None = None,
-) -> list[Event]:
-    question = QUESTIONS[voice]
-    client = await RealtimeClient.connect(duplex_url(stack.ports.gateway))
-    try:
-        created = await client.open(**_session(lane, rate, turn_detection))
-        assert created["type"] == "session.created", created
-        async with Microphone(client, rate) as mic:
-            await asyncio.sleep(0.6)  # the microphone is live before the user speaks
-            await mic.say(spoken(question.text, rate, voice))
-            if lane == "manual":
-                # Push-to-talk: released as the question ends; silence keeps flowing.
-                await client.send("input_audio_buffer.commit")
-                await client.send("response.create")
-            events = await client.response_cycle(timeout=180)
-    finally:
-        await client.close()
-    errors = of_type(client.events, "error")
-    assert not errors, errors
-    heard = of_type(events, "conversation.item.input_audio_transcription.completed")
-    assert heard, [e["type"] for e in events]
-    assert question.words <= words(heard[0]["transcript"]), heard[0]["transcript"]
-    done = of_type(events, "response.done")[-1]["response"]
-    assert done["status"] == "completed", done
-    # The answer is to what was heard: its prompt holds the user's words.
-    assert heard[0]["transcript"].strip() in done["metadata"]["stage_metrics"]["prompt"]
-    assert audio_bytes(events), "no answer audio"
-    return client.events
 
 
 @pytest.mark.parametrize("rate", [16000, 24000])
@@ -102,7 +29,7 @@ async def _live_turn(
 async def test_lane_hears_a_live_question(
     model_stack: LocalStack, lane: str, voice: Voice, rate: int
 ) -> None:
-    events = await _live_turn(model_stack, lane, voice, rate)
+    events = await live_turn(model_stack, lane, voice, rate)
     if lane == "server_vad":
         types = [e["type"] for e in events]
         assert "input_audio_buffer.commit" not in types
@@ -125,7 +52,7 @@ async def test_lane_hears_a_live_question(
 async def test_server_vad_hears_a_live_question_whatever_its_timing_settings(
     model_stack: LocalStack, turn_detection: dict[str, Any]
 ) -> None:
-    await _live_turn(model_stack, "server_vad", "espeak", 24000, turn_detection)
+    await live_turn(model_stack, "server_vad", "espeak", 24000, turn_detection)
 
 
 async def test_server_vad_hears_a_question_burst_faster_than_real_time(
@@ -135,7 +62,7 @@ async def test_server_vad_hears_a_question_burst_faster_than_real_time(
     question = QUESTIONS["espeak"]
     client = await RealtimeClient.connect(duplex_url(model_stack.ports.gateway))
     try:
-        await client.open(**_session("server_vad", 24000))
+        await client.open(**live_session("server_vad", 24000))
         await client.append(silence(400) + spoken(question.text, 24000, "espeak") + silence(1500))
         events = await client.response_cycle(timeout=180)
     finally:

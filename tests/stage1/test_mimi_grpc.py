@@ -12,14 +12,12 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from antiphon.common import grpcserver
-from antiphon.common.binding import ActiveSessions
-from antiphon.stage1.main import MIMI_CAPABILITIES, SERVICE_NAME, mimi_backend
+from antiphon.stage1.main import MIMI_CAPABILITIES, mimi_backend
 from antiphon.stage1.metrics import Stage1Metrics
-from antiphon.stage1.service import Stage1Service
 from antiphon.stage1.settings import Stage1Settings
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
+from tests.stage1.serving import serving
 
 CODEBOOKS = 8
 RECV_TIMEOUT_S = 10.0
@@ -33,25 +31,15 @@ class Worker:
 
 @pytest.fixture
 async def worker() -> AsyncIterator[Worker]:
-    settings = Stage1Settings(
-        backend="mimi", duplex_checkpoint="random:tiny", capacity=2, listen="127.0.0.1:0"
-    )
+    settings = Stage1Settings(backend="mimi", duplex_checkpoint="random:tiny", capacity=2)
     registry = CollectorRegistry()
     stage_metrics = Stage1Metrics(registry)
     failed = asyncio.Event()
-    app = grpcserver.GrpcApp(SERVICE_NAME, settings.listen)
-    async with mimi_backend(settings, stage_metrics, registry, failed.set) as sessions:
-        active = ActiveSessions(stage_metrics.sessions_active, capacity=settings.capacity)
-        service = Stage1Service(
-            sessions=sessions, capabilities=MIMI_CAPABILITIES, settings=settings, active=active
-        )
-        stage_pb2_grpc.add_Stage1ServiceServicer_to_server(service, app.server)
-        await app.start()
-        try:
-            async with grpcserver.channel(f"127.0.0.1:{app.port}") as channel:
-                yield Worker(stage_pb2_grpc.Stage1ServiceStub(channel), failed)
-        finally:
-            await app.server.stop(None)
+    async with (
+        mimi_backend(settings, stage_metrics, registry, failed.set) as sessions,
+        serving(settings, sessions, MIMI_CAPABILITIES, stage_metrics) as stub,
+    ):
+        yield Worker(stub, failed)
 
 
 def frame(index: int, response_id: str = "", text: str = "") -> pb.Stage1Request:

@@ -13,14 +13,12 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from antiphon.common import grpcserver
-from antiphon.common.binding import ActiveSessions
-from antiphon.stage1.main import SERVICE_NAME, TEXT_CAPABILITIES, text_backend
+from antiphon.stage1.main import TEXT_CAPABILITIES, text_backend
 from antiphon.stage1.metrics import Stage1Metrics
-from antiphon.stage1.service import Stage1Service
 from antiphon.stage1.settings import Stage1Settings
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
+from tests.stage1.serving import serving
 from tests.support import tiers
 
 RECV_TIMEOUT_S = 60.0
@@ -30,31 +28,20 @@ SESSIONS = 3
 @dataclass
 class Worker:
     stub: stage_pb2_grpc.Stage1ServiceStub
-    metrics: Stage1Metrics
     registry: CollectorRegistry
 
 
 @pytest.fixture
 async def worker(request: pytest.FixtureRequest) -> AsyncIterator[Worker]:
     tiers.require(request, tiers.MODELS, "loads the Piper voice")
-    settings = Stage1Settings(
-        tts_engine="torch", tts_device="cpu", tts_max_batch=8, capacity=4, listen="127.0.0.1:0"
-    )
+    settings = Stage1Settings(tts_engine="torch", tts_device="cpu", tts_max_batch=8, capacity=4)
     registry = CollectorRegistry()
     stage_metrics = Stage1Metrics(registry)
-    app = grpcserver.GrpcApp(SERVICE_NAME, settings.listen)
-    async with text_backend(settings, stage_metrics) as sessions:
-        active = ActiveSessions(stage_metrics.sessions_active, capacity=settings.capacity)
-        service = Stage1Service(
-            sessions=sessions, capabilities=TEXT_CAPABILITIES, settings=settings, active=active
-        )
-        stage_pb2_grpc.add_Stage1ServiceServicer_to_server(service, app.server)
-        await app.start()
-        try:
-            async with grpcserver.channel(f"127.0.0.1:{app.port}") as channel:
-                yield Worker(stage_pb2_grpc.Stage1ServiceStub(channel), stage_metrics, registry)
-        finally:
-            await app.server.stop(None)
+    async with (
+        text_backend(settings, stage_metrics) as sessions,
+        serving(settings, sessions, TEXT_CAPABILITIES, stage_metrics) as stub,
+    ):
+        yield Worker(stub, registry)
 
 
 async def _answer(
