@@ -21,7 +21,9 @@ grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >> 
 source bench/carry_lib.sh
 dl=$dest/download
 stage=$dest/stage
-download_wheels "$dl" "$shared/vllm-gpu-wheels.txt" bench/gpu-wheels.txt
+# EXTRA_WHEELS: more spec files (bench/voice_carry.sh: the rest of the stack's).
+# shellcheck disable=SC2086
+download_wheels "$dl" "$shared/vllm-gpu-wheels.txt" bench/gpu-wheels.txt ${EXTRA_WHEELS:-}
 
 rm -rf "$stage" && mkdir -p "$stage/wheels" "$stage/models" "$stage/site"
 cp "$dl"/*.whl "$stage/wheels/"
@@ -57,6 +59,16 @@ av.mkdir()
     'decodes a file with it (its audio arrives as PCM). Carried for bench.gpu only."""\n'
 )
 PY
+
+# WITH_REDIS=1: Redis from Debian's packages, unpacked (dpkg -x) under models/redis,
+# with the libraries it links that the GPU machine's image lacks (jemalloc, lzf).
+if [ -n "${WITH_REDIS:-}" ]; then
+  debs=$dest/debs
+  rm -rf "$debs" && mkdir -p "$debs"
+  (cd "$debs" && apt-get download redis-server redis-tools libjemalloc2 liblzf1 >/dev/null)
+  for deb in "$debs"/*.deb; do dpkg -x "$deb" "$stage/models/redis"; done
+  rm -rf "$debs"
+fi
 
 slice_payload "$dest" "$stage" 58
 echo "device calls: see bench/GPU.md"

@@ -102,10 +102,11 @@ from antiphon.client.load import (
 )
 from bench.lib import firstaudio
 from bench.lib.firstaudio import PREEMPT_OFF_ENV, Preemptive
-from bench.lib.loadstack import LoadStack, stack_env
+from bench.lib.loadstack import LoadStack, StageLatencies, stack_env
 from bench.lib.questions import LONG_ANSWER, QUESTIONS
 from bench.lib.results import RESULTS, git_commit, write_json
 from bench.lib.speech import spoken_or_noise
+from deploy.local.stack import DEFAULT_PROFILE
 
 # The barge-in trials ask for LONG_ANSWER, and interrupt it with this.
 BARGE = "Wait, stop. Tell me something else instead."
@@ -155,6 +156,20 @@ def main() -> None:
         default=0.0,
         help="report the capacity: the most sessions whose first-audio p95 stays within this",
     )
+    parser.add_argument(
+        "--profile", type=Path, default=DEFAULT_PROFILE, help="the deploy profile the stack reads"
+    )
+    parser.add_argument(
+        "--front-ends", type=int, default=1, help="stage0's llm_front_ends, as the profile sets it"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for every service of the stack (repeatable), e.g. "
+        "ANTIPHON_LLM_LOAD_FORMAT=dummy",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     levels = [int(x) for x in args.sessions.split(",") if x.strip()]
@@ -195,20 +210,25 @@ def main() -> None:
     report["machine"]["open_files_limit"] = fd_limit
     overrides = PREEMPT_OFF_ENV if args.no_preempt else {}
     report["preemptive_answers"] = not args.no_preempt
-    report["env"] = stack_env(args.backend, limit) | overrides
+    report["env"] = (
+        stack_env(args.backend, limit) | overrides | dict(kv.split("=", 1) for kv in args.env)
+    )
+    report["profile"] = args.profile.name
     bench: LoadStack | None = None
     try:
         for n in levels:
             if bench is None or args.fresh_stack:
                 if bench is not None:
                     bench.stop()
-                bench = LoadStack(args.backend, report["env"])
+                bench = LoadStack(args.backend, report["env"], args.profile, args.front_ends)
                 report.setdefault("startup_s", bench.startup_s)
             options = replace(options, label=f"{args.backend} {args.lane} x{n}")
             ports = bench.stack.ports
             preemptive = Preemptive(ports.session_metrics, ports.stage0_metrics)
             preemptive.mark()
+            stages = StageLatencies(bench.stage0_metrics_ports, ports.stage1_metrics)
             level = run_async(run_level(bench.url, n, questions, options, bench.sampler))
+            level["stages"] = stages.delta()
             # Closed sessions finish their cleanup before the next level starts.
             level["after"] = bench.drain()
             level["preemptive"] = preemptive.delta()

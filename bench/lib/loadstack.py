@@ -3,14 +3,16 @@ limits raised, and a sampler of each service's CPU and memory."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.lib.procstats import ProcSampler
-from bench.lib.prometheus import scrape
-from deploy.local.stack import LocalStack, Ports
+from bench.lib.prometheus import bucket_quantile, histogram_delta, scrape
+from deploy.local.stack import DEFAULT_PROFILE, LocalStack, Ports
 
 
 def stack_env(backend: str, limit: int, barge: bool = False) -> dict[str, str]:
@@ -39,11 +41,24 @@ def stack_env(backend: str, limit: int, barge: bool = False) -> dict[str, str]:
 
 class LoadStack:
     """A started stack of `backend` and its sampler (the load generator counted alone:
-    its children are the services themselves)."""
+    its children are the services themselves). `profile`: the deploy profile the
+    services read; `front_ends`: stage0's worker processes (its `llm_front_ends`),
+    front end k on the stage0 port + k, every one of them given to the session."""
 
-    def __init__(self, backend: str, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        backend: str,
+        env: dict[str, str],
+        profile: Path = DEFAULT_PROFILE,
+        front_ends: int = 1,
+    ) -> None:
         self.env = env
-        self.stack = LocalStack(ports=Ports.free(), extra_env=env)
+        ports = Ports.free()
+        self.stage0_metrics_ports = [ports.stage0_metrics + k for k in range(front_ends)]
+        if front_ends > 1:
+            addresses = [f"127.0.0.1:{ports.stage0 + k}" for k in range(front_ends)]
+            env = env | {"ANTIPHON_STAGE0_ADDRESSES": json.dumps(addresses)}
+        self.stack = LocalStack(ports=ports, extra_env=env, profile=profile)
         t0 = time.monotonic()
         print(f"starting the {backend} stack (logs in {self.stack.run_dir}) ...", file=sys.stderr)
         try:
@@ -80,3 +95,40 @@ class LoadStack:
     def stop(self) -> None:
         self.sampler.stop()
         self.stack.stop()
+
+
+# What the stages report of a level, from their own metrics: Whisper's time
+# per utterance, the LLM's time to first token, stage1's first text -> first
+# audio, and how full the GPU engines' batches were.
+STAGE0_SECONDS = ("antiphon_stage0_asr_seconds", "antiphon_stage0_ttft_seconds")
+STAGE1_SECONDS = ("antiphon_stage1_first_audio_seconds",)
+BATCHES = ("antiphon_stage0_asr_batch_size", "antiphon_stage1_tts_batch_size")
+
+
+class StageLatencies:
+    """The stages' latency histograms over one level: made before it, `delta()` after.
+    p50 and p95 are bucket bounds (at most), as Prometheus would interpolate them."""
+
+    def __init__(self, stage0_ports: list[int], stage1_port: int) -> None:
+        self._ports = [*stage0_ports, stage1_port]
+        self._before = scrape(self._ports)
+
+    def delta(self) -> dict[str, Any]:
+        after = scrape(self._ports)
+        out: dict[str, Any] = {}
+        for name in (*STAGE0_SECONDS, *STAGE1_SECONDS):
+            d = histogram_delta(self._before, after, name)
+            short = name.removeprefix("antiphon_").removesuffix("_seconds")
+            out[short] = {
+                "count": d["calls"],
+                **{
+                    f"p{q}_ms_at_most": None
+                    if (b := bucket_quantile(d, q / 100)) is None
+                    else b * 1000
+                    for q in (50, 95)
+                },
+            }
+        for name in BATCHES:
+            d = histogram_delta(self._before, after, name)
+            out[name.removeprefix("antiphon_")] = {"batches": d["calls"], "mean": d["mean"]}
+        return out
