@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+import torch
 from onnx import TensorProto, helper
 
 from antiphon.stage1.onnx_torch import TorchGraph
@@ -192,6 +193,62 @@ def test_sentences_voiced_together_sound_as_each_does_alone(
         assert audio.shape == want_audio.shape, i
         np.testing.assert_allclose(audio, want_audio, atol=1e-3)
         np.testing.assert_array_equal(durations, want_durations)
+
+
+class ScarceMemory(TorchGraph):
+    """The voice's graph on a device that holds at most `rows` sentences at once:
+    a larger batch runs out of memory, as a GPU shared with an LLM's cache does."""
+
+    def __init__(self, model: bytes, rows: int) -> None:
+        super().__init__(model)
+        self.rows = rows
+        self.tried: list[int] = []
+
+    def run(self, feeds: Any) -> list[Any]:
+        self.tried.append(len(feeds["input"]))
+        if len(feeds["input"]) > self.rows:
+            raise torch.OutOfMemoryError("CUDA out of memory (scarce, for the test)")
+        return super().run(feeds)
+
+
+def test_a_batch_too_large_for_the_device_is_voiced_in_halves(
+    voice_model: bytes, sentences: list[list[int]]
+) -> None:
+    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+
+    graph = ScarceMemory(voice_model, rows=1)
+    batched = BatchedVoiceGraph(graph, hop=256, max_batch=8)
+    results: dict[int, list[np.ndarray]] = {}
+    start = threading.Barrier(len(sentences))
+
+    def voice(i: int) -> None:
+        start.wait()
+        results[i] = batched.run(None, _feeds(sentences[i]))
+
+    threads = [threading.Thread(target=voice, args=(i,)) for i in range(len(sentences))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    batched.close()
+    assert max(graph.tried) > 1  # a batch was tried whole, then split
+    alone = TorchGraph(voice_model)
+    for i, (audio, _durations) in results.items():
+        np.testing.assert_allclose(audio, alone.run(_feeds(sentences[i]))[0].numpy(), atol=1e-3)
+    assert len(results) == len(sentences)  # every caller was voiced, none failed
+
+
+def test_one_sentence_the_device_cannot_hold_fails_its_caller(
+    voice_model: bytes, sentences: list[list[int]]
+) -> None:
+    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+
+    batched = BatchedVoiceGraph(ScarceMemory(voice_model, rows=0), hop=256, max_batch=8)
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            batched.run(None, _feeds(sentences[0]))
+    finally:
+        batched.close()
 
 
 def test_a_closed_batch_fails_its_callers_at_once(voice_model: bytes) -> None:

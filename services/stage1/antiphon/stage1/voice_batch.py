@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import torch
 
 from antiphon.stage1.onnx_torch import TorchGraph
 
@@ -135,6 +136,18 @@ class BatchedVoiceGraph:
                 sentence.heard.set_result(outputs)
 
     def _voice(self, batch: list[_Sentence]) -> list[list[np.ndarray]]:
+        """The batch's outputs; a batch the device has no memory for is voiced in
+        halves instead (a GPU shared with the LLM's KV cache has little to spare,
+        and long sentences take memory in proportion), down to one sentence."""
+        try:
+            return self._voice_once(batch)
+        except torch.OutOfMemoryError:
+            if len(batch) == 1:
+                raise
+        half = len(batch) // 2
+        return self._voice(batch[:half]) + self._voice(batch[half:])
+
+    def _voice_once(self, batch: list[_Sentence]) -> list[list[np.ndarray]]:
         lengths = np.array([len(s.ids) for s in batch], dtype=np.int64)
         ids = np.zeros((len(batch), int(lengths.max())), dtype=np.int64)
         for row, sentence in enumerate(batch):
