@@ -236,7 +236,7 @@ class Batched:
     (voice_batch.py), instead of onnxruntime on the CPU, one at a time."""
 
     device: str
-    max_batch: int = 64
+    max_batch: int = 128
     observe_batch: Callable[[int], None] = lambda _size: None
 
 
