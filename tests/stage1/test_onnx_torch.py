@@ -196,17 +196,18 @@ def test_sentences_voiced_together_sound_as_each_does_alone(
 
 
 class ScarceMemory(TorchGraph):
-    """The voice's graph on a device that holds at most `rows` sentences at once:
-    a larger batch runs out of memory, as a GPU shared with an LLM's cache does."""
+    """The voice's graph on a device that holds at most `rows` sentences at once,
+    and no sentence longer than `longest` phonemes even alone: more runs out of
+    memory, as on a GPU shared with an LLM's cache."""
 
-    def __init__(self, model: bytes, rows: int) -> None:
+    def __init__(self, model: bytes, rows: int, longest: int = 10**6) -> None:
         super().__init__(model)
-        self.rows = rows
+        self.rows, self.longest = rows, longest
         self.tried: list[int] = []
 
     def run(self, feeds: Any) -> list[Any]:
         self.tried.append(len(feeds["input"]))
-        if len(feeds["input"]) > self.rows:
+        if len(feeds["input"]) > self.rows or feeds["input"].shape[1] > self.longest:
             raise torch.OutOfMemoryError("CUDA out of memory (scarce, for the test)")
         return super().run(feeds)
 
@@ -238,17 +239,34 @@ def test_a_batch_too_large_for_the_device_is_voiced_in_halves(
     assert len(results) == len(sentences)  # every caller was voiced, none failed
 
 
-def test_one_sentence_the_device_cannot_hold_fails_its_caller(
+def test_only_a_sentence_the_device_cannot_hold_alone_fails(
     voice_model: bytes, sentences: list[list[int]]
 ) -> None:
     from antiphon.stage1.voice_batch import BatchedVoiceGraph
 
-    batched = BatchedVoiceGraph(ScarceMemory(voice_model, rows=0), hop=256, max_batch=8)
-    try:
-        with pytest.raises(torch.OutOfMemoryError):
-            batched.run(None, _feeds(sentences[0]))
-    finally:
-        batched.close()
+    longest = max(map(len, sentences))
+    graph = ScarceMemory(voice_model, rows=2, longest=longest - 1)
+    batched = BatchedVoiceGraph(graph, hop=256, max_batch=8)
+    outcomes: dict[int, str] = {}
+    start = threading.Barrier(len(sentences))
+
+    def voice(i: int) -> None:
+        start.wait()
+        try:
+            batched.run(None, _feeds(sentences[i]))
+            outcomes[i] = "voiced"
+        except torch.OutOfMemoryError:
+            outcomes[i] = "out of memory"
+
+    threads = [threading.Thread(target=voice, args=(i,)) for i in range(len(sentences))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    batched.close()
+    assert outcomes == {
+        i: "out of memory" if len(s) == longest else "voiced" for i, s in enumerate(sentences)
+    }
 
 
 def test_a_closed_batch_fails_its_callers_at_once(voice_model: bytes) -> None:

@@ -129,21 +129,23 @@ class BatchedVoiceGraph:
             try:
                 results = self._voice(batch)
             except Exception as exc:
-                for sentence in batch:
-                    sentence.heard.set_exception(exc)
-                continue
+                results = [exc] * len(batch)
             for sentence, outputs in zip(batch, results, strict=True):
-                sentence.heard.set_result(outputs)
+                if isinstance(outputs, BaseException):
+                    sentence.heard.set_exception(outputs)
+                else:
+                    sentence.heard.set_result(outputs)
 
-    def _voice(self, batch: list[_Sentence]) -> list[list[np.ndarray]]:
-        """The batch's outputs; a batch the device has no memory for is voiced in
-        halves instead (a GPU shared with the LLM's KV cache has little to spare,
-        and long sentences take memory in proportion), down to one sentence."""
+    def _voice(self, batch: list[_Sentence]) -> list[list[np.ndarray] | BaseException]:
+        """Each sentence's outputs. A batch the device has no memory for is voiced
+        in halves instead (a GPU shared with the LLM's KV cache has little to
+        spare, and long sentences take memory in proportion), down to one
+        sentence: only a sentence that does not fit alone fails."""
         try:
-            return self._voice_once(batch)
-        except torch.OutOfMemoryError:
+            return list(self._voice_once(batch))
+        except torch.OutOfMemoryError as exc:
             if len(batch) == 1:
-                raise
+                return [exc.with_traceback(None)]  # its frames hold the batch's tensors
         half = len(batch) // 2
         return self._voice(batch[:half]) + self._voice(batch[half:])
 
