@@ -133,6 +133,22 @@ def sentences() -> list[list[int]]:
     return [voice.phonemes_to_ids(p) for p in voice.phonemize(text)]
 
 
+def at_once(calls: int, call: Callable[[int], None]) -> None:
+    """`call(0)` ... `call(calls - 1)`, each on a thread of its own, released
+    together (as many sessions' synthesis threads call the voice), all joined."""
+    start = threading.Barrier(calls)
+
+    def run(i: int) -> None:
+        start.wait()
+        call(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+
+
 def _feeds(ids: list[int]) -> dict[str, np.ndarray]:
     return {
         "input": np.array([ids], dtype=np.int64),
@@ -172,20 +188,14 @@ def test_sentences_voiced_together_sound_as_each_does_alone(
         TorchGraph(voice_model), hop=256, max_batch=8, observe_batch=sizes.append
     )
     results: dict[int, list[np.ndarray]] = {}
-    start = threading.Barrier(len(sentences) * 2)
 
     def voice(i: int) -> None:
-        start.wait()
         results[i] = batched.run(None, _feeds(sentences[i % len(sentences)]))
 
-    threads = [threading.Thread(target=voice, args=(i,)) for i in range(len(sentences) * 2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    at_once(len(sentences) * 2, voice)
     batched.close()
     assert max(sizes) > 1, sizes  # they did share a batch
-    assert sum(sizes) == len(threads)
+    assert sum(sizes) == len(sentences) * 2 == len(results)
     for i, (audio, durations) in results.items():
         want_audio, want_durations = (
             t.numpy() for t in alone.run(_feeds(sentences[i % len(sentences)]))
@@ -220,17 +230,11 @@ def test_a_batch_too_large_for_the_device_is_voiced_in_halves(
     graph = ScarceMemory(voice_model, rows=1)
     batched = BatchedVoiceGraph(graph, hop=256, max_batch=8)
     results: dict[int, list[np.ndarray]] = {}
-    start = threading.Barrier(len(sentences))
 
     def voice(i: int) -> None:
-        start.wait()
         results[i] = batched.run(None, _feeds(sentences[i]))
 
-    threads = [threading.Thread(target=voice, args=(i,)) for i in range(len(sentences))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    at_once(len(sentences), voice)
     batched.close()
     assert max(graph.tried) > 1  # a batch was tried whole, then split
     alone = TorchGraph(voice_model)
@@ -248,21 +252,15 @@ def test_only_a_sentence_the_device_cannot_hold_alone_fails(
     graph = ScarceMemory(voice_model, rows=2, longest=longest - 1)
     batched = BatchedVoiceGraph(graph, hop=256, max_batch=8)
     outcomes: dict[int, str] = {}
-    start = threading.Barrier(len(sentences))
 
     def voice(i: int) -> None:
-        start.wait()
         try:
             batched.run(None, _feeds(sentences[i]))
             outcomes[i] = "voiced"
         except torch.OutOfMemoryError:
             outcomes[i] = "out of memory"
 
-    threads = [threading.Thread(target=voice, args=(i,)) for i in range(len(sentences))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    at_once(len(sentences), voice)
     batched.close()
     assert outcomes == {
         i: "out of memory" if len(s) == longest else "voiced" for i, s in enumerate(sentences)
