@@ -89,6 +89,7 @@ from antiphon.client.load import (
     LoadOptions,
     Question,
     capacity,
+    lane_session,
     new_report,
     plot,
     print_summary,
@@ -170,6 +171,13 @@ def main() -> None:
         help="a setting for every service of the stack (repeatable), e.g. "
         "ANTIPHON_LLM_LOAD_FORMAT=dummy",
     )
+    parser.add_argument(
+        "--silence-ms",
+        type=int,
+        default=None,
+        help="server_vad's silence_duration_ms (default: the server's, 500 as OpenAI's); "
+        "the turn detector's floor under end of speech -> first audio",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     levels = [int(x) for x in args.sessions.split(",") if x.strip()]
@@ -178,6 +186,7 @@ def main() -> None:
     # The manual lane keeps its historical file name (other tooling reads it).
     name = args.backend if args.lane == "manual" else f"{args.backend}-{args.lane}"
     name += "-nopreempt" if args.no_preempt else ""
+    name += f"-silence{args.silence_ms}" if args.silence_ms is not None else ""
     out: Path = args.out or RESULTS / f"load-{name}.json"
     fd_limit = raise_fd_limit(max(levels) * 2 + 256)
 
@@ -194,13 +203,14 @@ def main() -> None:
         no_response_s=args.no_response_s,
         open_concurrency=args.open_concurrency,
         overhead=args.backend == "synthetic",
+        silence_ms=args.silence_ms,
     )
     # Room for every session of every level at once: sessions a level leaves
     # behind (a socket that died) hold their slot until they are reaped.
     limit = max(4, sum(levels) + 16)
     report = new_report(
         args.lane,
-        LANES[args.lane],
+        lane_session(args.lane, args.silence_ms),
         per_question,
         args.turns,
         backend=args.backend,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from antiphon.stage0 import llm_models
+from bench.gpu.speakable import write_speakable
 
 # Hidden sizes of the dummy models (`--dummy`). The 8B class: Qwen2.5-7B and
 # Llama-3.1-8B as published; "tiny" only checks the path on a CPU.
@@ -80,7 +81,8 @@ def base_folder(model: str, model_cache: Path) -> Path | None:
 
 def make_dummy(base: Path, shape: str, out: Path) -> Path:
     """A folder vLLM loads with random weights: `shape`'s config.json (or `base`'s own
-    for "same") and `base`'s tokenizer. The vocabulary never shrinks below the tokenizer's."""
+    for "same"), `base`'s tokenizer, and the ids of the tokenizer's common words
+    (`speakable_tokens.json`, speakable.py). The vocabulary never shrinks below the tokenizer's."""
     config = json.loads((base / "config.json").read_text())
     if shape != "same":
         over = dict(SHAPES[shape])
@@ -109,6 +111,7 @@ def make_dummy(base: Path, shape: str, out: Path) -> Path:
     for name in TOKENIZER_FILES:
         if (base / name).is_file():
             shutil.copyfile(base / name, out / name)
+    write_speakable(out)
     return out
 
 

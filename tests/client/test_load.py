@@ -20,6 +20,7 @@ from antiphon.client.load import (
     LoadOptions,
     LoadSession,
     barge_in_trial,
+    lane_session,
     live_question,
     manual_question,
     run_level,
@@ -92,15 +93,16 @@ def test_antiphon_bench_writes_the_json_and_the_png(
     assert report["capacity"] == {"slo_ms": 10000.0, "sessions": 2}
 
 
+@pytest.mark.parametrize("silence_ms", [None, 200])
 async def test_the_server_vad_lane_times_the_servers_endpointing(
-    synthetic_stack: LocalStack,
+    synthetic_stack: LocalStack, silence_ms: int | None
 ) -> None:
     question = live_question(QUESTION, spoken(QUESTION, voice="espeak"))
     level = await run_level(
         url(synthetic_stack.ports.gateway),
         1,
         lambda session, turn: question,
-        LoadOptions(lane="server_vad", turns=2, label=None),
+        LoadOptions(lane="server_vad", turns=2, label=None, silence_ms=silence_ms),
     )
     assert level["turns_completed"] == 2, level["errors"]
     assert level["commit_to_first_audio_ms"] is None  # no commit in this lane
@@ -110,6 +112,16 @@ async def test_the_server_vad_lane_times_the_servers_endpointing(
         assert level["end_of_speech_to"][key]["n"] == 2, key
     assert level["turn_detection"]["type"] == "server_vad"
     assert level["transcripts"]["heard"] == 2
+    # The session's wait after speech, and the turn ends that much after it.
+    silence = level["turn_detection"]["silence_duration_ms"]
+    assert silence == (silence_ms or 500)
+    assert silence < level["end_of_speech_to"]["speech_stopped"]["p50"] < silence + 300
+
+
+def test_only_server_vad_takes_a_silence_setting() -> None:
+    assert lane_session("server_vad") is SERVER_VAD
+    with pytest.raises(ValueError, match="server_vad"):
+        lane_session("semantic_vad", 200)
 
 
 async def test_a_barge_in_trial_cancels_the_answer_and_times_it(

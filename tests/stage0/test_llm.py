@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from contextlib import aclosing
+from pathlib import Path
 
 import pytest
 
+from antiphon.stage0.assets import Stage0Assets
 from antiphon.stage0.llm import LlmEngine, LlmOutput, PromptTooLongError
 
 pytestmark = pytest.mark.models
@@ -125,3 +127,31 @@ async def test_vllm_keeps_no_prometheus_metrics_of_its_own(llm_engine: LlmEngine
     assert last.metrics is not None and last.metrics.ttft_ms > 0
     vllm_metrics = [m.name for m in REGISTRY.collect() if m.name.startswith("vllm")]
     assert vllm_metrics == []
+
+
+async def test_an_answer_held_to_allowed_tokens_uses_no_other(
+    llm_engine: LlmEngine, assets: Stage0Assets
+) -> None:
+    """`llm_allowed_tokens_file` (bench/gpu/speakable.py): asked for code, the
+    model still writes only the allowed words and punctuation."""
+    from tokenizers import Tokenizer
+
+    from antiphon.stage0.generation import Decoding
+
+    tokenizer = Tokenizer.from_file(str(Path(assets.llm_model) / "tokenizer.json"))
+    words = (" the", " sun", " is", " blue", " and", ".", ",")
+    allowed = tuple(i for w in words for i in tokenizer.encode(w, add_special_tokens=False).ids)
+    held = llm_engine.with_decoding(Decoding(allowed_token_ids=allowed))
+    prompt = llm_engine.build_prompt(
+        [("system", SYSTEM), ("user", "Write a Python function that adds two numbers.")]
+    )
+    free = "".join(o.text for o in await _collect(llm_engine, prompt, max_tokens=12))
+    text = "".join(o.text for o in await _collect(held, prompt, max_tokens=12))
+    assert "def" in free or "(" in free  # unheld, it writes code
+    assert text and set(text.replace(".", " ").replace(",", " ").split()) <= {
+        "the",
+        "sun",
+        "is",
+        "blue",
+        "and",
+    }

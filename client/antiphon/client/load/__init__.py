@@ -43,6 +43,7 @@ from antiphon.client.load.session import (
     SessionError,
     TurnResult,
     audio_joins,
+    lane_session,
 )
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "bench_main",
     "capacity",
     "from_wav",
+    "lane_session",
     "live_question",
     "manual_question",
     "new_report",

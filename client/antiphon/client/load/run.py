@@ -23,7 +23,7 @@ from typing import Any
 from antiphon.client.errors import ClientError
 from antiphon.client.load.questions import CHUNK_MS, Question
 from antiphon.client.load.report import summarize_level
-from antiphon.client.load.session import LANES, LoadSession, SessionError, TurnResult
+from antiphon.client.load.session import LoadSession, SessionError, TurnResult, lane_session
 from antiphon.client.load.usage import OwnUsage, Usage
 from antiphon.client.microphone import Microphone
 
@@ -48,6 +48,8 @@ class LoadOptions:
     overhead: bool = False
     # The progress bar's label ("" for "<lane> x<sessions>"); None: no bar.
     label: str | None = ""
+    # server_vad's silence_duration_ms; None: the server's default.
+    silence_ms: int | None = None
 
 
 async def loop_lag(samples: list[float], period_s: float = 0.1) -> None:
@@ -88,7 +90,7 @@ async def run_level(
     results: list[TurnResult] = []
     gate = asyncio.Semaphore(options.open_concurrency)
     opened: list[LoadSession] = []
-    session_body = LANES[options.lane]
+    session_body = lane_session(options.lane, options.silence_ms)
 
     async def open_one(i: int) -> LoadSession | None:
         async with gate:

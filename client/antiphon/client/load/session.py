@@ -74,6 +74,23 @@ LANES: dict[str, dict[str, Any]] = {
     "semantic_vad": SEMANTIC_VAD,
     "native": NATIVE,
 }
+
+
+def lane_session(lane: str, silence_ms: int | None = None) -> dict[str, Any]:
+    """The session a lane opens; `silence_ms` sets server_vad's `silence_duration_ms`
+    (the server's default otherwise), the wait after speech before the turn ends."""
+    if silence_ms is None:
+        return LANES[lane]
+    if lane != "server_vad":
+        raise ValueError("silence_ms is server_vad's setting")
+    return {
+        "type": "realtime",
+        "audio": {
+            "input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": silence_ms}}
+        },
+    }
+
+
 _HEARTBEAT = {"type": "session.heartbeat"}
 # Wakes a waiter that waits on a future as well as on events.
 _WAKE = Event({})

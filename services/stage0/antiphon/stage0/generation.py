@@ -45,6 +45,10 @@ class Decoding:
     # the response (finish_reason "repetition"); 0 turns it off.
     loop_ngram: int = 0
     loop_repeats: int = 2
+    # Token ids every answer is held to (vLLM's allowed_token_ids); None: any.
+    # For capacity benches of random weights, whose answers are otherwise runs
+    # of odd tokens that no voice speaks like a person (bench/gpu/speakable.py).
+    allowed_token_ids: tuple[int, ...] | None = None
 
 
 # vLLM's own decoding, no guards.

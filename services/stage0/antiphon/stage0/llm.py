@@ -250,6 +250,10 @@ class LlmEngine:
         self._max_model_len = max_model_len
         self._decoding = decoding
 
+    def with_decoding(self, decoding: Decoding) -> LlmEngine:
+        """The same engine and tokenizer, its requests decoded by `decoding`."""
+        return LlmEngine(self._engine, self._chat, self._max_model_len, decoding)
+
     @classmethod
     async def start(
         cls,
@@ -362,6 +366,9 @@ class LlmEngine:
             temperature=max(temperature, 0.0),
             max_tokens=max_tokens,
             repetition_penalty=self._decoding.repetition_penalty,
+            allowed_token_ids=(
+                None if (allowed := self._decoding.allowed_token_ids) is None else list(allowed)
+            ),
             # Deltas, not the whole text so far: each item is what to send on.
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=_structured(guided) if guided is not None else None,

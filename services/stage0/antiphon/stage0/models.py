@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -73,11 +74,21 @@ Stage0Engines = Engines | SessionEngines
 
 def decoding(settings: Stage0Settings) -> Decoding:
     """The worker's guards against runaway answers, for every request of its engine."""
+    allowed = settings.llm_allowed_tokens_file
     return Decoding(
         repetition_penalty=settings.llm_repetition_penalty,
         loop_ngram=settings.llm_loop_ngram,
         loop_repeats=settings.llm_loop_repeats,
+        allowed_token_ids=None if allowed is None else allowed_tokens(allowed),
     )
+
+
+def allowed_tokens(path: Path) -> tuple[int, ...]:
+    """`llm_allowed_tokens_file`'s ids: a non-empty JSON list of non-negative ints."""
+    ids = json.loads(path.read_text())
+    if not ids or not isinstance(ids, list) or not all(type(i) is int and i >= 0 for i in ids):
+        raise ValueError(f"{path}: expected a non-empty JSON list of token ids")
+    return tuple(ids)
 
 
 class Transcriber(Protocol):

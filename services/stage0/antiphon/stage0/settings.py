@@ -91,6 +91,10 @@ class Stage0Settings(WorkerSettings):
     llm_repetition_penalty: float = 1.05
     llm_loop_ngram: int = 12
     llm_loop_repeats: int = 2
+    # A JSON list of token ids every answer is held to; unset: any. Only for
+    # capacity benches of random weights (`llm_load_format: dummy`), so that
+    # stage1 voices words at a real answer's pace (bench/gpu/speakable.py).
+    llm_allowed_tokens_file: Path | None = None
     # Response length in tokens when a request sets none: a spoken answer of
     # some 20 s at most.
     llm_max_output_tokens: int = 128
