@@ -65,6 +65,13 @@ async def _answer(
 
 
 @pytest.mark.models
+async def test_the_batched_voice_has_run_once_before_the_worker_serves(worker: Worker) -> None:
+    """A GPU loads its kernels on the first batch: the worker spends that at its
+    start (PiperTts.warm), not on a caller's first answer."""
+    assert worker.registry.get_sample_value("antiphon_stage1_tts_batch_size_count") == 1
+
+
+@pytest.mark.models
 async def test_sessions_answering_at_once_share_batches_and_each_hears_its_own_words(
     worker: Worker,
 ) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+import numpy as np
+
 from antiphon.common.binding import BoundSession
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
@@ -116,6 +118,10 @@ class PooledWhisper:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+# Half a second of faint noise (PCM16, 16 kHz): enough for every kernel of a pass.
+_WARM_UP_CLIP = (np.random.default_rng(0).normal(0, 300, 8000)).astype("<i2").tobytes()
+
+
 def load_asr(
     settings: Stage0Settings, whisper_dir: Path, observe_batch: Callable[[int], None]
 ) -> Transcriber:
@@ -131,6 +137,9 @@ def load_asr(
         if not settings.asr_device.startswith("cuda"):
             torch.set_num_threads(settings.asr_threads)
         model = TorchWhisper.load(model_dir, device=settings.asr_device)
+        # A GPU loads its kernels on first use (seconds for the first batch):
+        # spent here, before the worker is ready, not on a caller's first turn.
+        model.transcribe([_WARM_UP_CLIP])
         return BatchedAsr(model, max_batch=settings.asr_max_batch, observe_batch=observe_batch)
     return PooledWhisper(
         WhisperAsr(model_dir, threads=settings.asr_threads, workers=settings.asr_workers),

@@ -43,13 +43,16 @@ def load_voice(settings: Stage1Settings, stage_metrics: Stage1Metrics) -> Voice:
                 max_batch=settings.tts_max_batch,
                 observe_batch=stage_metrics.tts_batch_size.observe,
             )
-        return PiperTts(
+        tts = PiperTts(
             assets.voice_onnx,
             assets.voice_config,
             threads=settings.tts_threads,
             out_rate=settings.output_rate,
             batched=batched,
         )
+        if batched is not None:
+            tts.warm()
+        return tts
     if settings.backend == "synthetic":
         return SyntheticTts(
             out_rate=settings.output_rate,

@@ -279,6 +279,13 @@ class PiperTts:
         self._varied = varied
         self._length_scale = config.length_scale
 
+    def warm(self) -> None:
+        """Voice a sentence once: a GPU loads its kernels on first use (seconds
+        for the first batch), which then falls before the worker is ready, not
+        on a caller's first answer."""
+        for _chunk in self.synthesize("Hello, how are you today?"):
+            pass
+
     def close(self) -> None:
         """Stop the batch thread, if any; sentences still waiting fail."""
         if not isinstance(self._session, onnxruntime.InferenceSession):
