@@ -164,6 +164,12 @@ def main() -> None:
         "--front-ends", type=int, default=1, help="stage0's llm_front_ends, as the profile sets it"
     )
     parser.add_argument(
+        "--stage1-workers",
+        type=int,
+        default=1,
+        help="stage1's worker_processes, as the profile sets it",
+    )
+    parser.add_argument(
         "--env",
         action="append",
         default=[],
@@ -230,13 +236,19 @@ def main() -> None:
             if bench is None or args.fresh_stack:
                 if bench is not None:
                     bench.stop()
-                bench = LoadStack(args.backend, report["env"], args.profile, args.front_ends)
+                bench = LoadStack(
+                    args.backend,
+                    report["env"],
+                    args.profile,
+                    args.front_ends,
+                    args.stage1_workers,
+                )
                 report.setdefault("startup_s", bench.startup_s)
             options = replace(options, label=f"{args.backend} {args.lane} x{n}")
             ports = bench.stack.ports
             preemptive = Preemptive(ports.session_metrics, ports.stage0_metrics)
             preemptive.mark()
-            stages = StageLatencies(bench.stage0_metrics_ports, ports.stage1_metrics)
+            stages = StageLatencies(bench.stage0_metrics_ports, bench.stage1_metrics_ports)
             level = run_async(run_level(bench.url, n, questions, options, bench.sampler))
             level["stages"] = stages.delta()
             # Closed sessions finish their cleanup before the next level starts.

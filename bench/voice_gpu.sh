@@ -26,7 +26,7 @@ model=/tmp/dummy/$shape
 python3 -c "from pathlib import Path; from bench.gpu.models import make_dummy; make_dummy(Path('/tmp/models/qwen2.5-coder-1.5b-instruct'), '$shape', Path('$model'))" || exit 1
 timeout -s INT "$limit" python3 -m bench.load --backend cascade --lane server_vad --voice piper \
   --turns 2 --slo-ms 1000 --timeout 30 --no-response-s 20 \
-  --profile deploy/profiles/gpu.yaml --front-ends 4 \
+  --profile deploy/profiles/gpu.yaml --front-ends 4 --stage1-workers 4 \
   --env ANTIPHON_LLM_MODEL="$model" --env ANTIPHON_LLM_LOAD_FORMAT=dummy \
   --env ANTIPHON_LLM_ALLOWED_TOKENS_FILE="$model/speakable_tokens.json" \
   --env ANTIPHON_LLM_LOOP_NGRAM=0 --env ANTIPHON_MAX_OUTPUT_TOKENS=32 \

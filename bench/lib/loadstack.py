@@ -43,7 +43,8 @@ class LoadStack:
     """A started stack of `backend` and its sampler (the load generator counted alone:
     its children are the services themselves). `profile`: the deploy profile the
     services read; `front_ends`: stage0's worker processes (its `llm_front_ends`),
-    front end k on the stage0 port + k, every one of them given to the session."""
+    front end k on the stage0 port + k, every one of them given to the session;
+    `voices`: stage1's (its `worker_processes`), alike."""
 
     def __init__(
         self,
@@ -51,13 +52,19 @@ class LoadStack:
         env: dict[str, str],
         profile: Path = DEFAULT_PROFILE,
         front_ends: int = 1,
+        voices: int = 1,
     ) -> None:
         self.env = env
         ports = Ports.free()
         self.stage0_metrics_ports = [ports.stage0_metrics + k for k in range(front_ends)]
-        if front_ends > 1:
-            addresses = [f"127.0.0.1:{ports.stage0 + k}" for k in range(front_ends)]
-            env = env | {"ANTIPHON_STAGE0_ADDRESSES": json.dumps(addresses)}
+        self.stage1_metrics_ports = [ports.stage1_metrics + k for k in range(voices)]
+        for stage, first, count in (
+            ("STAGE0", ports.stage0, front_ends),
+            ("STAGE1", ports.stage1, voices),
+        ):
+            if count > 1:
+                addresses = [f"127.0.0.1:{first + k}" for k in range(count)]
+                env = env | {f"ANTIPHON_{stage}_ADDRESSES": json.dumps(addresses)}
         self.stack = LocalStack(ports=ports, extra_env=env, profile=profile)
         t0 = time.monotonic()
         print(f"starting the {backend} stack (logs in {self.stack.run_dir}) ...", file=sys.stderr)
@@ -109,8 +116,8 @@ class StageLatencies:
     """The stages' latency histograms over one level: made before it, `delta()` after.
     p50 and p95 are bucket bounds (at most), as Prometheus would interpolate them."""
 
-    def __init__(self, stage0_ports: list[int], stage1_port: int) -> None:
-        self._ports = [*stage0_ports, stage1_port]
+    def __init__(self, stage0_ports: list[int], stage1_ports: list[int]) -> None:
+        self._ports = [*stage0_ports, *stage1_ports]
         self._before = scrape(self._ports)
 
     def delta(self) -> dict[str, Any]:

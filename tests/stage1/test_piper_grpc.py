@@ -16,12 +16,10 @@ from prometheus_client import CollectorRegistry
 from antiphon.stage1.main import TEXT_CAPABILITIES, text_backend
 from antiphon.stage1.metrics import Stage1Metrics
 from antiphon.stage1.settings import Stage1Settings
-from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
-from tests.stage1.serving import serving
+from tests.stage1.serving import answer, serving
 from tests.support import tiers
 
-RECV_TIMEOUT_S = 60.0
 SESSIONS = 3
 
 
@@ -44,26 +42,6 @@ async def worker(request: pytest.FixtureRequest) -> AsyncIterator[Worker]:
         yield Worker(stub, registry)
 
 
-async def _answer(
-    stub: stage_pb2_grpc.Stage1ServiceStub, session: str, text: str
-) -> list[pb.AudioChunk]:
-    call = stub.Bind()
-    await call.write(pb.Stage1Request(open=pb.Stage1Open(session_id=session, sample_rate_hz=16000)))
-    await call.write(pb.Stage1Request(text=pb.SynthesizeText(epoch=1, response_id="r", text=text)))
-    await call.write(pb.Stage1Request(text=pb.SynthesizeText(epoch=1, response_id="r", final=True)))
-    chunks: list[pb.AudioChunk] = []
-    while True:
-        event = await asyncio.wait_for(call.read(), RECV_TIMEOUT_S)
-        assert isinstance(event, pb.Stage1Event), event
-        kind = event.WhichOneof("kind")
-        assert kind != "error", event.error
-        if kind == "done":
-            break
-        chunks.append(event.audio)
-    await call.done_writing()
-    return chunks
-
-
 @pytest.mark.models
 async def test_the_batched_voice_has_run_once_before_the_worker_serves(worker: Worker) -> None:
     """A GPU loads its kernels on the first batch: the worker spends that at its
@@ -81,7 +59,7 @@ async def test_sessions_answering_at_once_share_batches_and_each_hears_its_own_w
         "I can book a table for two people tonight.",
     ]
     answers = await asyncio.gather(
-        *(_answer(worker.stub, f"s{i}", text) for i, text in enumerate(texts))
+        *(answer(worker.stub, f"s{i}", text) for i, text in enumerate(texts))
     )
     for text, chunks in zip(texts, answers, strict=True):
         assert "".join(c.text for c in chunks) == text  # the words, whole, in order

@@ -1,12 +1,15 @@
 {{/*
 Worker processes in one pod of a component: stage0's profile.stage0.llm_front_ends
-(several stage0 workers on one vLLM engine core, front_ends.py), 1 elsewhere.
-Front end i listens on the component's port + i and serves metrics on
-metricsPort + i.
+(several stage0 workers on one vLLM engine core, front_ends.py), stage1's
+profile.stage1.worker_processes (several stage1 workers on one device,
+processes.py), 1 elsewhere. Worker i listens on the component's port + i and
+serves metrics on metricsPort + i.
 */}}
 {{- define "antiphon.frontEnds" -}}
 {{- if eq .component "stage0" -}}
 {{- int (.root.Values.profile.stage0.llm_front_ends | default 1) -}}
+{{- else if eq .component "stage1" -}}
+{{- int (.root.Values.profile.stage1.worker_processes | default 1) -}}
 {{- else -}}
 1
 {{- end -}}

@@ -23,14 +23,12 @@ workers, as from any worker that dies.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import signal
 from collections.abc import Callable, Coroutine
 from types import FrameType
 from typing import Any
 
-from antiphon.common import bootstrap
+from antiphon.common import bootstrap, pod
 from antiphon.stage0.assets import locate
 from antiphon.stage0.engine_config import EngineClient, EngineConfig
 from antiphon.stage0.settings import Stage0Settings
@@ -42,28 +40,10 @@ Serve = Callable[[Stage0Settings, EngineClient | None], Coroutine[Any, Any, None
 # close its models before the supervisor kills it.
 CLOSE_S = 10.0
 
-_PR_SET_PDEATHSIG = 1
-
 
 def front_end_settings(settings: Stage0Settings, index: int) -> Stage0Settings:
     """Front end `index`'s own settings: its ports, and its share of the capacity."""
-    count = settings.llm_front_ends
-    share = settings.capacity // count + (1 if index < settings.capacity % count else 0)
-    return settings.model_copy(
-        update={
-            "listen": _shifted(settings.listen, index),
-            "metrics_port": settings.metrics_port + index,
-            "advertise_address": (
-                _shifted(settings.advertise_address, index) if settings.advertise_address else ""
-            ),
-            "capacity": share,
-        }
-    )
-
-
-def _shifted(address: str, by: int) -> str:
-    host, _, port = address.rpartition(":")
-    return f"{host}:{int(port) + by}"
+    return pod.worker_settings(settings, index, settings.llm_front_ends)
 
 
 def check(settings: Stage0Settings) -> None:
@@ -109,15 +89,7 @@ def _leave(signum: int, frame: FrameType | None) -> None:
 def run_front_end(client: EngineClient, argument: tuple[Stage0Settings, Serve]) -> None:
     """One front end's process (spawned by vLLM's API-server manager)."""
     settings, serve = argument
-    _stop_with_parent()
+    pod.stop_with_parent()
     own = front_end_settings(settings, client.index)
     bootstrap.configure("stage0", own)
     asyncio.run(serve(own, client))
-
-
-def _stop_with_parent() -> None:
-    """SIGTERM (a drain) when the supervisor dies, even by SIGKILL: a front end
-    must not stay listed and serving on an engine that nobody supervises."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import CollectorRegistry
 
-from antiphon.common import bootstrap, loop_lag, metrics, workers
+from antiphon.common import bootstrap, config, loop_lag, metrics, workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
-from antiphon.stage1 import mimi_lockstep
+from antiphon.stage1 import mimi_lockstep, processes
 from antiphon.stage1.assets import locate
 from antiphon.stage1.metrics import DuplexMetrics, Stage1Metrics
 from antiphon.stage1.mimi_session import MimiSession
@@ -143,7 +144,12 @@ async def serve(settings: Stage1Settings) -> None:
 
 
 def main() -> None:
-    bootstrap.run("stage1", Stage1Settings, serve)
+    settings = config.load(Stage1Settings)
+    bootstrap.configure("stage1", settings)
+    if settings.worker_processes > 1:
+        processes.supervise(settings, serve)
+    else:
+        asyncio.run(serve(settings))
 
 
 if __name__ == "__main__":

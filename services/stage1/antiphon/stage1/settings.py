@@ -32,6 +32,10 @@ class Stage1Settings(WorkerSettings):
     # H200, 128 clauses at once were voiced in 250 ms at 128, 451 at 64
     # (docs/performance.md, "Piper on one GPU").
     tts_max_batch: int = Field(default=128, ge=1)
+    # Workers in this pod, each a whole stage1 worker at `listen`'s port + i
+    # with its share of `capacity`, sharing the device (processes.py): one
+    # process's batch loop is bound by its interpreter, not by a GPU.
+    worker_processes: int = Field(default=1, ge=1)
     # The rate the voice speaks; synthesis resamples to the rate a session asks for.
     output_rate: int = PCM_OUTPUT_RATE
     # A response's first clause may end at a word boundary after this many

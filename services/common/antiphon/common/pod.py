@@ -1,0 +1,54 @@
+"""Several workers of one tier in one pod (stage0's `llm_front_ends`, stage1's
+`worker_processes`): worker i listens at the pod's port + i, serves metrics at
+its metrics port + i, and takes its share of the pod's capacity; each
+registers itself, so the session service spreads sessions over them as over
+any workers."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import signal
+from typing import Any, Protocol, Self, TypeVar
+
+_PR_SET_PDEATHSIG = 1
+
+
+class PodWorkerSettings(Protocol):
+    listen: str
+    metrics_port: int
+    advertise_address: str
+    capacity: int
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Self: ...
+
+
+S = TypeVar("S", bound=PodWorkerSettings)
+
+
+def worker_settings(settings: S, index: int, count: int) -> S:
+    """Worker `index` of `count`'s own settings: its ports, and its share of the capacity."""
+    share = settings.capacity // count + (1 if index < settings.capacity % count else 0)
+    return settings.model_copy(
+        update={
+            "listen": shifted(settings.listen, index),
+            "metrics_port": settings.metrics_port + index,
+            "advertise_address": (
+                shifted(settings.advertise_address, index) if settings.advertise_address else ""
+            ),
+            "capacity": share,
+        }
+    )
+
+
+def shifted(address: str, by: int) -> str:
+    host, _, port = address.rpartition(":")
+    return f"{host}:{int(port) + by}"
+
+
+def stop_with_parent() -> None:
+    """SIGTERM (a drain) when the pod's supervisor dies, even by SIGKILL: a worker
+    must not stay listed and serving when nobody supervises it."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -1,0 +1,109 @@
+"""A pod of several workers of one tier, as `python -m antiphon.<tier>.main`
+starts it (stage0's `llm_front_ends`, stage1's `worker_processes`), in its own
+process group: what its workers registered, and what is left of it after a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from antiphon.common.workers import WorkerInfo, WorkerRegistry
+from bench.lib.machine import free_ports
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Pod:
+    """`tier`'s main with `count` workers at free ports, registering in `redis_url`."""
+
+    def __init__(
+        self, tier: str, count: int, redis_url: str, log: Path, env: dict[str, str]
+    ) -> None:
+        self.tier = tier
+        self.count = count
+        self.port = free_ports(count)
+        self.metrics_port = free_ports(count)
+        self.redis_url = redis_url
+        full = {k: v for k, v in os.environ.items() if k != "ANTIPHON_PROFILE"}
+        full.update(
+            PYTHONPATH=os.pathsep.join(
+                [str(REPO / "services" / "common"), str(REPO / "services" / tier)]
+            ),
+            ANTIPHON_LISTEN=f"127.0.0.1:{self.port}",
+            ANTIPHON_METRICS_PORT=str(self.metrics_port),
+            ANTIPHON_REDIS_URL=redis_url,
+            ANTIPHON_HEARTBEAT_S="0.5",
+            ANTIPHON_SHUTDOWN_GRACE_S="3",
+            **env,
+        )
+        self._log = log.open("wb")
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", f"antiphon.{tier}.main"],
+            env=full,
+            cwd=REPO,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def addresses(self) -> list[str]:
+        return [f"127.0.0.1:{self.port + k}" for k in range(self.count)]
+
+    def tail(self) -> str:
+        self._log.flush()
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+
+    def group_alive(self) -> list[str]:
+        """The processes still in the pod's group (the supervisor, its workers, theirs)."""
+        out = subprocess.run(["pgrep", "-g", str(self.proc.pid)], capture_output=True, text=True)
+        return out.stdout.split()
+
+    def children(self, command_has: str) -> list[str]:
+        """The supervisor's own children whose command line holds `command_has`."""
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid), "-f", command_has], capture_output=True, text=True
+        )
+        return out.stdout.split()
+
+    def group_left(self, timeout_s: float) -> list[str]:
+        """The group's processes still alive after up to `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while (alive := self.group_alive()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return alive
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The workers of the pod's tier listed in its registry."""
+        client = aioredis.Redis.from_url(self.redis_url)
+        try:
+            return await WorkerRegistry(client).workers(self.tier)
+        finally:
+            await client.aclose()
+
+    async def listed(self, timeout_s: float) -> list[WorkerInfo]:
+        """Once every worker is listed (fails the test when the pod exits first)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"{self.tier} exited ({self.proc.returncode}):\n{self.tail()}")
+            listed = await self.workers()
+            if len(listed) == self.count:
+                return listed
+            await asyncio.sleep(0.5)
+        pytest.fail(f"{self.count} workers not listed within {timeout_s:.0f}s:\n{self.tail()}")
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self._log.close()
