@@ -4,7 +4,6 @@ shipped Piper voice whole, alone and batched across threads."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -266,65 +265,6 @@ def test_only_a_sentence_the_device_cannot_hold_alone_fails(
     assert outcomes == {
         i: "out of memory" if len(s) == longest else "voiced" for i, s in enumerate(sentences)
     }
-
-
-class Gated(TorchGraph):
-    """The voice's graph, whose first run waits for `gate`: what comes meanwhile
-    queues, as behind a batch running on a busy device. `runs` holds each
-    batch's row lengths."""
-
-    def __init__(self, model: bytes) -> None:
-        super().__init__(model)
-        self.gate = threading.Event()
-        self.runs: list[list[int]] = []
-
-    def run(self, feeds: Any) -> list[Any]:
-        self.gate.wait(60)
-        self.runs.append([int(n) for n in feeds["input_lengths"]])
-        return super().run(feeds)
-
-
-@pytest.mark.parametrize("patience_s", [10.0, 0.0])
-def test_a_short_sentence_neither_waits_for_nor_pads_out_to_a_long_one(
-    voice_model: bytes, sentences: list[list[int]], patience_s: float
-) -> None:
-    """Queued behind a running batch: a long sentence, then two short ones. The
-    short ones go first, together, and the long one alone after them; unless
-    the long one has waited its patience (0 here), when it leads."""
-    from antiphon.stage1.voice_batch import BatchedVoiceGraph
-
-    short = min(sentences, key=len)
-    long = max(sentences, key=len)
-    assert len(long) > 2 * len(short)
-    graph = Gated(voice_model)
-    batched = BatchedVoiceGraph(graph, hop=256, max_batch=8, patience_s=patience_s)
-    done: list[str] = []
-
-    def voice(name: str, ids: list[int]) -> threading.Thread:
-        def run() -> None:
-            batched.run(None, _feeds(ids))
-            done.append(name)
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
-
-    threads = [voice("running", short)]
-    while batched.pending:  # the batcher took it, and waits at the gate
-        time.sleep(0.01)
-    for name, ids in (("long", long), ("short 1", short), ("short 2", short)):
-        threads.append(voice(name, ids))
-        while batched.pending < len(threads) - 1:
-            time.sleep(0.01)
-    graph.gate.set()
-    for thread in threads:
-        thread.join(60)
-    batched.close()
-    if patience_s:
-        assert graph.runs == [[len(short)], [len(short)] * 2, [len(long)]]
-        assert done[-1] == "long"
-    else:
-        assert graph.runs == [[len(short)], [len(long), len(short), len(short)]]
 
 
 def test_a_closed_batch_fails_its_callers_at_once(voice_model: bytes) -> None:

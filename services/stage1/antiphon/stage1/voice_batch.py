@@ -4,19 +4,11 @@ A GPU runs Piper's network on 64 sentences in about the time of one, so the
 sessions of a worker do not each call it: `BatchedVoiceGraph` stands in for
 the onnxruntime session that `PiperVoice` calls, per sentence, from many
 synthesis threads at once. Each call waits in one queue; one batch at a time
-takes what is waiting (up to `max_batch`, and only sentences asking the same
-scales: the graph takes one set per batch), pads the phoneme ids, and runs
-the graph once. A sentence that arrives while a batch runs goes in the next
-one, so a lone caller is never held back for company, and under load the
+takes everything waiting (up to `max_batch`, and only sentences asking the
+same scales: the graph takes one set per batch), pads the phoneme ids, and
+runs the graph once. A sentence that arrives while a batch runs goes in the
+next one, so a lone caller is never held back for company, and under load the
 batches grow by themselves.
-
-A batch costs what its longest row costs, every row padded to it, and a
-response's first words are a short sentence that a listener is waiting on,
-while a long one is usually a later clause, needed only once what came
-before it has played. So the shortest waiting sentence leads a batch, with
-every other no more than twice its length: first words neither wait for nor
-pad out to another session's long sentence. A sentence that has waited
-`patience_s` leads the next batch whatever its length, so none starves.
 
 Each sentence gets back exactly what a batch of one would give: the padding
 is masked inside the network, and its audio ends where its phoneme durations
@@ -26,20 +18,15 @@ is masked inside the network, and its audio ends where its phoneme durations
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
 import torch
 
 from antiphon.stage1.onnx_torch import TorchGraph
-
-# How long a sentence may wait while shorter ones go first: about what a
-# response's first words take to play, before its next clause is needed.
-PATIENCE_S = 0.25
 
 
 def with_durations(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -67,7 +54,6 @@ class _Sentence:
     ids: np.ndarray
     scales: np.ndarray
     heard: Future[list[np.ndarray]]
-    since: float = field(default_factory=time.monotonic)
 
     @property
     def key(self) -> bytes:
@@ -89,7 +75,6 @@ class BatchedVoiceGraph:
         hop: int,
         max_batch: int,
         observe_batch: Callable[[int], None] = lambda _size: None,
-        patience_s: float = PATIENCE_S,
     ) -> None:
         if len(graph.output_names) < 2:
             raise ValueError("the voice graph needs its alignment output to be batched")
@@ -97,7 +82,6 @@ class BatchedVoiceGraph:
         self._hop = hop
         self._max_batch = max(1, max_batch)
         self._observe_batch = observe_batch
-        self._patience_s = patience_s
         self._waiting: list[_Sentence] = []
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
@@ -133,29 +117,11 @@ class BatchedVoiceGraph:
                 self._wakeup.wait()
             if self._closed:
                 return None
-            batch = self._next_batch()
+            key = self._waiting[0].key
+            batch = [s for s in self._waiting if s.key == key][: self._max_batch]
             taken = {id(s) for s in batch}
             self._waiting = [s for s in self._waiting if id(s) not in taken]
             return batch
-
-    @property
-    def pending(self) -> int:
-        """Sentences waiting for a batch."""
-        with self._lock:
-            return len(self._waiting)
-
-    def _next_batch(self) -> list[_Sentence]:
-        """The shortest waiting sentence (the oldest, once it has waited
-        `patience_s`) and, in arrival order, those asking its scales that are
-        at most twice its length."""
-        oldest = self._waiting[0]
-        if time.monotonic() - oldest.since >= self._patience_s:
-            lead = oldest
-        else:
-            lead = min(self._waiting, key=lambda s: len(s.ids))
-        longest = 2 * len(lead.ids)
-        fits = [s for s in self._waiting if s.key == lead.key and len(s.ids) <= longest]
-        return fits[: self._max_batch]
 
     def _loop(self) -> None:
         while (batch := self._take()) is not None:
