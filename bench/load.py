@@ -230,6 +230,8 @@ def main() -> None:
         stack_env(args.backend, limit) | overrides | dict(kv.split("=", 1) for kv in args.env)
     )
     report["profile"] = args.profile.name
+    report["front_ends"] = args.front_ends
+    report["stage1_workers"] = args.stage1_workers
     bench: LoadStack | None = None
     try:
         for n in levels:

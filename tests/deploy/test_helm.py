@@ -279,42 +279,49 @@ def test_gpu_values_put_stage0_on_gpu_nodes_with_the_cuda_image(helm: Path) -> N
     ]
 
 
-def test_each_stage0_front_end_gets_its_ports_a_scrape_and_a_static_address(
-    helm: Path,
+@pytest.mark.parametrize(
+    ("component", "setting", "grpc", "metrics"),
+    [
+        ("stage0", "profile.stage0.llm_front_ends=3", 50061, 9111),
+        ("stage1", "profile.stage1.worker_processes=3", 50071, 9121),
+    ],
+)
+def test_each_worker_process_of_a_pod_gets_its_ports_a_scrape_and_a_static_address(
+    helm: Path, component: str, setting: str, grpc: int, metrics: int
 ) -> None:
+    """stage0's front ends (front_ends.py) and stage1's worker processes
+    (processes.py): worker i listens on port + i, serves metrics on metricsPort + i."""
     items = manifests(
         helm,
         "-f",
         str(GPU_VALUES),
         "--set",
-        "profile.stage0.llm_front_ends=3",
+        setting,
         "--api-versions",
         "monitoring.coreos.com/v1",
     )
-    name = "rel-antiphon-stage0"
+    name = f"rel-antiphon-{component}"
     ports = {
         p["name"]: p["containerPort"] for p in container(one(items, "Deployment", name))["ports"]
     }
-    # Front end i listens on port + i and serves metrics on metricsPort + i (front_ends.py).
     assert ports == {
-        "grpc": 50061,
-        "metrics": 9111,
-        "grpc-1": 50062,
-        "metrics-1": 9112,
-        "grpc-2": 50063,
-        "metrics-2": 9113,
+        "grpc": grpc,
+        "metrics": metrics,
+        "grpc-1": grpc + 1,
+        "metrics-1": metrics + 1,
+        "grpc-2": grpc + 2,
+        "metrics-2": metrics + 2,
     }
     service = {p["name"]: p["port"] for p in one(items, "Service", name)["spec"]["ports"]}
     assert service == ports
     scraped = [e["port"] for e in one(items, "ServiceMonitor", name)["spec"]["endpoints"]]
     assert scraped == ["metrics", "metrics-1", "metrics-2"]
-    session = env(container(one(items, "Deployment", "rel-antiphon-session")))
-    assert yaml.safe_load(session["ANTIPHON_STAGE0_ADDRESSES"]) == [
-        f"{name}:{port}" for port in (50061, 50062, 50063)
+    session = container(one(items, "Deployment", "rel-antiphon-session"))
+    assert yaml.safe_load(env(session)[f"ANTIPHON_{component.upper()}_ADDRESSES"]) == [
+        f"{name}:{port}" for port in (grpc, grpc + 1, grpc + 2)
     ]
-    # The other tiers run one process a pod whatever stage0's count.
-    stage1 = container(one(items, "Deployment", "rel-antiphon-stage1"))
-    assert [p["name"] for p in stage1["ports"]] == ["grpc", "metrics"]
+    # The session tier runs one process a pod whatever the stages' counts.
+    assert [p["name"] for p in session["ports"]] == ["grpc", "metrics"]
 
 
 def test_the_gpu_profile_runs_several_front_ends_within_its_capacity(helm: Path) -> None:
@@ -422,6 +429,21 @@ IMPOSSIBLE = {
             "stage0": {"service": {"port": 9000, "metricsPort": 9002}},
         },
         "stage0.service.port (9000) and metricsPort (9002)",
+    ),
+    "stage1_processes_without_a_session_each": (
+        {"profile": {"stage1": {"worker_processes": 4, "capacity": 3}}},
+        "profile.stage1.capacity (3) leaves some of the 4 worker processes",
+    ),
+    "stage1_processes_on_mimi": (
+        {"profile": {"stage1": {"worker_processes": 2, "backend": "mimi"}}},
+        "one lockstep batch",
+    ),
+    "stage1_process_ports_overlap": (
+        {
+            "profile": {"stage1": {"worker_processes": 4}},
+            "stage1": {"service": {"port": 9000, "metricsPort": 9002}},
+        },
+        "stage1.service.port (9000) and metricsPort (9002)",
     ),
     "hpa_without_metric": (
         {"gateway": {"autoscaling": {"targetCPUUtilizationPercentage": None}}},

@@ -69,6 +69,23 @@ Rendered by validate.yaml, so `helm template`, `helm install` and `helm lint` al
 {{- $errors = append $errors (printf "stage0.service.port (%d) and metricsPort (%d): the %d front ends (llm_front_ends) take port + i and metricsPort + i, and these overlap" $grpc $metrics $frontEnds) -}}
 {{- end -}}
 {{- end -}}
+{{- $s1 := .Values.profile.stage1 -}}
+{{- $processes := int ($s1.worker_processes | default 1) -}}
+{{- if lt $processes 1 -}}
+{{- $errors = append $errors (printf "profile.stage1.worker_processes (%v) must be at least 1" $s1.worker_processes) -}}
+{{- else if gt $processes 1 -}}
+{{- if eq ($s1.backend | default "piper") "mimi" -}}
+{{- $errors = append $errors (printf "profile.stage1.worker_processes (%d): the mimi backend decodes every session in one lockstep batch (set it to 1)" $processes) -}}
+{{- end -}}
+{{- if lt (int ($s1.capacity | default 0)) $processes -}}
+{{- $errors = append $errors (printf "profile.stage1.capacity (%v) leaves some of the %d worker processes no session" $s1.capacity $processes) -}}
+{{- end -}}
+{{- $grpc := int .Values.stage1.service.port -}}
+{{- $metrics := int .Values.stage1.service.metricsPort -}}
+{{- if and (lt $grpc (add $metrics $processes)) (lt $metrics (add $grpc $processes)) -}}
+{{- $errors = append $errors (printf "stage1.service.port (%d) and metricsPort (%d): the %d worker processes take port + i and metricsPort + i, and these overlap" $grpc $metrics $processes) -}}
+{{- end -}}
+{{- end -}}
 {{- if lt (int .Values.profile.session.max_sessions) 1 -}}
 {{- $errors = append $errors "profile.session.max_sessions must be at least 1" -}}
 {{- end -}}
