@@ -75,7 +75,8 @@ def redis_url() -> Iterator[str]:
     """A real redis-server on a free port, with AOF as in production."""
     port = free_port()
     data = Path(tempfile.mkdtemp(prefix="antiphon-redis-"))
-    proc = start_redis(port, data)
+    # Databases 0-15 are taken by modules and stacks; 16 and up are free.
+    proc = start_redis(port, data, databases=32)
     try:
         yield f"redis://127.0.0.1:{port}/0"
     finally:

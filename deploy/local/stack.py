@@ -60,15 +60,19 @@ def wait_for_port(port: int, timeout_s: float = 10.0) -> bool:
     return False
 
 
-def start_redis(port: int, data_dir: Path, log: Path | None = None) -> subprocess.Popen[bytes]:
+def start_redis(
+    port: int, data_dir: Path, log: Path | None = None, databases: int = 16
+) -> subprocess.Popen[bytes]:
     """A redis-server on loopback with AOF as in production: an acknowledged
-    event survives a Redis restart."""
+    event survives a Redis restart. `databases`: how many it numbers (Redis's
+    default 16; the test session's, one per module that needs its own)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit(REDIS_HINT)
     args = [
         binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
         "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+        "--databases", str(databases),
     ]  # fmt: skip
     with log.open("ab") if log else open(os.devnull, "wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)

@@ -27,7 +27,7 @@ from tests.support.pod import Pod
 from tests.support.redis_dbs import db_url
 
 WORKERS = 2
-DB = 3  # this module's own database on the shared test Redis
+DB = 16  # this module's own database on the shared test Redis
 
 
 def test_a_layout_that_cannot_serve_is_refused_before_anything_starts() -> None:

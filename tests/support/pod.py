@@ -83,12 +83,15 @@ class Pod:
         return alive
 
     async def workers(self) -> list[WorkerInfo]:
-        """The workers of the pod's tier listed in its registry."""
+        """The pod's own workers listed in its registry (a shared database may
+        list other tests' workers of the tier too)."""
         client = aioredis.Redis.from_url(self.redis_url)
         try:
-            return await WorkerRegistry(client).workers(self.tier)
+            listed = await WorkerRegistry(client).workers(self.tier)
         finally:
             await client.aclose()
+        own = set(self.addresses())
+        return [w for w in listed if w.address in own]
 
     async def listed(self, timeout_s: float) -> list[WorkerInfo]:
         """Once every worker is listed (fails the test when the pod exits first)."""

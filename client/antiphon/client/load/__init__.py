@@ -18,6 +18,7 @@ voice): nothing here imports the server's code.
 """
 
 from antiphon.client.load.barge import barge_in_trial, run_barge_in
+from antiphon.client.load.lanes import LANES, MANUAL, NATIVE, SEMANTIC_VAD, SERVER_VAD, lane_session
 from antiphon.client.load.main import bench_main
 from antiphon.client.load.questions import (
     CHUNK_BYTES,
@@ -33,17 +34,11 @@ from antiphon.client.load.questions import (
 from antiphon.client.load.report import capacity, new_report, plot, print_summary, print_table
 from antiphon.client.load.run import LoadOptions, raise_fd_limit, run_async, run_level
 from antiphon.client.load.session import (
-    LANES,
-    MANUAL,
-    NATIVE,
-    SEMANTIC_VAD,
-    SERVER_VAD,
     LoadClient,
     LoadSession,
     SessionError,
     TurnResult,
     audio_joins,
-    lane_session,
 )
 
 __all__ = [

@@ -14,9 +14,10 @@ import time
 from collections import Counter
 from typing import Any
 
+from antiphon.client.load.lanes import SERVER_VAD
 from antiphon.client.load.questions import CHUNK_BYTES, CHUNK_MS
 from antiphon.client.load.report import stats
-from antiphon.client.load.session import SERVER_VAD, LoadSession, SessionError
+from antiphon.client.load.session import LoadSession, SessionError
 from antiphon.client.microphone import Microphone
 
 # The answer goes on this long after the onset at most, or the trial is a timeout.

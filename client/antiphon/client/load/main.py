@@ -28,10 +28,10 @@ from typing import Any
 from antiphon.client import audio
 from antiphon.client.connect import DEFAULT_URL, is_duplex, with_query
 from antiphon.client.load.barge import run_barge_in
+from antiphon.client.load.lanes import LANES
 from antiphon.client.load.questions import Question, from_wav, trim_leading_silence
 from antiphon.client.load.report import capacity, new_report, plot, print_summary, print_table
 from antiphon.client.load.run import LoadOptions, raise_fd_limit, run_async, run_level
-from antiphon.client.load.session import LANES
 
 
 def parser() -> argparse.ArgumentParser:

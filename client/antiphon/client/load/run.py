@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from antiphon.client.errors import ClientError
+from antiphon.client.load.lanes import lane_session
 from antiphon.client.load.questions import CHUNK_MS, Question
 from antiphon.client.load.report import summarize_level
-from antiphon.client.load.session import LoadSession, SessionError, TurnResult, lane_session
+from antiphon.client.load.session import LoadSession, SessionError, TurnResult
 from antiphon.client.load.usage import OwnUsage, Usage
 from antiphon.client.microphone import Microphone
 

@@ -85,11 +85,13 @@ def _leave(signum: int, frame: FrameType | None) -> None:
 
 
 def _stop(workers: Sequence[multiprocessing.process.BaseProcess], grace_s: float) -> None:
-    """SIGTERM to each worker still running (its drain), SIGKILL past the grace."""
-    for worker in workers:
+    """SIGTERM to each worker still running (its drain), SIGKILL past the grace.
+    Workers a signal kept from starting are skipped."""
+    started = [w for w in workers if w.pid is not None]
+    for worker in started:
         if worker.is_alive():
             worker.terminate()
-    for worker in workers:
+    for worker in started:
         worker.join(grace_s)
         if worker.is_alive():
             worker.kill()
