@@ -37,9 +37,5 @@ def lane_session(lane: str, silence_ms: int | None = None) -> dict[str, Any]:
         return LANES[lane]
     if lane != "server_vad":
         raise ValueError("silence_ms is server_vad's setting")
-    return {
-        "type": "realtime",
-        "audio": {
-            "input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": silence_ms}}
-        },
-    }
+    detection = SERVER_VAD["audio"]["input"]["turn_detection"] | {"silence_duration_ms": silence_ms}
+    return SERVER_VAD | {"audio": {"input": {"turn_detection": detection}}}
