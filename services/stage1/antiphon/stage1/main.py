@@ -42,6 +42,7 @@ def load_voice(settings: Stage1Settings, stage_metrics: Stage1Metrics) -> Voice:
             batched = Batched(
                 device=settings.tts_device,
                 max_batch=settings.tts_max_batch,
+                cuda_graphs=settings.tts_cuda_graphs,
                 observe_batch=stage_metrics.tts_batch_size.observe,
             )
         tts = PiperTts(

@@ -154,8 +154,15 @@ def _slice(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
             x = x[tuple(index)]
         else:
             # torch slices only forwards: pick the elements by index instead.
-            picks = range(min(max(start, -1), size - 1), min(max(end, -1), size - 1), step)
-            x = torch.index_select(x, axis, torch.tensor(picks, dtype=torch.int64, device=x.device))
+            # Made where x is: a copy from the host could not be in a CUDA graph.
+            picks = torch.arange(
+                min(max(start, -1), size - 1),
+                min(max(end, -1), size - 1),
+                step,
+                dtype=torch.int64,
+                device=x.device,
+            )
+            x = torch.index_select(x, axis, picks)
     return [x]
 
 

@@ -58,6 +58,94 @@ class _Node:
             self.op = OPS[node.op_type]
 
 
+def _every_index(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
+    """NonZero of a mask with every element set: its shape's indices, on the CPU."""
+    mask = xs[0]
+    assert mask is not None
+    return [torch.ones(mask.shape, dtype=torch.bool).nonzero().T]
+
+
+def _gather_selected(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
+    """GatherND of every element of a mask's shape: `data` where the mask is
+    set, zero elsewhere (inside the spline's interval: its arithmetic on
+    an element not selected stays in range, its bins' indices too)."""
+    data, mask = xs[0], xs[1]
+    assert data is not None and mask is not None
+    trailing = data.shape[mask.dim() :]
+    keep = mask.bool().reshape(*mask.shape, *([1] * len(trailing)))
+    kept = torch.where(keep, data, torch.zeros((), dtype=data.dtype, device=data.device))
+    return [kept.reshape(-1, *trailing)]
+
+
+def _scatter_selected(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
+    """ScatterND of one update per element of a mask's shape, in order: the
+    update where the mask is set, `data` elsewhere."""
+    data, updates, mask = xs[0], xs[1], xs[2]
+    assert data is not None and updates is not None and mask is not None
+    trailing = data.shape[mask.dim() :]
+    values = updates.reshape(*mask.shape, *trailing)
+    keep = mask.bool().reshape(*mask.shape, *([1] * len(trailing)))
+    return [torch.where(keep, values, data)]
+
+
+def _select_densely(nodes: list[_Node]) -> None:
+    """Piper's spline (in its duration predictor) works on the elements inside
+    its interval: NonZero of a mask, GatherND of those, the arithmetic, and
+    ScatterND back. NonZero's length is known only on the device (a wait per
+    use, and no CUDA graph can hold it), so here every selection takes every
+    element, those not selected as zero, the arithmetic runs on all, and the
+    ScatterND keeps the results where the mask is set: the same values, in
+    shapes the host knows."""
+    readers: dict[str, list[tuple[_Node, int]]] = {}
+    for node in nodes:
+        for slot, name in enumerate(node.inputs):
+            readers.setdefault(name, []).append((node, slot))
+    for node in nodes:
+        if node.op_type != "NonZero":
+            continue
+        selections = readers.get(node.outputs[0], [])
+        if not all(
+            r.op_type == "Transpose" and list(r.attrs.get("perm", [])) == [1, 0]
+            for r, _slot in selections
+        ):
+            continue
+        users = [u for r, _slot in selections for u in readers.get(r.outputs[0], [])]
+        if not all(
+            (u.op_type in ("GatherND", "ScatterND") and slot == 1 and not u.attrs.get("batch_dims"))
+            or u.op_type == "Shape"
+            for u, slot in users
+        ):
+            continue
+        mask = node.inputs[0]
+        # Its Shape readers still see [elements, rank]; nothing else reads it.
+        node.op = _every_index
+        for user, _slot in users:
+            if user.op_type == "GatherND":
+                user.op, user.inputs = _gather_selected, [user.inputs[0], mask]
+            elif user.op_type == "ScatterND":
+                user.op = _scatter_selected
+                user.inputs = [user.inputs[0], user.inputs[2], mask]
+
+
+def _host_reads(nodes: list[_Node], fed: set[str]) -> list[str]:
+    """The values computed from what is fed that a node needs as a host
+    number (a Range's limit, a Reshape's shape), in the order first needed.
+    Each is a wait for the device; after it the value is a plain number (a
+    shape computed from a Shape is one from the start)."""
+    data = set(fed)  # values whose contents come from the feeds
+    reads: list[str] = []
+    for node in nodes:
+        if node.op_type == "Shape":
+            continue
+        for i in sorted(node.host_inputs):
+            if i < len(node.inputs) and node.inputs[i] in data:
+                reads.append(node.inputs[i])
+                data.discard(node.inputs[i])
+        if any(name in data for name in node.inputs):
+            data.update(node.outputs)
+    return reads
+
+
 class TorchGraph:
     """An ONNX model's graph as torch calls on `device`; `run` as onnxruntime's.
 
@@ -93,8 +181,10 @@ class TorchGraph:
             }
         )
         self._nodes = [_Node(n, self.device) for n in graph.node]
+        _select_densely(self._nodes)
         self.input_names = [i.name for i in graph.input if i.name not in self._constants]
         self.output_names = [o.name for o in graph.output]
+        self.host_reads = _host_reads(self._nodes, set(self.input_names))
         # Each value's last reader, so that intermediates are freed as soon as
         # they are spent (a batch's decoder activations are large on a GPU).
         self._last_use: dict[str, int] = {}
@@ -102,26 +192,62 @@ class TorchGraph:
             for name in node.inputs:
                 self._last_use[name] = index
 
+    @property
+    def half(self) -> bool:
+        return self._half
+
     @torch.inference_mode()
     def run(self, feeds: Mapping[str, np.ndarray | Tensor]) -> list[Tensor]:
         """The graph's outputs for `feeds` (by input name), as tensors on the device."""
         with torch.autocast(self.device.type, dtype=torch.float16, enabled=self._half):
-            return self._run(feeds)
+            values, moved = self.start(feeds), self.new_moved()
+            self.run_nodes(values, moved, 0, len(self._nodes))
+            return [values[name] for name in self.output_names]
 
-    def _run(self, feeds: Mapping[str, np.ndarray | Tensor]) -> list[Tensor]:
+    def start(self, feeds: Mapping[str, np.ndarray | Tensor]) -> dict[str, Tensor]:
+        """The values a run begins with: the constants, and `feeds` placed."""
         values: dict[str, Tensor] = dict(self._constants)
         for name, value in feeds.items():
             tensor = value if isinstance(value, Tensor) else torch.from_numpy(np.asarray(value))
             values[name] = self._placed(tensor)
-        # Device copies of values computed on the CPU, made once per run; the
-        # constants' are made once at load.
-        moved = dict(self._device_constants)
-        keep = set(self.output_names)
+        return values
+
+    def new_moved(self) -> dict[str, Tensor]:
+        """Device copies of values computed on the CPU, made once per run; the
+        constants' are made once at load."""
+        return dict(self._device_constants)
+
+    @property
+    def node_count(self) -> int:
+        return len(self._nodes)
+
+    def index_after(self, value: str) -> int:
+        """The index of the node after the one that computes `value`."""
         for index, node in enumerate(self._nodes):
+            if value in node.outputs:
+                return index + 1
+        raise KeyError(value)
+
+    def run_nodes(
+        self,
+        values: dict[str, Tensor],
+        moved: dict[str, Tensor],
+        start: int,
+        stop: int,
+        *,
+        pinned: list[Tensor] | None = None,
+    ) -> None:
+        """Nodes `start` to `stop` over `values` (and `moved`), in place: each
+        value is dropped once its last reader ran. With `pinned`, a CPU value
+        goes to the device through pinned memory kept there (what a CUDA
+        graph's capture can record: its replay copies from that buffer)."""
+        keep = set(self.output_names)
+        for index in range(start, stop):
+            node = self._nodes[index]
             xs = [values[name] if name else None for name in node.inputs]
             if self.device.type != "cpu" and any(t is not None and t.is_cuda for t in xs):
                 xs = [
-                    self._moved(name, t, moved)
+                    self._moved(name, t, moved, pinned)
                     if t is not None and not t.is_cuda and i not in node.host_inputs
                     else t
                     for i, (name, t) in enumerate(zip(node.inputs, xs, strict=True))
@@ -134,19 +260,23 @@ class TorchGraph:
                     if name not in self._constants:
                         values.pop(name, None)
                         moved.pop(name, None)
-        return [values[name] for name in self.output_names]
 
     def _placed(self, value: Tensor) -> Tensor:
         """Floating-point values on the device; integers (ids, lengths, shape
         arithmetic) where they are, moved only when a device value meets them."""
         return value.to(self.device) if value.dtype.is_floating_point else value
 
-    def _moved(self, name: str, value: Tensor, moved: dict[str, Tensor]) -> Tensor:
+    def _moved(
+        self, name: str, value: Tensor, moved: dict[str, Tensor], pinned: list[Tensor] | None
+    ) -> Tensor:
         """`value` (named `name`) on the device, copied there at most once a run.
 
         Each blocking copy would wait for the device to finish all it was
         given: an unpinned host tensor is staged at once, so the copy need not
         block."""
         if name not in moved:
+            if pinned is not None:
+                value = value.pin_memory()
+                pinned.append(value)
             moved[name] = value.to(self.device, non_blocking=True)
         return moved[name]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from antiphon.common.audio_formats import PCM_OUTPUT_RATE
 from antiphon.common.workers import WorkerSettings
@@ -32,6 +32,9 @@ class Stage1Settings(WorkerSettings):
     # H200, 128 clauses at once were voiced in 250 ms at 128, 451 at 64
     # (docs/performance.md, "Piper on one GPU").
     tts_max_batch: int = Field(default=128, ge=1)
+    # `torch` on a CUDA device: replay the voice's network as CUDA graphs
+    # (voice_graphs.py), one launch per part of a batch instead of 2,755.
+    tts_cuda_graphs: bool = False
     # Workers in this pod, each a whole stage1 worker at `listen`'s port + i
     # with its share of `capacity`, sharing the device (processes.py): one
     # process's batch loop is bound by its interpreter, not by a GPU.
@@ -68,3 +71,11 @@ class Stage1Settings(WorkerSettings):
     # moshi's torch.compile of a few functions costs some 30 s at the first
     # call on a CPU and gains little for a decoder this small: off unless asked.
     duplex_compile: bool = False
+
+    @model_validator(mode="after")
+    def _graphs_need_cuda(self) -> Stage1Settings:
+        if self.tts_cuda_graphs and (
+            self.tts_engine != "torch" or not self.tts_device.startswith("cuda")
+        ):
+            raise ValueError("tts_cuda_graphs needs tts_engine torch on a cuda tts_device")
+        return self

@@ -218,12 +218,15 @@ def _batched_session(voice_onnx: Path, batched: Batched, hop: int, threads: int)
     import torch
 
     from antiphon.stage1.onnx_torch import TorchGraph
-    from antiphon.stage1.voice_batch import BatchedVoiceGraph, with_durations
+    from antiphon.stage1.voice_batch import BatchedVoiceGraph, VoiceGraph, with_durations
+    from antiphon.stage1.voice_graphs import GraphedVoice
 
     torch.set_num_threads(threads)
     model = with_durations(onnx.load(str(voice_onnx)))
+    nodes = TorchGraph(model, device=batched.device)
+    graph: VoiceGraph = GraphedVoice(nodes, capture=True) if batched.cuda_graphs else nodes
     return BatchedVoiceGraph(
-        TorchGraph(model, device=batched.device),
+        graph,
         hop=hop,
         max_batch=batched.max_batch,
         observe_batch=batched.observe_batch,
@@ -238,6 +241,8 @@ class Batched:
     device: str
     max_batch: int = 128
     observe_batch: Callable[[int], None] = lambda _size: None
+    # Replay the network as CUDA graphs (voice_graphs.py): a CUDA device only.
+    cuda_graphs: bool = False
 
 
 class PiperTts:

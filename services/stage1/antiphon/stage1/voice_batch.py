@@ -21,12 +21,20 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import onnx
 import torch
 
-from antiphon.stage1.onnx_torch import TorchGraph
+
+class VoiceGraph(Protocol):
+    """What runs the voice's network: `TorchGraph`, node by node, or
+    `GraphedVoice` (voice_graphs.py), as CUDA graphs."""
+
+    output_names: list[str]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[torch.Tensor]: ...
 
 
 def with_durations(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -70,7 +78,7 @@ class BatchedVoiceGraph:
 
     def __init__(
         self,
-        graph: TorchGraph,
+        graph: VoiceGraph,
         *,
         hop: int,
         max_batch: int,
