@@ -182,6 +182,16 @@ class TorchGraph:
         )
         self._nodes = [_Node(n, self.device) for n in graph.node]
         _select_densely(self._nodes)
+        # Constants a node reads as numbers (a Pad's fill, a Clip's bounds),
+        # kept on the CPU too: reading the device's copy would wait for it.
+        self._host_constants = {
+            name: value.cpu()
+            for node in self._nodes
+            for slot, name in enumerate(node.inputs)
+            if slot in node.host_inputs
+            and (value := self._constants.get(name)) is not None
+            and value.device != torch.device("cpu")
+        }
         self.input_names = [i.name for i in graph.input if i.name not in self._constants]
         self.output_names = [o.name for o in graph.output]
         self.host_reads = _host_reads(self._nodes, set(self.input_names))
@@ -244,7 +254,14 @@ class TorchGraph:
         keep = set(self.output_names)
         for index in range(start, stop):
             node = self._nodes[index]
-            xs = [values[name] if name else None for name in node.inputs]
+            xs = [
+                None
+                if not name
+                else self._host_constants.get(name, values[name])
+                if slot in node.host_inputs
+                else values[name]
+                for slot, name in enumerate(node.inputs)
+            ]
             if self.device.type != "cpu" and any(t is not None and t.is_cuda for t in xs):
                 xs = [
                     self._moved(name, t, moved, pinned)
