@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import re
+import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -224,7 +225,15 @@ def _batched_session(voice_onnx: Path, batched: Batched, hop: int, threads: int)
     torch.set_num_threads(threads)
     model = with_durations(onnx.load(str(voice_onnx)))
     nodes = TorchGraph(model, device=batched.device)
-    graph: VoiceGraph = GraphedVoice(nodes, capture=True) if batched.cuda_graphs else nodes
+    graph: VoiceGraph = nodes
+    if batched.cuda_graphs:
+        graph = GraphedVoice(nodes, capture=True)
+        started = time.monotonic()
+        recorded = graph.prepare()
+        _LOGGER.info(
+            "voice graphs recorded",
+            extra={"graphs": recorded, "seconds": round(time.monotonic() - started, 1)},
+        )
     return BatchedVoiceGraph(
         graph,
         hop=hop,

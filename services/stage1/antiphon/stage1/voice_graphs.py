@@ -97,6 +97,28 @@ class GraphedVoice:
         )
 
     @torch.inference_mode()
+    def prepare(self, max_phonemes: int = 128) -> int:
+        """Record now every part that a batch of up to `max_phonemes` phonemes
+        can need within the largest bucket, so that none is recorded while a
+        caller waits for an answer (each costs about two eager runs); batches
+        of longer sentences are recorded when they first come. Returns how
+        many parts were recorded."""
+        if not self._capture:
+            return 0
+        before = self.captured
+        with torch.autocast(self._graph.device.type, dtype=torch.float16, enabled=self._graph.half):
+            rows = 1
+            while rows <= self._max_rows:
+                for width in range(PHONEME_STEP, max_phonemes + 1, PHONEME_STEP):
+                    _inputs, text = self._text_part((rows, width))
+                    if text.graph is not None:
+                        text.graph.replay()  # a padding batch: values the audio part can read
+                    for frames in range(FRAME_STEP, self._max_frames + 1, FRAME_STEP):
+                        self._audio_part((rows, width), text, frames)
+                rows *= 2
+        return self.captured - before
+
+    @torch.inference_mode()
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[Tensor]:
         ids = np.asarray(feeds["input"])
         rows, width = ids.shape
