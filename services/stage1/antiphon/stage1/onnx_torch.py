@@ -184,13 +184,13 @@ class TorchGraph:
         _select_densely(self._nodes)
         # Constants a node reads as numbers (a Pad's fill, a Clip's bounds),
         # kept on the CPU too: reading the device's copy would wait for it.
+        read = {
+            n for node in self._nodes for i, n in enumerate(node.inputs) if i in node.host_inputs
+        }
         self._host_constants = {
             name: value.cpu()
-            for node in self._nodes
-            for slot, name in enumerate(node.inputs)
-            if slot in node.host_inputs
-            and (value := self._constants.get(name)) is not None
-            and value.device != torch.device("cpu")
+            for name, value in self._constants.items()
+            if name in read and value.device.type != "cpu"
         }
         self.input_names = [i.name for i in graph.input if i.name not in self._constants]
         self.output_names = [o.name for o in graph.output]
