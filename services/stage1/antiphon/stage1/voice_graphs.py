@@ -12,10 +12,11 @@ audio part for (rows, phonemes, frames), with that count pinned to a multiple
 of `FRAME_STEP`. The network masks padding as it always did for a batch, and
 voice_batch.py cuts each sentence's audio to its own length.
 
-A part's graph is recorded the first time its bucket comes (an eager run,
-then the capture) and kept: every part's graphs share one memory pool, which
-is safe because batches run one at a time, each read back before the next.
-Batches of more rows or frames than the largest bucket run node by node.
+`prepare` records every part of the buckets that short sentences need (an
+eager run, then the capture, each), before the worker is ready; a batch in
+any other bucket runs node by node, as does one of more rows than the
+largest. Every part's graphs share one memory pool, which is safe because
+batches run one at a time, each read back before the next.
 `capture=False` runs the same padded parts eagerly (a CPU, and the tests).
 """
 
@@ -87,6 +88,9 @@ class GraphedVoice:
         self._text: dict[tuple[int, int], tuple[dict[str, Tensor], _Part]] = {}
         self._audio: dict[tuple[int, int, int], _Part] = {}
         self._pool = torch.cuda.graph_pool_handle() if capture else None
+        # Parts are recorded only by `prepare`: a recording while serving
+        # stalls every sentence of the batch behind it.
+        self._preparing = False
         self.output_names = graph.output_names
 
     @property
@@ -98,14 +102,13 @@ class GraphedVoice:
 
     @torch.inference_mode()
     def prepare(self, max_phonemes: int = 128) -> int:
-        """Record now every part that a batch of up to `max_phonemes` phonemes
-        can need within the largest bucket, so that none is recorded while a
-        caller waits for an answer (each costs about two eager runs); batches
-        of longer sentences are recorded when they first come. Returns how
-        many parts were recorded."""
+        """Record every part that a batch of up to `max_phonemes` phonemes
+        can need within the largest bucket (each costs about two eager runs).
+        Returns how many parts were recorded."""
         if not self._capture:
             return 0
         before = self.captured
+        self._preparing = True
         with torch.autocast(self._graph.device.type, dtype=torch.float16, enabled=self._graph.half):
             rows = 1
             while rows <= self._max_rows:
@@ -116,6 +119,7 @@ class GraphedVoice:
                     for frames in range(FRAME_STEP, self._max_frames + 1, FRAME_STEP):
                         self._audio_part((rows, width), text, frames)
                 rows *= 2
+        self._preparing = False
         return self.captured - before
 
     @torch.inference_mode()
@@ -153,7 +157,7 @@ class GraphedVoice:
                 "scales": torch.zeros(3, dtype=torch.float32, device=device),
             }
             part = _Part(self._graph.start(inputs), self._graph.new_moved())
-            if self._capture:
+            if self._preparing:
                 part = self._record(part, 0, self._split)
             self._text[bucket] = (inputs, part)
         return self._text[bucket]
@@ -172,11 +176,11 @@ class GraphedVoice:
         values[self._frames] = torch.tensor(frames, dtype=read.dtype).reshape(read.shape)
         part = _Part(values, dict(text.moved))
         stop = self._graph.node_count
-        if not self._capture or frames > self._max_frames:
-            self._graph.run_nodes(part.values, part.moved, self._split, stop)
-            return part
         key = (*bucket, frames)
         if key not in self._audio:
+            if not self._preparing or text.graph is None or frames > self._max_frames:
+                self._graph.run_nodes(part.values, part.moved, self._split, stop)
+                return part
             self._audio[key] = self._record(part, self._split, stop)
         audio = self._audio[key]
         assert audio.graph is not None
