@@ -192,7 +192,7 @@ class GraphedVoice:
         one eager run (which warms what a first call sets up: cuDNN's choices,
         the allocator) on a side stream, as torch's capture wants. A capture
         computes nothing: the caller replays it."""
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             self._graph.run_nodes(dict(part.values), dict(part.moved), start, stop)
