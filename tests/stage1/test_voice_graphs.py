@@ -124,3 +124,21 @@ def test_a_graph_read_on_the_host_in_more_than_one_place_is_refused() -> None:
     assert TorchGraph(model).host_reads == ["m", "n"]
     with pytest.raises(ValueError, match="reads 2 values on the host"):
         GraphedVoice(TorchGraph(model), capture=False)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"tts_cuda_graphs": True},
+        {"tts_cuda_graphs": True, "tts_engine": "torch", "tts_device": "cpu"},
+        {"tts_cuda_graphs": True, "tts_engine": "onnxruntime", "tts_device": "cuda"},
+    ],
+)
+def test_cuda_graphs_need_the_torch_voice_on_a_cuda_device(settings: dict[str, object]) -> None:
+    from pydantic import ValidationError
+
+    from antiphon.stage1.settings import Stage1Settings
+
+    with pytest.raises(ValidationError, match="tts_cuda_graphs needs tts_engine torch"):
+        Stage1Settings(**settings)  # type: ignore[arg-type]
+    assert Stage1Settings(tts_cuda_graphs=True, tts_engine="torch", tts_device="cuda:1")
