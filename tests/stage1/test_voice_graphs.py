@@ -52,8 +52,10 @@ def test_sentences_padded_to_buckets_sound_as_each_does_alone(
 ) -> None:
     torch.set_num_threads(1)
     alone = TorchGraph(voice_model)
-    padded = GraphedVoice(TorchGraph(voice_model), capture=False)
+    runs: list[str] = []
+    padded = GraphedVoice(TorchGraph(voice_model), capture=False, observe_run=runs.append)
     audio, durations = padded.run(_batch(sentences, [0.0, 1.0, 0.0]))[:2]
+    assert runs == ["nodes"]  # nothing recorded: node by node, padded all the same
     # Rows to a power of two, phonemes and frames to their steps.
     assert audio.shape[0] == 4 and durations.shape[-1] % PHONEME_STEP == 0
     assert audio.shape[-1] % (FRAME_STEP * HOP) == 0

@@ -43,6 +43,7 @@ def load_voice(settings: Stage1Settings, stage_metrics: Stage1Metrics) -> Voice:
                 device=settings.tts_device,
                 max_batch=settings.tts_max_batch,
                 cuda_graphs=settings.tts_cuda_graphs,
+                observe_graph_run=lambda how: stage_metrics.tts_graph_batches.labels(how).inc(),
                 observe_batch=stage_metrics.tts_batch_size.observe,
             )
         tts = PiperTts(

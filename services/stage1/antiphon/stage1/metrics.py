@@ -43,6 +43,14 @@ class Stage1Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
             registry=registry,
         )
+        self.tts_graph_batches = Counter(
+            "antiphon_stage1_tts_graph_batches_total",
+            "Batches voiced with tts_cuda_graphs, by how they ran: graphs (recorded "
+            "CUDA graphs replayed) or nodes (node by node: sentences past the "
+            "recorded buckets)",
+            ["run"],
+            registry=registry,
+        )
         self.queue_depth = Gauge(
             "antiphon_stage1_queue_depth",
             "Clauses waiting for the voice thread, across sessions",

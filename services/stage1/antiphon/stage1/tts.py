@@ -227,7 +227,7 @@ def _batched_session(voice_onnx: Path, batched: Batched, hop: int, threads: int)
     nodes = TorchGraph(model, device=batched.device)
     graph: VoiceGraph = nodes
     if batched.cuda_graphs:
-        graph = GraphedVoice(nodes, capture=True)
+        graph = GraphedVoice(nodes, capture=True, observe_run=batched.observe_graph_run)
         started = time.monotonic()
         recorded = graph.prepare()
         _LOGGER.info(
@@ -252,6 +252,8 @@ class Batched:
     observe_batch: Callable[[int], None] = lambda _size: None
     # Replay the network as CUDA graphs (voice_graphs.py): a CUDA device only.
     cuda_graphs: bool = False
+    # How each batch ran with `cuda_graphs`: "graphs" or "nodes".
+    observe_graph_run: Callable[[str], None] = lambda _how: None
 
 
 class PiperTts:

@@ -23,7 +23,7 @@ batches run one at a time, each read back before the next.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,7 +71,10 @@ class GraphedVoice:
         capture: bool,
         max_rows: int = 32,
         max_frames: int = 512,
+        observe_run: Callable[[str], None] = lambda _how: None,
     ) -> None:
+        """`observe_run` hears how each batch ran: "graphs" (replayed) or
+        "nodes" (node by node: a bucket not recorded, or more rows than any)."""
         if len(graph.host_reads) != 1:
             raise ValueError(
                 f"the graph reads {len(graph.host_reads)} values on the host; "
@@ -91,6 +94,7 @@ class GraphedVoice:
         # Parts are recorded only by `prepare`: a recording while serving
         # stalls every sentence of the batch behind it.
         self._preparing = False
+        self._observe_run = observe_run
         self.output_names = graph.output_names
 
     @property
@@ -128,6 +132,7 @@ class GraphedVoice:
         rows, width = ids.shape
         bucket = (_rows(rows), _up(width, PHONEME_STEP))
         if bucket[0] > self._max_rows:
+            self._observe_run("nodes")
             return self._graph.run(feeds)
         with torch.autocast(self._graph.device.type, dtype=torch.float16, enabled=self._graph.half):
             inputs, text = self._text_part(bucket)
@@ -145,6 +150,7 @@ class GraphedVoice:
                 self._eager(text, inputs)
             frames = _up(int(text.values[self._frames].item()), FRAME_STEP)
             audio = self._audio_part(bucket, text, frames)
+            self._observe_run("nodes" if audio.graph is None else "graphs")
             return [audio.values[name] for name in self.output_names]
 
     def _text_part(self, bucket: tuple[int, int]) -> tuple[dict[str, Tensor], _Part]:
