@@ -65,14 +65,20 @@ def _every_index(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
     return [torch.ones(mask.shape, dtype=torch.bool).nonzero().T]
 
 
+def _per_element(mask: Tensor, data: Tensor) -> tuple[Tensor, torch.Size]:
+    """`mask` as a boolean that broadcasts over `data` (whose leading
+    dimensions are the mask's), and the dimensions of `data` past them."""
+    trailing = data.shape[mask.dim() :]
+    return mask.bool().reshape(*mask.shape, *([1] * len(trailing))), trailing
+
+
 def _gather_selected(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tensor]:
     """GatherND of every element of a mask's shape: `data` where the mask is
     set, zero elsewhere (inside the spline's interval: its arithmetic on
     an element not selected stays in range, its bins' indices too)."""
     data, mask = xs[0], xs[1]
     assert data is not None and mask is not None
-    trailing = data.shape[mask.dim() :]
-    keep = mask.bool().reshape(*mask.shape, *([1] * len(trailing)))
+    keep, trailing = _per_element(mask, data)
     kept = torch.where(keep, data, torch.zeros((), dtype=data.dtype, device=data.device))
     return [kept.reshape(-1, *trailing)]
 
@@ -82,10 +88,8 @@ def _scatter_selected(xs: list[Tensor | None], _a: dict[str, Any]) -> list[Tenso
     update where the mask is set, `data` elsewhere."""
     data, updates, mask = xs[0], xs[1], xs[2]
     assert data is not None and updates is not None and mask is not None
-    trailing = data.shape[mask.dim() :]
-    values = updates.reshape(*mask.shape, *trailing)
-    keep = mask.bool().reshape(*mask.shape, *([1] * len(trailing)))
-    return [torch.where(keep, values, data)]
+    keep, trailing = _per_element(mask, data)
+    return [torch.where(keep, updates.reshape(*mask.shape, *trailing), data)]
 
 
 def _select_densely(nodes: list[_Node]) -> None:

@@ -175,23 +175,23 @@ class GraphedVoice:
         self._graph.run_nodes(text.values, text.moved, 0, self._split)
 
     def _audio_part(self, bucket: tuple[int, int], text: _Part, frames: int) -> _Part:
-        values = dict(text.values)
-        # The frames' count, pinned: every row is padded to it, masked as a
-        # batch's shorter sentences always were.
-        read = text.values[self._frames]
-        values[self._frames] = torch.tensor(frames, dtype=read.dtype).reshape(read.shape)
-        part = _Part(values, dict(text.moved))
-        stop = self._graph.node_count
         key = (*bucket, frames)
-        if key not in self._audio:
+        recorded = self._audio.get(key)
+        if recorded is None:
+            values = dict(text.values)
+            # The frames' count, pinned: every row is padded to it, masked as a
+            # batch's shorter sentences always were.
+            read = text.values[self._frames]
+            values[self._frames] = torch.tensor(frames, dtype=read.dtype).reshape(read.shape)
+            part = _Part(values, dict(text.moved))
+            stop = self._graph.node_count
             if not self._preparing or text.graph is None or frames > self._max_frames:
                 self._graph.run_nodes(part.values, part.moved, self._split, stop)
                 return part
-            self._audio[key] = self._record(part, self._split, stop)
-        audio = self._audio[key]
-        assert audio.graph is not None
-        audio.graph.replay()
-        return audio
+            recorded = self._audio[key] = self._record(part, self._split, stop)
+        assert recorded.graph is not None
+        recorded.graph.replay()
+        return recorded
 
     def _record(self, part: _Part, start: int, stop: int) -> _Part:
         """Nodes `start` to `stop` over `part`, recorded as a CUDA graph after
