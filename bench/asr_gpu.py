@@ -14,6 +14,11 @@ every level of `--levels`. Two ways, in the same run on the same engine:
   utterance padded to the 30 s window, ten times the encoder's work for a
   3 s question.
 
+With `--graphs`, the decode steps replay as CUDA graphs where a batch fits
+their buffers (stage0's `asr_cuda_graphs`, whisper_graphs.py: up to 32 rows
+and 1,000 encoded frames, so `speech` up to 32 utterances; the 30 s window
+never fits); run once with and once without for the ratio.
+
 Reported per level: the batch's wall time (p50 of `--repeats`, after a
 warm-up), utterances per second, and speech's gain over the window. Runs on
 the CPU too (`--device cpu`, a small shape), which is how the tests keep it
@@ -33,6 +38,7 @@ import numpy as np
 import torch
 
 from antiphon.stage0.asr_text import MAX_FRAMES, PAD_S, SAMPLE_RATE
+from antiphon.stage0.whisper_graphs import DecodeGraphs
 from antiphon.stage0.whisper_torch import (
     HOP,
     LARGE_V3_TURBO,
@@ -90,6 +96,8 @@ def run_batch(model: TorchWhisper, audio: list[np.ndarray], tokens: int, window:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     shape = SHAPES[args.shape]
     model = engine(shape, args.device)
+    if args.graphs:
+        model.graphs = DecodeGraphs(model, capture=args.device.startswith("cuda"))
     levels: list[dict[str, Any]] = []
     for batch in args.levels:
         audio = clips(batch, args.seconds)
@@ -132,6 +140,7 @@ def write(args: argparse.Namespace, shape: Shape, levels: list[dict[str, Any]]) 
                 "window": MAX_FRAMES,
             },
             "repeats": args.repeats,
+            "cuda_graphs": args.graphs,
             "levels": levels,
         },
     )
@@ -147,6 +156,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--graphs", action="store_true", help="replay decode steps as CUDA graphs")
     parser.add_argument("--out", default="")
     measure(parser.parse_args())
 

@@ -8,10 +8,13 @@ import argparse
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.asr_gpu import measure
 
 
-def test_the_asr_bench_measures_both_ways_at_each_level(tmp_path: Path) -> None:
+@pytest.mark.parametrize("graphs", [False, True])
+def test_the_asr_bench_measures_both_ways_at_each_level(tmp_path: Path, graphs: bool) -> None:
     out = tmp_path / "asr.json"
     args = argparse.Namespace(
         device="cpu",
@@ -20,6 +23,7 @@ def test_the_asr_bench_measures_both_ways_at_each_level(tmp_path: Path) -> None:
         seconds=1.0,
         tokens=3,
         repeats=1,
+        graphs=graphs,
         out=str(out),
     )
     measure(args)
@@ -30,3 +34,4 @@ def test_the_asr_bench_measures_both_ways_at_each_level(tmp_path: Path) -> None:
             assert level[way]["batch_ms_p50"] > 0 and level[way]["utterances_per_s"] > 0
     # The audio plus 4 s of silence, against the 30 s window.
     assert report["encoder_frames"] == {"speech": 500, "window": 3000}
+    assert report["cuda_graphs"] is graphs

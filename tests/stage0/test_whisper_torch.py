@@ -12,10 +12,13 @@ import numpy as np
 import pytest
 import torch
 from faster_whisper.feature_extractor import FeatureExtractor
+from pydantic import ValidationError
 
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.asr_batch import BatchedAsr
 from antiphon.stage0.assets import Stage0Assets
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.whisper_graphs import DecodeGraphs
 from antiphon.stage0.whisper_torch import TorchWhisper, log_mel, mel_filters, read_ct2
 from tests.support.speech import Voice, spoken
 
@@ -109,3 +112,38 @@ async def test_a_caller_that_gave_up_costs_the_batch_nothing(
     finally:
         await asr.close()
     assert sizes == [1, 1]
+
+
+def test_a_batch_in_a_graphs_padded_buffers_hears_what_it_hears_alone(
+    assets: Stage0Assets, whisper: TorchWhisper, speech: list[bytes]
+) -> None:
+    """DecodeGraphs' buffers hold more rows and frames than a batch, and the
+    last batch's values: the padding must change nothing. (The recording
+    itself needs a GPU; `capture=False` steps the same buffers op by op.)"""
+    runs: list[str] = []
+    padded = TorchWhisper.load(assets.whisper_dir)
+    padded.graphs = DecodeGraphs(
+        padded, capture=False, max_rows=4, max_frames=600, observe_run=runs.append
+    )
+    alone = whisper.transcribe(speech)
+    assert padded.transcribe(speech) == alone  # 3 rows in the bucket of 4
+    assert padded.transcribe([speech[2]]) == [alone[2]]  # 1 row, after 3 longer ones
+    assert padded.transcribe([*speech, *speech[:2]]) == [*alone, *alone[:2]]  # 5 rows: past it
+    long = speech[1] * 3  # 12 s of speech and 4 of silence: 800 frames
+    assert words(padded.transcribe([long])[0])[:4] == words(alone[1])[:4]
+    assert runs == ["graphs", "graphs", "ops", "ops"]
+
+
+def test_graphs_are_recorded_on_a_cuda_device_only(whisper: TorchWhisper) -> None:
+    with pytest.raises(ValueError, match="cuda"):
+        DecodeGraphs(whisper, capture=True)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"asr_cuda_graphs": True}, {"asr_cuda_graphs": True, "asr_engine": "torch"}],
+)
+def test_asr_cuda_graphs_need_torch_whisper_on_a_cuda_device(settings: dict[str, object]) -> None:
+    with pytest.raises(ValidationError, match="asr_cuda_graphs needs"):
+        Stage0Settings(**settings)  # type: ignore[arg-type]
+    assert Stage0Settings(asr_engine="torch", asr_device="cuda:1", asr_cuda_graphs=True)

@@ -60,6 +60,14 @@ class Stage0Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
             registry=registry,
         )
+        self.asr_graph_batches = Counter(
+            "antiphon_stage0_asr_graph_batches_total",
+            "Batches transcribed with asr_cuda_graphs, by how their decode ran: graphs "
+            "(recorded steps replayed) or ops (op by op: more rows or longer audio "
+            "than the buffers recorded at load)",
+            ["run"],
+            registry=registry,
+        )
         self.turn_batch_size = Histogram(
             "antiphon_stage0_turn_batch_size",
             "Sessions' windows run in one end-of-turn model call (semantic_vad)",

@@ -123,7 +123,10 @@ _WARM_UP_CLIP = (np.random.default_rng(0).normal(0, 300, 8000)).astype("<i2").to
 
 
 def load_asr(
-    settings: Stage0Settings, whisper_dir: Path, observe_batch: Callable[[int], None]
+    settings: Stage0Settings,
+    whisper_dir: Path,
+    observe_batch: Callable[[int], None],
+    observe_graph_run: Callable[[str], None] = lambda _how: None,
 ) -> Transcriber:
     """The worker's Whisper, on the engine `asr_engine` names."""
     model_dir = settings.asr_model_dir or whisper_dir
@@ -137,6 +140,15 @@ def load_asr(
         if not settings.asr_device.startswith("cuda"):
             torch.set_num_threads(settings.asr_threads)
         model = TorchWhisper.load(model_dir, device=settings.asr_device)
+        if settings.asr_cuda_graphs:
+            from antiphon.stage0.whisper_graphs import DecodeGraphs
+
+            model.graphs = DecodeGraphs(
+                model,
+                capture=True,
+                max_rows=min(32, settings.asr_max_batch),
+                observe_run=observe_graph_run,
+            )
         # A GPU loads its kernels on first use (seconds for the first batch):
         # spent here, before the worker is ready, not on a caller's first turn.
         model.transcribe([_WARM_UP_CLIP])
@@ -167,7 +179,12 @@ class CascadeModels:
         t0 = time.perf_counter()
         vad = SileroVad(assets.vad_onnx, threads=settings.vad_threads)
         turn = SmartTurn(assets.turn.onnx, assets.turn.features, threads=settings.turn_threads)
-        asr = load_asr(settings, assets.whisper_dir, metrics.asr_batch_size.observe)
+        asr = load_asr(
+            settings,
+            assets.whisper_dir,
+            metrics.asr_batch_size.observe,
+            lambda how: metrics.asr_graph_batches.labels(how).inc(),
+        )
         t1 = time.perf_counter()
         from antiphon.stage0.llm import LlmEngine
 

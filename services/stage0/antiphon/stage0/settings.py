@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from antiphon.common.assets import default_cache_dir
 from antiphon.common.workers import WorkerSettings
@@ -41,6 +41,9 @@ class Stage0Settings(WorkerSettings):
     asr_device: str = "cpu"
     # Utterances in one `torch` batch at most.
     asr_max_batch: int = Field(default=128, ge=1)
+    # `torch` on a CUDA device: each decode step replayed as a CUDA graph, one
+    # launch instead of some 200 (whisper_graphs.py); recorded at load.
+    asr_cuda_graphs: bool = False
     # A faster-whisper (CTranslate2) Whisper folder to run instead of the
     # shipped Whisper base: any size (large-v3-turbo is a GPU's usual choice).
     asr_model_dir: Path | None = None
@@ -189,6 +192,14 @@ class Stage0Settings(WorkerSettings):
     # Voice prompts: `<voice>.wav` clips (any rate, mono or stereo), encoded
     # once each at start. Unset: `<checkpoint folder>/voices`.
     duplex_voice_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _graphs_need_cuda(self) -> Stage0Settings:
+        if self.asr_cuda_graphs and (
+            self.asr_engine != "torch" or not self.asr_device.startswith("cuda")
+        ):
+            raise ValueError("asr_cuda_graphs needs asr_engine torch on a cuda asr_device")
+        return self
 
     @property
     def tool_check_threshold(self) -> float:

@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -211,14 +211,20 @@ def log_mel(audio: torch.Tensor, filters: torch.Tensor) -> torch.Tensor:
 
 
 def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, causal: bool = False
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    heads: int,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """Multi-head attention; `mask` (True: attend) over the keys' positions,
+    broadcast from its last dimensions."""
     b, t, width = q.shape
 
     def split(x: torch.Tensor) -> torch.Tensor:
-        return x.view(b, x.shape[1], heads, width // heads).transpose(1, 2)
+        return x.reshape(b, x.shape[1], heads, width // heads).transpose(1, 2)
 
-    out = F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=causal)
+    out = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=mask)
     return out.transpose(1, 2).reshape(b, t, width)
 
 
@@ -239,6 +245,64 @@ class Decoded:
     tokens: list[int]
     avg_logprob: float
     no_speech_prob: float
+
+
+@dataclass
+class DecodeBuffers:
+    """Everything a decode step reads and writes, in place: every step of a
+    decode uses the same tensors, so one recorded step (a CUDA graph,
+    whisper_graphs.py) replays any of them."""
+
+    tokens: torch.Tensor  # [rows, 1]: each row's last token
+    position: torch.Tensor  # [1]: the text position `tokens` take
+    step: torch.Tensor  # [1]: the step `tokens` came from
+    self_k: list[torch.Tensor]  # per layer [rows, length, width]
+    self_v: list[torch.Tensor]
+    cross_k: list[torch.Tensor]  # per layer [rows, frames, width]
+    cross_v: list[torch.Tensor]
+    cross_mask: torch.Tensor  # [frames]: the batch's audio (a graph's buffers are longer)
+    budget: torch.Tensor  # [rows]: steps each row may take
+    done: torch.Tensor  # [rows]
+    logprob: torch.Tensor  # [rows], float32
+    chosen: torch.Tensor  # [rows, length]: each step's token
+    graphed: bool = False  # a DecodeGraphs bucket's: its steps go through `replay`
+
+    @property
+    def rows(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def length(self) -> int:
+        return int(self.chosen.shape[1])
+
+    def first_rows(self, rows: int, *, graphed: bool = False) -> DecodeBuffers:
+        """The first `rows` rows: views of the same memory."""
+        return DecodeBuffers(
+            tokens=self.tokens[:rows],
+            position=self.position,
+            step=self.step,
+            self_k=[t[:rows] for t in self.self_k],
+            self_v=[t[:rows] for t in self.self_v],
+            cross_k=[t[:rows] for t in self.cross_k],
+            cross_v=[t[:rows] for t in self.cross_v],
+            cross_mask=self.cross_mask,
+            budget=self.budget[:rows],
+            done=self.done[:rows],
+            logprob=self.logprob[:rows],
+            chosen=self.chosen[:rows],
+            graphed=graphed,
+        )
+
+
+class StepGraphs(Protocol):
+    """Recorded decode steps (whisper_graphs.DecodeGraphs)."""
+
+    def buffers(self, rows: int, frames: int) -> DecodeBuffers | None:
+        """Buffers for a batch of `rows` rows and `frames` audio frames, or
+        None where none was recorded that holds it."""
+
+    def replay(self, rows: int) -> None:
+        """One step over the buffers `buffers` gave for `rows`."""
 
 
 class TorchWhisper:
@@ -267,6 +331,10 @@ class TorchWhisper:
         self._filters = torch.from_numpy(mel_filters(n_mels)).to(self.device)
         self.tokens = tokens
         self._suppress = torch.tensor(tokens.suppress, dtype=torch.long, device=self.device)
+        # A look at whether every row is done waits for the device (none on a CPU).
+        self._look_every = 4 if self.device.type == "cuda" else 1
+        # Set by whisper_graphs.DecodeGraphs: its steps replay, not run op by op.
+        self.graphs: StepGraphs | None = None
 
     @classmethod
     def load(cls, model_dir: Path, *, device: str = "cpu") -> TorchWhisper:
@@ -324,73 +392,126 @@ class TorchWhisper:
     # -------------------------------------------------------------- decoder
     def decode(self, audio: torch.Tensor, max_tokens: list[int]) -> list[Decoded]:
         """Greedy, every row at once, each up to its own token budget."""
-        w, tok = self._w, self.tokens
-        rows, heads = audio.shape[0], self._heads["decoder"]
-        embeddings = w["decoder/embeddings/weight"]
-        # Cross-attention's keys and values: once per batch, not per step.
-        cross = [
-            self._linear(audio, f"decoder/layer_{i}/attention/linear_1").chunk(2, dim=-1)
-            for i in range(self._layers["decoder"])
-        ]
-        cache: list[tuple[torch.Tensor, torch.Tensor]] = []
-        inputs = torch.tensor([tok.prompt] * rows, device=self.device)
-        position = 0
-        budget = torch.tensor(max_tokens, device=self.device)
-        done = torch.zeros(rows, dtype=torch.bool, device=self.device)
-        logprob = torch.zeros(rows, device=self.device)
-        chosen_at: list[torch.Tensor] = []  # each step's token per row
+        tok = self.tokens
+        rows, frames = audio.shape[:2]
+        steps = max(max_tokens)
+        graphs = self.graphs
+        b = graphs.buffers(rows, frames) if graphs is not None else None
+        if b is None:
+            b = self.decode_buffers(rows, len(tok.prompt) + steps, frames)
+        self._begin(b, audio, max_tokens)
+        prompt = torch.tensor([tok.prompt] * b.rows, device=self.device)
+        x = self._forward(b, prompt, torch.arange(len(tok.prompt), device=self.device))
         no_speech = [0.0] * rows
-        for step in range(max(max_tokens)):
-            x = embeddings[inputs]
-            x = x + w["decoder/position_encodings/encodings"][position : position + inputs.shape[1]]
-            for i, (ck, cv) in enumerate(cross):
-                p = f"decoder/layer_{i}"
-                h = self._norm(x, f"{p}/self_attention/layer_norm")
-                q, k, v = self._linear(h, f"{p}/self_attention/linear_0").chunk(3, dim=-1)
-                if step:
-                    k = torch.cat((cache[i][0], k), dim=1)
-                    v = torch.cat((cache[i][1], v), dim=1)
-                    cache[i] = (k, v)
-                else:
-                    cache.append((k, v))
-                x = x + self._linear(
-                    _attend(q, k, v, heads, causal=not step), f"{p}/self_attention/linear_1"
-                )
-                q = self._linear(
-                    self._norm(x, f"{p}/attention/layer_norm"), f"{p}/attention/linear_0"
-                )
-                x = x + self._linear(_attend(q, ck, cv, heads), f"{p}/attention/linear_2")
-                x = x + self._ffn(x, f"{p}/ffn")
-            x = self._norm(x, "decoder/layer_norm")
-            if not step and tok.no_speech is not None:
-                # What the model makes of the audio before any text: silence or speech.
-                first = (x[:, 0] @ embeddings.T).float().softmax(-1)
-                no_speech = first[:, tok.no_speech].tolist()
-            logits = (x[:, -1] @ embeddings.T).float()
-            if self._suppress.numel():
-                logits[:, self._suppress] = -math.inf
-            if not step:  # no text starts blank, or ends before it starts
-                logits[:, [tok.blank, tok.end]] = -math.inf
-            logp = logits.log_softmax(-1)
-            chosen = logp.argmax(-1)
-            chosen = torch.where(done | (step >= budget), torch.full_like(chosen, tok.end), chosen)
-            logprob += torch.where(done, 0.0, logp.gather(1, chosen[:, None])[:, 0])
-            chosen_at.append(chosen)
-            done |= chosen == tok.end
-            if bool(done.all()):
+        if tok.no_speech is not None:
+            # What the model makes of the audio before any text: silence or speech.
+            first = (x[:rows, 0] @ self._w["decoder/embeddings/weight"].T).float().softmax(-1)
+            no_speech = first[:, tok.no_speech].tolist()
+        self._choose(b, x[:, -1], first=True)
+        b.position.fill_(len(tok.prompt))
+        b.step.fill_(1)
+        taken = 1
+        while taken < steps:
+            # Each look at `done` waits for the device; on a GPU a few steps
+            # are queued between looks (a finished row only adds ends).
+            if taken % self._look_every == 0 and bool(b.done[:rows].all()):
                 break
-            position += inputs.shape[1]
-            inputs = chosen[:, None]
+            if graphs is not None and b.graphed:
+                graphs.replay(b.rows)
+            else:
+                self.decode_step(b)
+            taken += 1
         return [
             # Per text token, the end's log-prob included (CTranslate2's score).
             Decoded(o, lp / max(1, len(o)), ns)
             for o, lp, ns in zip(
-                _until_end(torch.stack(chosen_at, dim=1).tolist(), tok.end),
-                logprob.tolist(),
+                _until_end(b.chosen[:rows, :taken].tolist(), tok.end),
+                b.logprob[:rows].tolist(),
                 no_speech,
                 strict=True,
             )
         ]
+
+    def decode_buffers(self, rows: int, length: int, frames: int) -> DecodeBuffers:
+        """Zeroed buffers for a decode of `rows` rows, `length` text positions
+        and `frames` encoded audio frames."""
+        layers, width = self._layers["decoder"], self._w["decoder/embeddings/weight"].shape[1]
+
+        def zeros(*shape: int, dtype: torch.dtype = self.dtype) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=self.device)
+
+        return DecodeBuffers(
+            tokens=zeros(rows, 1, dtype=torch.long),
+            position=zeros(1, dtype=torch.long),
+            step=zeros(1, dtype=torch.long),
+            self_k=[zeros(rows, length, width) for _ in range(layers)],
+            self_v=[zeros(rows, length, width) for _ in range(layers)],
+            cross_k=[zeros(rows, frames, width) for _ in range(layers)],
+            cross_v=[zeros(rows, frames, width) for _ in range(layers)],
+            cross_mask=zeros(frames, dtype=torch.bool),
+            budget=zeros(rows, dtype=torch.long),
+            done=zeros(rows, dtype=torch.bool),
+            logprob=zeros(rows, dtype=torch.float32),
+            chosen=zeros(rows, length, dtype=torch.long),
+        )
+
+    def decode_step(self, b: DecodeBuffers) -> None:
+        """One greedy step of every row, in place: what a CUDA graph records."""
+        x = self._forward(b, b.tokens, b.position)
+        self._choose(b, x[:, -1], first=False)
+        b.position += 1
+        b.step += 1
+
+    def _begin(self, b: DecodeBuffers, audio: torch.Tensor, max_tokens: list[int]) -> None:
+        rows, frames = audio.shape[:2]
+        for i in range(self._layers["decoder"]):
+            # Cross-attention's keys and values: once per batch, not per step.
+            k, v = self._linear(audio, f"decoder/layer_{i}/attention/linear_1").chunk(2, dim=-1)
+            b.cross_k[i][:rows, :frames] = k
+            b.cross_v[i][:rows, :frames] = v
+        b.cross_mask.fill_(False)
+        b.cross_mask[:frames] = True
+        b.budget.zero_()  # rows past `rows` (a graph's padding) end at once
+        b.budget[:rows] = torch.tensor(max_tokens, device=self.device)
+        b.done.fill_(False)
+        b.logprob.zero_()
+        b.step.zero_()  # the prompt's step; a graph's buffers hold the last decode's
+
+    def _forward(self, b: DecodeBuffers, tokens: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        """The decoder over `tokens` ([rows, n]) at text positions `at` ([n]),
+        their keys and values kept in `b`."""
+        w, heads = self._w, self._heads["decoder"]
+        x = w["decoder/embeddings/weight"][tokens]
+        x = x + w["decoder/position_encodings/encodings"].index_select(0, at)
+        # Each token sees the positions up to its own.
+        seen = torch.arange(b.length, device=self.device)[None, :] <= at[:, None]
+        for i in range(self._layers["decoder"]):
+            p = f"decoder/layer_{i}"
+            h = self._norm(x, f"{p}/self_attention/layer_norm")
+            q, k, v = self._linear(h, f"{p}/self_attention/linear_0").chunk(3, dim=-1)
+            b.self_k[i].index_copy_(1, at, k)
+            b.self_v[i].index_copy_(1, at, v)
+            attended = _attend(q, b.self_k[i], b.self_v[i], heads, mask=seen)
+            x = x + self._linear(attended, f"{p}/self_attention/linear_1")
+            q = self._linear(self._norm(x, f"{p}/attention/layer_norm"), f"{p}/attention/linear_0")
+            attended = _attend(q, b.cross_k[i], b.cross_v[i], heads, mask=b.cross_mask[None, :])
+            x = x + self._linear(attended, f"{p}/attention/linear_2")
+            x = x + self._ffn(x, f"{p}/ffn")
+        return self._norm(x, "decoder/layer_norm")
+
+    def _choose(self, b: DecodeBuffers, last: torch.Tensor, *, first: bool) -> None:
+        tok = self.tokens
+        logits = (last @ self._w["decoder/embeddings/weight"].T).float()
+        if self._suppress.numel():
+            logits[:, self._suppress] = -math.inf
+        if first:  # no text starts blank, or ends before it starts
+            logits[:, [tok.blank, tok.end]] = -math.inf
+        logp = logits.log_softmax(-1)
+        chosen = logp.argmax(-1).masked_fill(b.done | (b.step >= b.budget), tok.end)
+        b.logprob += torch.where(b.done, 0.0, logp.gather(1, chosen[:, None])[:, 0])
+        b.chosen.index_copy_(1, b.step, chosen[:, None])
+        b.done |= chosen == tok.end
+        b.tokens.copy_(chosen[:, None])
 
     # --------------------------------------------------------------- pieces
     def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
