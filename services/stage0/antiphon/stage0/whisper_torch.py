@@ -503,12 +503,13 @@ class TorchWhisper:
         tok = self.tokens
         logits = (last @ self._w["decoder/embeddings/weight"].T).float()
         if self._suppress.numel():
-            logits[:, self._suppress] = -math.inf
+            # index_fill_, not an assignment: its value is no host tensor to copy.
+            logits.index_fill_(1, self._suppress, -math.inf)
         if first:  # no text starts blank, or ends before it starts
             logits[:, [tok.blank, tok.end]] = -math.inf
         logp = logits.log_softmax(-1)
         chosen = logp.argmax(-1).masked_fill(b.done | (b.step >= b.budget), tok.end)
-        b.logprob += torch.where(b.done, 0.0, logp.gather(1, chosen[:, None])[:, 0])
+        b.logprob += logp.gather(1, chosen[:, None])[:, 0].masked_fill(b.done, 0.0)
         b.chosen.index_copy_(1, b.step, chosen[:, None])
         b.done |= chosen == tok.end
         b.tokens.copy_(chosen[:, None])
