@@ -39,14 +39,8 @@ import torch
 
 from antiphon.stage0.asr_text import MAX_FRAMES, PAD_S, SAMPLE_RATE
 from antiphon.stage0.whisper_graphs import DecodeGraphs
-from antiphon.stage0.whisper_torch import (
-    HOP,
-    LARGE_V3_TURBO,
-    Shape,
-    Tokens,
-    TorchWhisper,
-    random_weights,
-)
+from antiphon.stage0.whisper_torch import HOP, TorchWhisper
+from antiphon.stage0.whisper_weights import LARGE_V3_TURBO, Shape, Tokens, random_weights
 from bench.lib.results import write_json
 
 SHAPES = {

@@ -16,10 +16,11 @@ from starlette.websockets import WebSocket
 from antiphon.common import loop_lag
 from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
-from antiphon.gateway.connection import Connection
-from antiphon.gateway.dialect import NATIVE, Dialect, realtime_dialect
+from antiphon.gateway.calls import Calls
+from antiphon.gateway.connection import ClientSocket, Connection, WebSocketClient
+from antiphon.gateway.dialect import NATIVE, OPENAI, Dialect, realtime_dialect
 from antiphon.gateway.drain import Drain
-from antiphon.gateway.edge import Edge
+from antiphon.gateway.edge import Admitted, Edge
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.settings import GatewaySettings
 
@@ -45,6 +46,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             async with loop_lag.watching(metrics.loop_lag):
                 yield
         finally:
+            await calls.close()
             for ch in channels:
                 await ch.close()
 
@@ -69,26 +71,14 @@ def create_app(settings: GatewaySettings) -> Starlette:
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
-    async def serve(ws: WebSocket, dialect: Dialect) -> None:
-        if drain.draining:
-            # A draining gateway opens no session: 503, as its /readyz says.
-            metrics.server_closes.labels("draining").inc()
-            await ws.send_denial_response(JSONResponse({"status": "draining"}, status_code=503))
-            return
-        admitted = await edge.admit_socket(ws)
-        if admitted is None:
-            return
-        try:
-            offered = ws.scope.get("subprotocols") or []
-            await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
-        except BaseException:
-            admitted.lease.release()
-            raise
+    async def converse(client: ClientSocket, dialect: Dialect, admitted: Admitted) -> None:
+        """One client's session over whatever carries its events (a WebSocket,
+        a WebRTC call); its lease on the key's sessions ends with it."""
         metrics.connections_active.inc()
         try:
             conn = Connection(
-                ws,
-                ws.app.state.channels,
+                client,
+                app.state.channels,
                 metrics,
                 max_message_bytes=settings.max_message_bytes,
                 reconnect_timeout_s=settings.reconnect_timeout_s,
@@ -104,6 +94,34 @@ def create_app(settings: GatewaySettings) -> Starlette:
         finally:
             metrics.connections_active.dec()
             admitted.lease.release()
+
+    async def serve(ws: WebSocket, dialect: Dialect) -> None:
+        if drain.draining:
+            # A draining gateway opens no session: 503, as its /readyz says.
+            metrics.server_closes.labels("draining").inc()
+            await ws.send_denial_response(JSONResponse({"status": "draining"}, status_code=503))
+            return
+        admitted = await edge.admit_socket(ws)
+        if admitted is None:
+            return
+        try:
+            offered = ws.scope.get("subprotocols") or []
+            await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
+        except BaseException:
+            admitted.lease.release()
+            raise
+        await converse(WebSocketClient(ws), dialect, admitted)
+
+    # WebRTC calls speak OpenAI's dialect, as OpenAI's own do.
+    calls = Calls(
+        edge,
+        metrics,
+        lambda client, admitted: converse(client, OPENAI, admitted),
+        draining=lambda: drain.draining,
+        max_calls=settings.max_calls,
+        media_timeout_s=settings.call_media_timeout_s,
+        ice_servers=settings.webrtc_ice_servers,
+    )
 
     async def realtime(ws: WebSocket) -> None:
         # OpenAI's own protocol; the reference's duplex extensions with `?duplex=1`.
@@ -122,6 +140,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             WebSocketRoute("/v1/realtime", realtime),
             WebSocketRoute("/v1/duplex", duplex),
             *edge.routes(),
+            *calls.routes(),
         ],
         lifespan=lifespan,
     )

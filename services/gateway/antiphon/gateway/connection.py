@@ -36,9 +36,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from opentelemetry import trace
@@ -90,10 +90,47 @@ class Leaving:
 DRAIN = Leaving("service_restart", CLOSE_SERVICE_RESTART, None, ends_session=False)
 
 
+class ClientSocket(Protocol):
+    """What a connection reads and writes its client's events through: a
+    WebSocket (`WebSocketClient`), or a WebRTC call's data channel and
+    media (calls.py). `receive` gives ASGI WebSocket messages
+    (`websocket.receive` with `text`, or `websocket.disconnect`)."""
+
+    @property
+    def query_params(self) -> Mapping[str, str]: ...
+
+    async def receive(self) -> Mapping[str, Any]: ...
+
+    async def send(self, kind: str, text: str) -> None:
+        """One server event: its type, and its JSON."""
+
+    async def close(self, code: int, reason: str | None) -> None: ...
+
+
+class WebSocketClient:
+    """A Starlette WebSocket as a `ClientSocket`."""
+
+    def __init__(self, ws: WebSocket) -> None:
+        self._ws = ws
+
+    @property
+    def query_params(self) -> Mapping[str, str]:
+        return self._ws.query_params
+
+    async def receive(self) -> Mapping[str, Any]:
+        return await self._ws.receive()
+
+    async def send(self, kind: str, text: str) -> None:
+        await self._ws.send_text(text)
+
+    async def close(self, code: int, reason: str | None) -> None:
+        await self._ws.close(code, reason)
+
+
 class Connection:
     def __init__(
         self,
-        ws: WebSocket,
+        ws: ClientSocket,
         replicas: Sequence[grpc.aio.Channel],
         metrics: GatewayMetrics,
         *,
@@ -396,7 +433,7 @@ class Connection:
             while (frame := await self._outbox.get()) is not None:
                 kind, text = frame
                 self._metrics.events_out.labels(kind).inc()
-                await self._ws.send_text(text)
+                await self._ws.send(kind, text)
         except Exception:
             return
         with contextlib.suppress(Exception):

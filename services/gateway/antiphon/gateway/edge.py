@@ -77,7 +77,7 @@ class Edge:
             routes.append(Route("/demo/session", self.demo_session, methods=["GET"]))
         return routes
 
-    def _refused(self, refusal: Refusal, path: str, key_id: str = "") -> None:
+    def refused(self, refusal: Refusal, path: str, key_id: str = "") -> None:
         self._metrics.refusals.labels(refusal.reason).inc()
         log.info(
             "refused",
@@ -100,10 +100,22 @@ class Edge:
             )
             lease = self.gate.admit(principal)
         except Refusal as refusal:
-            self._refused(refusal, ws.url.path, principal.key_id if principal else "")
+            self.refused(refusal, ws.url.path, principal.key_id if principal else "")
             await _deny(ws, refusal)
             return None
         return Admitted(principal, lease)
+
+    def admit_request(self, request: Request) -> Admitted | Response:
+        """An HTTP request's principal and its lease on one session of its key
+        (a WebRTC call), or the refusal's answer."""
+        principal: Principal | None = None
+        try:
+            self.gate.check_origin(request.headers)
+            principal = self.gate.authenticate(request.headers, secrets_allowed=True)
+            return Admitted(principal, self.gate.admit(principal))
+        except Refusal as refusal:
+            self.refused(refusal, request.url.path, principal.key_id if principal else "")
+            return JSONResponse(refusal.body(), refusal.status)
 
     async def client_secrets(self, request: Request) -> Response:
         """OpenAI's `POST /v1/realtime/client_secrets`, authorized by an API key."""
@@ -113,13 +125,13 @@ class Edge:
             req = client_secrets.parse_request(await _json_body(request))
             value, expires_at = self.gate.signer.mint(principal.key_id, req.ttl_s, req.session)
         except Refusal as refusal:
-            self._refused(refusal, request.url.path)
+            self.refused(refusal, request.url.path)
             return JSONResponse(refusal.body(), refusal.status)
         except ClientSecretError as err:
             bad = Refusal(
                 400, "invalid_request_error", err.code, err.message, "invalid_request", err.param
             )
-            self._refused(bad, request.url.path)
+            self.refused(bad, request.url.path)
             return JSONResponse(bad.body(), 400)
         self._metrics.client_secrets_minted.labels("client_secrets").inc()
         log.info(
@@ -136,7 +148,7 @@ class Edge:
         try:
             self.gate.check_origin(request.headers)
         except Refusal as refusal:
-            self._refused(refusal, request.url.path)
+            self.refused(refusal, request.url.path)
             return JSONResponse(refusal.body(), refusal.status)
         value, expires_at = self.gate.signer.mint(self._demo_key_id, self._demo_ttl_s, {})
         self._metrics.client_secrets_minted.labels("demo").inc()

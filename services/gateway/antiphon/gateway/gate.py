@@ -32,6 +32,7 @@ Reason = Literal[
     "key_session_limit",
     "key_rate_limit",
     "invalid_request",
+    "call_limit",
 ]
 Via = Literal["none", "api_key", "client_secret"]
 

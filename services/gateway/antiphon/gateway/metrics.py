@@ -11,7 +11,18 @@ class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.loop_lag = lag_histogram("gateway", registry)
         self.connections_active = Gauge(
-            "antiphon_gateway_connections_active", "Open WebSocket connections", registry=registry
+            "antiphon_gateway_connections_active",
+            "Open client connections (WebSockets and WebRTC calls)",
+            registry=registry,
+        )
+        self.calls_active = Gauge(
+            "antiphon_gateway_calls_active", "Open WebRTC calls", registry=registry
+        )
+        self.calls_ended = Counter(
+            "antiphon_gateway_calls_ended_total",
+            "WebRTC calls ended, by what ended them",
+            ["why"],
+            registry=registry,
         )
         self.events_in = Counter(
             "antiphon_gateway_events_in_total",

@@ -63,3 +63,14 @@ class GatewaySettings(ServiceSettings):
     # Client commands one socket may have waiting for its session stream;
     # past this the gateway stops reading the socket, so TCP slows the client.
     max_pending_commands: int = 256
+    # WebRTC calls (`POST /v1/realtime/calls`, calls.py) this gateway holds at
+    # once; past it a call is refused with 429 `call_limit`. Each call's
+    # Opus and SRTP cost this process CPU (docs/performance.md).
+    max_calls: int = Field(default=100, ge=0)
+    # A call whose caller's audio stopped this long is ended (`media_timeout`):
+    # a browser sends audio all the time, silence included.
+    call_media_timeout_s: float = Field(default=30.0, gt=0)
+    # STUN/TURN servers offered to calls' ICE (`stun:host:port`,
+    # `turn:host:port`); none: host candidates only, enough where the
+    # gateway's address is reachable by its callers.
+    webrtc_ice_servers: list[str] = Field(default_factory=list)
