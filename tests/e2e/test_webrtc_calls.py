@@ -6,10 +6,12 @@ track (never as deltas on the channel), hangup, and the refusals."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
 import pytest
+import websockets
 from stack import LocalStack
 
 from tests.support import auth
@@ -65,6 +67,30 @@ async def test_a_call_is_hung_up_by_its_id(synthetic_stack: LocalStack) -> None:
                 break
             await asyncio.sleep(0.1)
         assert caller.channel.readyState == "closed"
+    finally:
+        await caller.hang_up()
+
+
+async def test_a_server_socket_attached_by_call_id_sees_and_drives_the_call(
+    synthetic_stack: LocalStack,
+) -> None:
+    """`/v1/realtime?call_id=`: the server's WebSocket gets the call's events
+    and what it sends is the call's (the caller sees the answer it asked for)."""
+    caller = await Caller.dial(_base(synthetic_stack))
+    ws_url = f"ws://127.0.0.1:{synthetic_stack.ports.gateway}/v1/realtime"
+    try:
+        await caller.wait_for("session.created")
+        async with websockets.connect(f"{ws_url}?call_id={caller.call_id}") as server:
+            await server.send(json.dumps({"type": "response.create"}))
+            seen: list[str] = []
+            while "response.done" not in seen:
+                seen.append(json.loads(await asyncio.wait_for(server.recv(), 30))["type"])
+            assert "response.output_audio.delta" not in seen
+        done = await caller.wait_for("response.done")
+        assert done["response"]["status"] == "completed"
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(f"{ws_url}?call_id=rtc_nobody")
+        assert refused.value.response.status_code == 404
     finally:
         await caller.hang_up()
 

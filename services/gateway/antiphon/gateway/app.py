@@ -124,6 +124,10 @@ def create_app(settings: GatewaySettings) -> Starlette:
     )
 
     async def realtime(ws: WebSocket) -> None:
+        if "call_id" in ws.query_params:
+            # A server's socket on a WebRTC call (calls.py).
+            await calls.attach(ws)
+            return
         # OpenAI's own protocol; the reference's duplex extensions with `?duplex=1`.
         await serve(ws, realtime_dialect(ws.query_params))
 

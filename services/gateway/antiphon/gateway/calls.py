@@ -18,9 +18,13 @@ limits, fail-over, resume and drain work as they do. The session's audio
 stays PCM16 at 24 kHz whatever a client asks (`session.update`'s formats are
 dropped): a call's audio is Opus on the wire.
 
-`POST /v1/realtime/calls/{call_id}/hangup` ends a call. A gateway holds at
-most `max_calls` calls, and one whose media stopped for `call_media_timeout_s`
-is ended.
+`POST /v1/realtime/calls/{call_id}/hangup` ends a call. A server may also
+attach a WebSocket to a call, `/v1/realtime?call_id=...` with the key that
+placed it: it gets every event the data channel gets, and what it sends is
+the call's as if the caller had sent it (to answer tool calls, or update the
+session, where the browser holds no secret worth keeping). A gateway holds
+at most `max_calls` calls, and one whose media stopped for
+`call_media_timeout_s` is ended.
 """
 
 from __future__ import annotations
@@ -45,18 +49,21 @@ from aiortc.mediastreams import MediaStreamTrack
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from antiphon.common.ids import new_id
 from antiphon.gateway.call_audio import Microphone, Speaker
 from antiphon.gateway.close_codes import CLOSE_NORMAL
 from antiphon.gateway.connection import ClientSocket
-from antiphon.gateway.edge import Admitted, Edge
+from antiphon.gateway.edge import Admitted, Edge, deny
 from antiphon.gateway.gate import Refusal
 from antiphon.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
 
 EVENTS_CHANNEL = "oai-events"
+# Events an attached WebSocket may have unread before it is dropped.
+WATCHER_BACKLOG = 4096
 # An SDP offer is a few KB; a session config is instructions and tools.
 MAX_OFFER_BYTES = 256 * 1024
 _AUDIO_DELTA = "response.output_audio.delta"
@@ -83,6 +90,7 @@ class CallSocket:
     _unsent: list[str] = field(init=False, default_factory=list)
     _listening: asyncio.Task[None] | None = field(init=False, default=None)
     _response_id: str = field(init=False, default="")
+    _watchers: list[asyncio.Queue[str | None]] = field(init=False, default_factory=list)
     ended_by: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
@@ -109,10 +117,40 @@ class CallSocket:
 
     def end(self, why: str) -> None:
         """The call is over (hangup, media gone, peer closed): the connection
-        reads a disconnect next."""
+        reads a disconnect next, and the attached sockets close."""
         if not self.ended_by:
             self.ended_by = why
             self._inbox.put_nowait({"type": "websocket.disconnect", "code": CLOSE_NORMAL})
+            for watcher in self._watchers:
+                watcher.put_nowait(None)
+
+    async def attach(self, ws: WebSocket) -> None:
+        """A server's WebSocket on this call, until either ends."""
+        events: asyncio.Queue[str | None] = asyncio.Queue(WATCHER_BACKLOG)
+        self._watchers.append(events)
+        reading = asyncio.create_task(self._read_watcher(ws, events))
+        try:
+            while (text := await events.get()) is not None:
+                await ws.send_text(text)
+        finally:
+            if events in self._watchers:
+                self._watchers.remove(events)
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
+                await reading
+            with contextlib.suppress(Exception):
+                await ws.close(CLOSE_NORMAL)
+
+    async def _read_watcher(self, ws: WebSocket, events: asyncio.Queue[str | None]) -> None:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                if events in self._watchers:
+                    self._watchers.remove(events)
+                    events.put_nowait(None)
+                return
+            if message.get("text") is not None:
+                self._from_client(message["text"])
 
     def _on_message(self, message: str | bytes) -> None:
         if isinstance(message, bytes):
@@ -170,6 +208,14 @@ class CallSocket:
         self._send_text(json.dumps({"type": kind, "event_id": new_id("event"), **fields}))
 
     def _send_text(self, text: str) -> None:
+        for watcher in list(self._watchers):
+            if watcher.full():
+                # A watcher that does not read its events is dropped, not waited for.
+                self._watchers.remove(watcher)
+                watcher.get_nowait()
+                watcher.put_nowait(None)
+            else:
+                watcher.put_nowait(text)
         channel = self._channel
         if channel is None:
             self._unsent.append(text)  # the client's channel is not open yet
@@ -325,6 +371,20 @@ class Calls:
             self._metrics.calls_ended.labels(call.socket.ended_by or "closed").inc()
             log.info("call ended", extra={"call_id": call_id, "why": call.socket.ended_by})
 
+    async def attach(self, ws: WebSocket) -> None:
+        """`/v1/realtime?call_id=...`: a WebSocket on a call of the same key."""
+        admitted = await self._edge.admit_socket(ws)
+        if admitted is None:
+            return
+        admitted.lease.release()  # watching a call opens no session
+        call = self._calls.get(ws.query_params.get("call_id", ""))
+        if call is None or call.key_id != admitted.principal.key_id:
+            await deny(ws, _NO_SUCH_CALL)
+            return
+        offered = ws.scope.get("subprotocols") or []
+        await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
+        await call.socket.attach(ws)
+
     async def hangup(self, request: Request) -> Response:
         call = self._calls.get(request.path_params["call_id"])
         admitted = self._edge.admit_request(request)
@@ -332,17 +392,7 @@ class Calls:
             return admitted
         admitted.lease.release()  # asking is not a session: only who asks matters
         if call is None or call.key_id != admitted.principal.key_id:
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": "no such call",
-                        "type": "invalid_request_error",
-                        "param": None,
-                        "code": "call_not_found",
-                    }
-                },
-                status_code=404,
-            )
+            return JSONResponse(_NO_SUCH_CALL.body(), _NO_SUCH_CALL.status)
         call.socket.end("hangup")
         return Response(status_code=200)
 
@@ -353,6 +403,11 @@ class Calls:
         tasks = [c.task for c in self._calls.values() if c.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=5)
+
+
+_NO_SUCH_CALL = Refusal(
+    404, "invalid_request_error", "call_not_found", "no such call", "invalid_request"
+)
 
 
 def _bad_offer(message: str) -> Refusal:

@@ -101,7 +101,7 @@ class Edge:
             lease = self.gate.admit(principal)
         except Refusal as refusal:
             self.refused(refusal, ws.url.path, principal.key_id if principal else "")
-            await _deny(ws, refusal)
+            await deny(ws, refusal)
             return None
         return Admitted(principal, lease)
 
@@ -175,7 +175,8 @@ async def _json_body(request: Request) -> Any:
         raise ClientSecretError("invalid_json", "the request body is not valid JSON") from exc
 
 
-async def _deny(ws: WebSocket, refusal: Refusal) -> None:
+async def deny(ws: WebSocket, refusal: Refusal) -> None:
+    """Refuse a WebSocket upgrade with `refusal`'s status and error JSON."""
     if DENIAL in ws.scope.get("extensions", {}):
         await ws.send_denial_response(JSONResponse(refusal.body(), refusal.status))
         return
