@@ -131,6 +131,7 @@ bench: install models
 	$(PY) -m bench.load --backend cascade --sessions 1 --turns 5 --lane native --voice espeak --no-response-s 30
 	$(PY) -m bench.turn_detection
 	$(PY) -m bench.faults --sessions 50
+	$(PY) -m bench.webrtc --calls 1,10,50
 
 # 30 minutes at 200 synthetic sessions, then 30 at the cascade's measured
 # capacity: RSS slope per service and errors (bench/results/soak-*.json).

@@ -137,9 +137,12 @@ def wait_for(
         time.sleep(0.25)
 
 
-def start(driver: WebDriver, gateway_port: int, *, native: bool) -> State:
-    """Open the page, pick the lane, press Start; returns the page once the session is live."""
-    driver.get(f"http://127.0.0.1:{gateway_port}/")
+def start(
+    driver: WebDriver, gateway_port: int, *, native: bool, transport: str = "websocket"
+) -> State:
+    """Open the page, pick the lane and the transport (WebRTC is the page's
+    default), press Start; returns the page once the session is live."""
+    driver.get(f"http://127.0.0.1:{gateway_port}/?transport={transport}")
     if native:
         driver.find_element(By.ID, "native").click()
     driver.find_element(By.ID, "start").click()
@@ -183,6 +186,45 @@ def test_the_page_shows_the_heard_question_and_plays_the_answer(
         # The microphone really streamed: 200 ms appends at the session's rate.
         assert stats["appendsSent"] >= 10 and stats["inputRate"] == MIC_RATE, stats
         assert stats["contextRate"] > 0, stats
+        assert state["errors"] == [], state["errors"]
+        stop(driver)
+
+
+def remote_audio_energy(driver: WebDriver) -> float:
+    """The call's received audio energy so far, from WebRTC's statistics."""
+    energy: float = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "window.antiphon.remoteAudioEnergy().then(done);"
+    )
+    return energy
+
+
+def test_the_page_calls_by_webrtc_and_hears_the_answer_on_the_call(
+    model_stack: LocalStack, tmp_path: Path
+) -> None:
+    """The page's default: a WebRTC call (`POST /v1/realtime/calls`). The
+    question goes on the call's track (no appends), the transcripts come on
+    the data channel, and the answer arrives as sound on the remote track."""
+    mic = fake_microphone(tmp_path / "mic.wav", "piper", [(500, QUESTION)])
+    with chromium(mic, tmp_path / "profile") as driver:
+        start(driver, model_stack.ports.gateway, native=False, transport="webrtc")
+        before = remote_audio_energy(driver)
+        state = wait_for(
+            driver,
+            "the answer on the call",
+            lambda s: (
+                len(s["user"]) >= 1
+                and len(s["assistant"]) >= 1
+                and s["stats"]["audioBuffer"]["stopped"] >= 1
+            ),
+        )
+        driver.save_screenshot(str(tmp_path / "page.png"))
+        assert {"capital", "japan"} <= words(state["user"][0]), state
+        assert state["assistant"][0].strip(), state
+        stats = state["stats"]
+        assert stats["transport"] == "webrtc" and stats["callId"].startswith("rtc_"), stats
+        assert stats["appendsSent"] == 0 and stats["samplesScheduled"] == 0, stats
+        assert remote_audio_energy(driver) > before, stats
         assert state["errors"] == [], state["errors"]
         stop(driver)
 

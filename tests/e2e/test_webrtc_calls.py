@@ -14,10 +14,10 @@ import pytest
 import websockets
 from stack import LocalStack
 
+from bench.lib.webrtc import Caller, CallRefused
 from tests.support import auth
 from tests.support.live import QUESTIONS, words
 from tests.support.speech import Voice, spoken
-from tests.support.webrtc import Caller, CallRefused
 
 pytestmark = pytest.mark.stack
 

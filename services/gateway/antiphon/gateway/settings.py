@@ -64,9 +64,11 @@ class GatewaySettings(ServiceSettings):
     # past this the gateway stops reading the socket, so TCP slows the client.
     max_pending_commands: int = 256
     # WebRTC calls (`POST /v1/realtime/calls`, calls.py) this gateway holds at
-    # once; past it a call is refused with 429 `call_limit`. Each call's
-    # Opus and SRTP cost this process CPU (docs/performance.md).
-    max_calls: int = Field(default=100, ge=0)
+    # once; past it a call is refused with 429 `call_limit`. A call's Opus,
+    # SRTP and pacing cost this one process 6-10% of a core (a socket's
+    # session 0.4-1.5%): 10 calls took 58% of it, and 50 collapsed
+    # (docs/performance.md, "WebRTC calls"). More calls: more gateways.
+    max_calls: int = Field(default=10, ge=0)
     # A call whose caller's audio stopped this long is ended (`media_timeout`):
     # a browser sends audio all the time, silence included.
     call_media_timeout_s: float = Field(default=30.0, gt=0)
