@@ -170,5 +170,9 @@ async def test_a_caller_talks_over_the_answer_and_it_stops(model_stack: LocalSta
         # The answer went quiet at once: the caller is speaking meanwhile.
         quiet_from = cleared["_at"] + 0.2
         assert caller.heard.rms_between(quiet_from, quiet_from + 0.6) < 100
+        # And the answer's item keeps only what was played before the cut.
+        truncated = await caller.wait_for("conversation.item.truncated", after=mark, timeout=30)
+        played_s = cleared["_at"] - started["_at"]
+        assert 0 < truncated["audio_end_ms"] <= (played_s + 0.3) * 1000, (truncated, played_s)
     finally:
         await caller.hang_up()

@@ -10,7 +10,8 @@ appends are made from the caller's track (call_audio.Microphone), and the
 answer's `response.output_audio.delta` events are played on the call's
 track instead of sent (call_audio.Speaker). As OpenAI's WebRTC does, the
 channel also says `output_audio_buffer.started` / `.stopped` around what is
-played, and `.cleared` when a barge-in dropped the rest.
+played, and `.cleared` when a barge-in dropped the rest; the item cut short
+is then truncated where the caller stopped hearing it.
 
 `CallSocket` makes a call look like a WebSocket to `Connection`
 (connection.ClientSocket), so the session tier sees the same typed stream:
@@ -52,7 +53,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from antiphon.common.ids import new_id
-from antiphon.gateway.call_audio import Microphone, Speaker
+from antiphon.gateway.call_audio import SESSION_RATE, Microphone, Speaker
 from antiphon.gateway.close_codes import CLOSE_NORMAL
 from antiphon.gateway.connection import ClientSocket
 from antiphon.gateway.edge import Admitted, Edge, deny
@@ -90,6 +91,8 @@ class CallSocket:
     _unsent: list[str] = field(init=False, default_factory=list)
     _listening: asyncio.Task[None] | None = field(init=False, default=None)
     _response_id: str = field(init=False, default="")
+    # What the speaker was given since it was last quiet: [item_id, seconds].
+    _queued: list[list[Any]] = field(init=False, default_factory=list)
     _watchers: list[asyncio.Queue[str | None]] = field(init=False, default_factory=list)
     ended_by: str = field(init=False, default="")
 
@@ -185,10 +188,12 @@ class CallSocket:
             if not self.speaker.playing:
                 self._response_id = event.get("response_id", "")
                 self._say("output_audio_buffer.started", response_id=self._response_id)
-            self.speaker.play(base64.b64decode(event["delta"]))
+            pcm = base64.b64decode(event["delta"])
+            self.speaker.play(pcm)
+            self._queue(event.get("item_id", ""), len(pcm) / 2 / SESSION_RATE)
             return
         if kind == "input_audio_buffer.speech_started" and self.speaker.playing:
-            self.speaker.clear()
+            self._truncate_unheard(self.speaker.clear())
             self._say("output_audio_buffer.cleared", response_id=self._response_id)
         self._send_text(text)
 
@@ -201,7 +206,35 @@ class CallSocket:
                 await self._listening
 
     # ------------------------------------------------------------ helpers
+    def _queue(self, item_id: str, seconds: float) -> None:
+        if self._queued and self._queued[-1][0] == item_id:
+            self._queued[-1][1] += seconds
+        else:
+            self._queued.append([item_id, seconds])
+
+    def _truncate_unheard(self, dropped_s: float) -> None:
+        """The caller heard only what was played: each item cut short is
+        truncated there, as a WebSocket client does from its own playback
+        (the server knows what a call played; a socket's client must say)."""
+        played = sum(seconds for _item, seconds in self._queued) - dropped_s
+        for item_id, seconds in self._queued:
+            heard = min(seconds, max(0.0, played))
+            played -= heard
+            if heard < seconds and item_id:
+                self._from_client(
+                    json.dumps(
+                        {
+                            "type": "conversation.item.truncate",
+                            "item_id": item_id,
+                            "content_index": 0,
+                            "audio_end_ms": int(heard * 1000),
+                        }
+                    )
+                )
+        self._queued.clear()
+
     def _drained(self) -> None:
+        self._queued.clear()
         self._say("output_audio_buffer.stopped", response_id=self._response_id)
 
     def _say(self, kind: str, **fields: Any) -> None:
