@@ -72,24 +72,35 @@ class Caller:
         bearer: str = "",
         session: dict[str, Any] | None = None,
         timeout: float = 30.0,
+        candidates: bool = True,
     ) -> Caller:
         """A call to the gateway at `base_url` (http://host:port), answered;
-        with `session`, the offer goes as OpenAI's multipart form."""
+        with `session`, the offer goes as OpenAI's multipart form. Without
+        `candidates` the offer holds none of the caller's addresses, as a
+        browser's offer posted before it gathered any (the Agents SDK's): the
+        gateway must learn them from the caller's connectivity checks."""
         peer = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         microphone = Speaker()
         peer.addTrack(microphone)
         caller = cls(peer, microphone)
         await peer.setLocalDescription(await peer.createOffer())
+        offer = peer.localDescription.sdp
+        if not candidates:
+            offer = "".join(
+                line
+                for line in offer.splitlines(keepends=True)
+                if not line.startswith(("a=candidate", "a=end-of-candidates"))
+            )
         headers = {"authorization": f"Bearer {bearer}"} if bearer else {}
         async with httpx.AsyncClient(timeout=timeout) as http:
             if session is None:
                 reply = await http.post(
                     f"{base_url}/v1/realtime/calls",
-                    content=peer.localDescription.sdp,
+                    content=offer,
                     headers={**headers, "content-type": "application/sdp"},
                 )
             else:
-                form = {"sdp": peer.localDescription.sdp, "session": json.dumps(session)}
+                form = {"sdp": offer, "session": json.dumps(session)}
                 reply = await http.post(
                     f"{base_url}/v1/realtime/calls",
                     files={k: (None, v) for k, v in form.items()},

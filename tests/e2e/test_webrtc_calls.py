@@ -51,6 +51,20 @@ async def test_a_call_answers_with_audio_on_its_track_and_events_on_its_channel(
     assert "response.output_audio_transcript.delta" in types
 
 
+async def test_a_call_whose_offer_has_no_candidates_connects(synthetic_stack: LocalStack) -> None:
+    """Browsers' SDKs post the offer before gathering (no `a=candidate`): the
+    gateway learns the caller's address from its checks (peer-reflexive)."""
+    caller = await Caller.dial(_base(synthetic_stack), candidates=False)
+    try:
+        await caller.wait_for("session.created")
+        caller.send({"type": "response.create"})
+        started = await caller.wait_for("output_audio_buffer.started")
+        await caller.wait_for("output_audio_buffer.stopped", timeout=30)
+        assert caller.heard.loud_after(started["_at"] - 0.5) is not None
+    finally:
+        await caller.hang_up()
+
+
 async def test_a_call_is_hung_up_by_its_id(synthetic_stack: LocalStack) -> None:
     caller = await Caller.dial(_base(synthetic_stack))
     try:
