@@ -328,3 +328,42 @@ def test_a_dropped_socket_resumes_the_same_session_and_the_next_question_is_answ
         assert len(stats["errors"]) == 1 and state["errors"] == [], state
         assert "resumed session" in state["log"], state
         stop(driver)
+
+
+def test_talking_over_a_call_stops_the_answer(model_stack: LocalStack, tmp_path: Path) -> None:
+    """The page's WebRTC call: the user talks over the answer, and the server
+    drops what it had not played (`output_audio_buffer.cleared`), cancels the
+    answer and truncates it. As in the socket's test below, a first call
+    finds when the answer plays (the page's spans, from the channel's
+    `output_audio_buffer.started` / `.stopped`, on the microphone's clock),
+    and the talk-over is aimed into the longest span."""
+    probe = fake_microphone(tmp_path / "probe.wav", "piper", [(500, STORY)])
+    with chromium(probe, tmp_path / "probe-profile") as driver:
+        start(driver, model_stack.ports.gateway, native=False, transport="webrtc")
+
+        def played_out(s: State) -> bool:
+            played = s["stats"]["audioBuffer"]
+            return len(s["assistant"]) >= 1 and played["stopped"] == played["started"] >= 1
+
+        state = wait_for(driver, "the answer to play out", played_out)
+        spans = [sp for sp in page_state(driver)["stats"]["playSpans"] if sp[1] is not None]
+        stop(driver)
+    longest = max(spans, key=lambda sp: sp[1] - sp[0], default=None)
+    assert longest is not None and longest[1] - longest[0] >= 1.2, (spans, state["stats"])
+    # The server hears the talk-over start ~0.3 s after it begins.
+    middle = (longest[0] + longest[1]) / 2
+    story_ms = len(spoken(STORY, MIC_RATE, "piper")) * 1000 // (2 * MIC_RATE)
+    talk_over_ms = int((middle - 0.3) * 1000) - 500 - story_ms
+    assert talk_over_ms > 0, (spans, story_ms)
+    script = [(500, STORY), (talk_over_ms, "Wait, stop.")]
+    mic = fake_microphone(tmp_path / "mic.wav", "piper", script)
+    with chromium(mic, tmp_path / "profile") as driver:
+        start(driver, model_stack.ports.gateway, native=False, transport="webrtc")
+        state = wait_for(
+            driver,
+            "the answer cut short",
+            lambda s: s["stats"]["audioBuffer"]["cleared"] >= 1 and len(s["interrupted"]) >= 1,
+        )
+        driver.save_screenshot(str(tmp_path / "page.png"))
+        assert state["errors"] == [], state["errors"]
+        stop(driver)
