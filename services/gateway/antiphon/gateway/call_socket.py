@@ -31,6 +31,10 @@ from antiphon.gateway.close_codes import CLOSE_NORMAL
 
 # Events an attached WebSocket may have unread before it is dropped.
 WATCHER_BACKLOG = 4096
+# Client events a call may have waiting for its session stream (the caller's
+# appends come in real time; a data channel that floods past this ends the
+# call, as a WebSocket's reader would stop reading).
+INBOX_LIMIT = 1024
 _AUDIO_DELTA = "response.output_audio.delta"
 _RECEIVE = "websocket.receive"
 
@@ -82,8 +86,8 @@ class CallSocket:
         if not self.ended_by:
             self.ended_by = why
             self._inbox.put_nowait({"type": "websocket.disconnect", "code": CLOSE_NORMAL})
-            for watcher in self._watchers:
-                watcher.put_nowait(None)
+            for watcher in list(self._watchers):
+                self._let_go(watcher)
 
     async def attach(self, ws: WebSocket) -> None:
         """A server's WebSocket on this call, until either ends."""
@@ -106,9 +110,7 @@ class CallSocket:
         while True:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
-                if events in self._watchers:
-                    self._watchers.remove(events)
-                    events.put_nowait(None)
+                self._let_go(events)
                 return
             if message.get("text") is not None:
                 self._from_client(message["text"])
@@ -119,6 +121,11 @@ class CallSocket:
         self._from_client(message)
 
     def _from_client(self, text: str) -> None:
+        if self.ended_by:
+            return
+        if self._inbox.qsize() >= INBOX_LIMIT:
+            self.end("flooded")
+            return
         self._inbox.put_nowait({"type": _RECEIVE, "text": _without_formats(text)})
 
     async def _listen(self, microphone: Microphone) -> None:
@@ -191,6 +198,14 @@ class CallSocket:
                 )
         self._queued.clear()
 
+    def _let_go(self, watcher: asyncio.Queue[str | None]) -> None:
+        """An attached socket is told to close (its last event may make room)."""
+        if watcher in self._watchers:
+            self._watchers.remove(watcher)
+            if watcher.full():
+                watcher.get_nowait()
+            watcher.put_nowait(None)
+
     def _drained(self) -> None:
         self._queued.clear()
         self._say("output_audio_buffer.stopped", response_id=self._response_id)
@@ -202,9 +217,7 @@ class CallSocket:
         for watcher in list(self._watchers):
             if watcher.full():
                 # A watcher that does not read its events is dropped, not waited for.
-                self._watchers.remove(watcher)
-                watcher.get_nowait()
-                watcher.put_nowait(None)
+                self._let_go(watcher)
             else:
                 watcher.put_nowait(text)
         channel = self._channel

@@ -21,6 +21,7 @@ session, where the browser holds no secret worth keeping). A gateway holds
 at most `max_calls` calls, and one whose media stopped for
 `call_media_timeout_s` is ended.
 """
+
 from __future__ import annotations
 
 import asyncio
