@@ -110,6 +110,10 @@ def synthetic_stack(request: pytest.FixtureRequest, redis_url: str) -> Iterator[
         **CLAUSE_CUTS_ONLY,
         ANTIPHON_MAX_SESSIONS="3",
         ANTIPHON_DISCONNECT_GRACE_S="2",
+        # WebRTC calls (tests/e2e/test_webrtc_calls.py): a low bound to reach,
+        # and a media timeout a test can wait out.
+        ANTIPHON_MAX_CALLS="2",
+        ANTIPHON_CALL_MEDIA_TIMEOUT_S="3",
     )
     with started(request, stack, timeout_s=180):
         yield stack

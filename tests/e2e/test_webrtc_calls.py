@@ -109,6 +109,51 @@ async def test_a_server_socket_attached_by_call_id_sees_and_drives_the_call(
         await caller.hang_up()
 
 
+async def test_a_call_whose_caller_stops_sending_audio_is_ended(
+    synthetic_stack: LocalStack,
+) -> None:
+    """`call_media_timeout_s` (3 s on this stack): the caller's track ends,
+    no audio comes, and the gateway ends the call."""
+    caller = await Caller.dial(_base(synthetic_stack))
+    try:
+        await caller.wait_for("session.created")
+        caller.microphone.stop()
+        for _ in range(100):
+            if caller.channel.readyState == "closed":
+                break
+            await asyncio.sleep(0.1)
+        assert caller.channel.readyState == "closed"
+    finally:
+        await caller.hang_up()
+
+
+async def test_calls_past_the_gateways_bound_are_refused(synthetic_stack: LocalStack) -> None:
+    """`max_calls` (2 on this stack): a third call is refused with 429
+    `call_limit`, and a place that frees up is a call again."""
+    first = await Caller.dial(_base(synthetic_stack))
+    second = await Caller.dial(_base(synthetic_stack))
+    try:
+        with pytest.raises(CallRefused) as refused:
+            await Caller.dial(_base(synthetic_stack))
+        assert refused.value.status == 429
+        assert refused.value.body["error"]["code"] == "call_limit"
+        await first.hang_up()
+        for _ in range(50):  # the gateway lets go of the call as its peer closes
+            try:
+                third = await Caller.dial(_base(synthetic_stack))
+            except CallRefused:
+                await asyncio.sleep(0.2)
+                continue
+            await third.wait_for("session.created")
+            await third.hang_up()
+            break
+        else:
+            raise AssertionError("the freed place was never given to a new call")
+    finally:
+        await first.hang_up()
+        await second.hang_up()
+
+
 async def test_an_offer_that_is_no_sdp_is_refused(synthetic_stack: LocalStack) -> None:
     async with httpx.AsyncClient() as http:
         reply = await http.post(
