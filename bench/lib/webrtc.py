@@ -73,6 +73,7 @@ class Caller:
         session: dict[str, Any] | None = None,
         timeout: float = 30.0,
         candidates: bool = True,
+        query: str = "",
     ) -> Caller:
         """A call to the gateway at `base_url` (http://host:port), answered;
         with `session`, the offer goes as OpenAI's multipart form. Without
@@ -95,14 +96,14 @@ class Caller:
         async with httpx.AsyncClient(timeout=timeout) as http:
             if session is None:
                 reply = await http.post(
-                    f"{base_url}/v1/realtime/calls",
+                    f"{base_url}/v1/realtime/calls{query}",
                     content=offer,
                     headers={**headers, "content-type": "application/sdp"},
                 )
             else:
                 form = {"sdp": offer, "session": json.dumps(session)}
                 reply = await http.post(
-                    f"{base_url}/v1/realtime/calls",
+                    f"{base_url}/v1/realtime/calls{query}",
                     files={k: (None, v) for k, v in form.items()},
                     headers=headers,
                 )

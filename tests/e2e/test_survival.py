@@ -22,6 +22,7 @@ from antiphon.session import keys
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import session_pb2_grpc
 from bench.lib.cluster import Cluster, running_cluster
+from bench.lib.webrtc import Caller
 from tests.support import tiers
 from tests.support.polling import eventually
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type
@@ -441,3 +442,45 @@ async def test_a_resume_the_journal_cannot_fill_requires_resync(cluster: Cluster
 
 def resumed_token(client: RealtimeClient) -> str:
     return str(of_type(client.events, "session.resumed")[0]["resume_token"])
+
+
+async def test_a_call_resumes_its_session_by_a_new_call_after_its_gateway_dies(
+    cluster: Cluster,
+) -> None:
+    """A WebRTC call in the duplex dialect (`?duplex=1` on the offer's URL):
+    its gateway is killed, and a new call to another gateway resumes the
+    session with `session.resume` on the data channel; the next answer
+    plays on the new call."""
+    gateway1 = f"http://127.0.0.1:{cluster.stack.ports.gateway}"
+    gateway2 = f"http://127.0.0.1:{cluster.gateway2}"
+    first = await Caller.dial(gateway2, query="?duplex=1", session={"type": "realtime"})
+    try:
+        created = await first.wait_for("session.created")
+        first.send({"type": "session.heartbeat"})
+        ack = await first.wait_for("session.heartbeat_ack")
+        proc = cluster.stack.procs["gateway2"]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        again = await Caller.dial(gateway1, query="?duplex=1&autostart=0")
+        try:
+            again.send(
+                {
+                    "type": "session.resume",
+                    "session_id": created["session"]["id"],
+                    "incarnation": created["incarnation"],
+                    "resume_token": created["resume_token"],
+                    "last_received_server_event_seq": ack["server_event_seq"],
+                }
+            )
+            resumed = await again.wait_for("session.resumed")
+            assert resumed["session_id"] == created["session"]["id"]
+            again.send({"type": "response.create"})
+            started = await again.wait_for("output_audio_buffer.started")
+            await again.wait_for("output_audio_buffer.stopped", timeout=30)
+            assert again.heard.loud_after(started["_at"] - 0.5) is not None
+        finally:
+            await again.hang_up()
+    finally:
+        await first.hang_up()
+        cluster.stack.spawn_gateway("gateway2", cluster.gateway2)
+        cluster.stack.wait_ready(60, gateway_port=cluster.gateway2)

@@ -18,7 +18,7 @@ from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
 from antiphon.gateway.calls import Calls
 from antiphon.gateway.connection import ClientSocket, Connection, WebSocketClient
-from antiphon.gateway.dialect import NATIVE, OPENAI, Dialect, realtime_dialect
+from antiphon.gateway.dialect import NATIVE, Dialect, realtime_dialect
 from antiphon.gateway.drain import Drain
 from antiphon.gateway.edge import Admitted, Edge
 from antiphon.gateway.metrics import GatewayMetrics
@@ -112,11 +112,12 @@ def create_app(settings: GatewaySettings) -> Starlette:
             raise
         await converse(WebSocketClient(ws), dialect, admitted)
 
-    # WebRTC calls speak OpenAI's dialect, as OpenAI's own do.
+    # WebRTC calls speak OpenAI's dialect, as OpenAI's own do; `?duplex=1` on
+    # the offer's URL gives the duplex extensions (a new call resumes a session).
     calls = Calls(
         edge,
         metrics,
-        lambda client, admitted: converse(client, OPENAI, admitted),
+        lambda client, admitted: converse(client, realtime_dialect(client.query_params), admitted),
         draining=lambda: drain.draining,
         max_calls=settings.max_calls,
         media_timeout_s=settings.call_media_timeout_s,
