@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, in the repo root: the whole stack's bench in the GPU
 # profile (bench/GPU.md, "The whole stack"), with a random-weights LLM held to
-# common words (bench/gpu/speakable.py).
+# common words (bench/gpu/speakable.py). Its sessions are WebSockets: the
+# gateway runs without its WebRTC edge (aiortc is not in the voice carry).
 #
 # Usage: bash bench/voice_gpu.sh [--install] SHAPE NAME LIMIT_S [bench.load args ...]
 #   --install  join and install the slices first (.voice-carry/p10 carried, p0..p9 in /tmp/carry)
@@ -30,6 +31,7 @@ timeout -s INT "$limit" python3 -m bench.load --backend cascade --lane server_va
   --env ANTIPHON_LLM_MODEL="$model" --env ANTIPHON_LLM_LOAD_FORMAT=dummy \
   --env ANTIPHON_LLM_ALLOWED_TOKENS_FILE="$model/speakable_tokens.json" \
   --env ANTIPHON_LLM_LOOP_NGRAM=0 --env ANTIPHON_MAX_OUTPUT_TOKENS=32 \
+  --env ANTIPHON_WEBRTC_CALLS=false \
   --out "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
 grep -v "turn/s" "$OUT/$name.log" | tail -30
 rm -f "$OUT"/*.png

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -16,13 +17,15 @@ from starlette.websockets import WebSocket
 from antiphon.common import loop_lag
 from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
-from antiphon.gateway.calls import Calls
 from antiphon.gateway.connection import ClientSocket, Connection, WebSocketClient
 from antiphon.gateway.dialect import NATIVE, Dialect, realtime_dialect
 from antiphon.gateway.drain import Drain
 from antiphon.gateway.edge import Admitted, Edge
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.settings import GatewaySettings
+
+if TYPE_CHECKING:
+    from antiphon.gateway.calls import Calls
 
 SESSION_SERVICE = "antiphon.v1.SessionService"
 STATIC = Path(__file__).parent / "static"
@@ -46,7 +49,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
             async with loop_lag.watching(metrics.loop_lag):
                 yield
         finally:
-            await calls.close()
+            if calls is not None:
+                await calls.close()
             for ch in channels:
                 await ch.close()
 
@@ -112,20 +116,27 @@ def create_app(settings: GatewaySettings) -> Starlette:
             raise
         await converse(WebSocketClient(ws), dialect, admitted)
 
-    # WebRTC calls speak OpenAI's dialect, as OpenAI's own do; `?duplex=1` on
-    # the offer's URL gives the duplex extensions (a new call resumes a session).
-    calls = Calls(
-        edge,
-        metrics,
-        lambda client, admitted: converse(client, realtime_dialect(client.query_params), admitted),
-        draining=lambda: drain.draining,
-        max_calls=settings.max_calls,
-        media_timeout_s=settings.call_media_timeout_s,
-        ice_servers=settings.webrtc_ice_servers,
-    )
+    calls: Calls | None = None
+    if settings.webrtc_calls:
+        # aiortc (and PyAV's codecs) load with the WebRTC edge only.
+        from antiphon.gateway.calls import Calls
+
+        # WebRTC calls speak OpenAI's dialect, as OpenAI's own do; `?duplex=1` on
+        # the offer's URL gives the duplex extensions (a new call resumes a session).
+        calls = Calls(
+            edge,
+            metrics,
+            lambda client, admitted: converse(
+                client, realtime_dialect(client.query_params), admitted
+            ),
+            draining=lambda: drain.draining,
+            max_calls=settings.max_calls,
+            media_timeout_s=settings.call_media_timeout_s,
+            ice_servers=settings.webrtc_ice_servers,
+        )
 
     async def realtime(ws: WebSocket) -> None:
-        if "call_id" in ws.query_params:
+        if "call_id" in ws.query_params and calls is not None:
             # A server's socket on a WebRTC call (calls.py).
             await calls.attach(ws)
             return
@@ -145,7 +156,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             WebSocketRoute("/v1/realtime", realtime),
             WebSocketRoute("/v1/duplex", duplex),
             *edge.routes(),
-            *calls.routes(),
+            *(calls.routes() if calls is not None else []),
         ],
         lifespan=lifespan,
     )

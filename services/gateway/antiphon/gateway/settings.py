@@ -63,6 +63,9 @@ class GatewaySettings(ServiceSettings):
     # Client commands one socket may have waiting for its session stream;
     # past this the gateway stops reading the socket, so TCP slows the client.
     max_pending_commands: int = 256
+    # The WebRTC edge (`POST /v1/realtime/calls`, calls.py). Off: no call
+    # routes, and aiortc is never imported (a gateway for sockets only).
+    webrtc_calls: bool = True
     # WebRTC calls (`POST /v1/realtime/calls`, calls.py) this gateway holds at
     # once; past it a call is refused with 429 `call_limit`. A call's Opus,
     # SRTP and pacing cost this one process 6-10% of a core (a socket's
