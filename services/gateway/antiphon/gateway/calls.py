@@ -243,11 +243,11 @@ class Calls:
 
     async def hangup(self, request: Request) -> Response:
         call = self._calls.get(request.path_params["id"])
-        admitted = self._edge.admit_request(request)
-        if isinstance(admitted, Response):
-            return admitted
-        admitted.lease.release()  # asking is not a session: only who asks matters
-        if call is None or call.key_id != admitted.principal.key_id:
+        # Hanging up opens nothing: who asks matters, not the key's limits.
+        principal = self._edge.principal_of(request)
+        if isinstance(principal, Response):
+            return principal
+        if call is None or call.key_id != principal.key_id:
             return JSONResponse(_NO_SUCH_CALL.body(), _NO_SUCH_CALL.status)
         call.socket.end("hangup")
         return Response(status_code=200)

@@ -108,13 +108,23 @@ class Edge:
     def admit_request(self, request: Request) -> Admitted | Response:
         """An HTTP request's principal and its lease on one session of its key
         (a WebRTC call), or the refusal's answer."""
-        principal: Principal | None = None
+        principal = self.principal_of(request)
+        if isinstance(principal, Response):
+            return principal
         try:
-            self.gate.check_origin(request.headers)
-            principal = self.gate.authenticate(request.headers, secrets_allowed=True)
             return Admitted(principal, self.gate.admit(principal))
         except Refusal as refusal:
-            self.refused(refusal, request.url.path, principal.key_id if principal else "")
+            self.refused(refusal, request.url.path, principal.key_id)
+            return JSONResponse(refusal.body(), refusal.status)
+
+    def principal_of(self, request: Request) -> Principal | Response:
+        """Who an HTTP request comes from (an API key or a client secret), or
+        the refusal's answer."""
+        try:
+            self.gate.check_origin(request.headers)
+            return self.gate.authenticate(request.headers, secrets_allowed=True)
+        except Refusal as refusal:
+            self.refused(refusal, request.url.path)
             return JSONResponse(refusal.body(), refusal.status)
 
     async def client_secrets(self, request: Request) -> Response:
