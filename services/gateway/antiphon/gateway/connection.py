@@ -1,4 +1,5 @@
-"""One WebSocket connection: read, translate, forward; receive, project, write.
+"""One client connection (a WebSocket, or a WebRTC call through
+call_socket.py): read, translate, forward; receive, project, write.
 
 Exactly one task writes to the socket (the writer), so events keep the
 order the session gave them. The route picks the dialect (OpenAI's, the
@@ -93,7 +94,7 @@ DRAIN = Leaving("service_restart", CLOSE_SERVICE_RESTART, None, ends_session=Fal
 class ClientSocket(Protocol):
     """What a connection reads and writes its client's events through: a
     WebSocket (`WebSocketClient`), or a WebRTC call's data channel and
-    media (calls.py). `receive` gives ASGI WebSocket messages
+    media (call_socket.CallSocket). `receive` gives ASGI WebSocket messages
     (`websocket.receive` with `text`, or `websocket.disconnect`)."""
 
     @property
