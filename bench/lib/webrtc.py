@@ -59,6 +59,8 @@ class Caller:
         self._listening: asyncio.Task[None] | None = None
         self.opened = asyncio.Event()
         self.channel.on("open", self.opened.set)
+        self._channel_closed = asyncio.Event()
+        self.channel.on("close", self._channel_closed.set)
 
         @peer.on("track")
         def on_track(track: MediaStreamTrack) -> None:
@@ -136,6 +138,21 @@ class Caller:
             self._arrived.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), left)
+
+    async def answer_played(self, *, timeout: float = 30.0) -> Event:
+        """Ask for an answer (`response.create`) and wait until it has played
+        out; its `output_audio_buffer.started` event."""
+        self.send({"type": "response.create"})
+        started = await self.wait_for("output_audio_buffer.started", timeout=timeout)
+        await self.wait_for("output_audio_buffer.stopped", timeout=timeout)
+        return started
+
+    async def ended_by_server(self, timeout: float = 10.0) -> bool:
+        """Whether the gateway ended the call within `timeout`: the data
+        channel closes under the caller."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._channel_closed.wait(), timeout)
+        return self._channel_closed.is_set()
 
     def of_type(self, kind: str) -> list[Event]:
         return [e for e in self.events if e["type"] == kind]

@@ -57,9 +57,7 @@ async def test_a_call_whose_offer_has_no_candidates_connects(synthetic_stack: Lo
     caller = await Caller.dial(_base(synthetic_stack), candidates=False)
     try:
         await caller.wait_for("session.created")
-        caller.send({"type": "response.create"})
-        started = await caller.wait_for("output_audio_buffer.started")
-        await caller.wait_for("output_audio_buffer.stopped", timeout=30)
+        started = await caller.answer_played()
         assert caller.heard.loud_after(started["_at"] - 0.5) is not None
     finally:
         await caller.hang_up()
@@ -76,11 +74,7 @@ async def test_a_call_is_hung_up_by_its_id(synthetic_stack: LocalStack) -> None:
             assert missing.status_code == 404
             assert missing.json()["error"]["code"] == "call_not_found"
         # The call ends on the server: its data channel closes under the caller.
-        for _ in range(100):
-            if caller.channel.readyState == "closed":
-                break
-            await asyncio.sleep(0.1)
-        assert caller.channel.readyState == "closed"
+        assert await caller.ended_by_server()
     finally:
         await caller.hang_up()
 
@@ -118,11 +112,7 @@ async def test_a_call_whose_caller_stops_sending_audio_is_ended(
     try:
         await caller.wait_for("session.created")
         caller.microphone.stop()
-        for _ in range(100):
-            if caller.channel.readyState == "closed":
-                break
-            await asyncio.sleep(0.1)
-        assert caller.channel.readyState == "closed"
+        assert await caller.ended_by_server()
     finally:
         await caller.hang_up()
 

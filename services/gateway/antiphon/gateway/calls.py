@@ -47,7 +47,7 @@ from starlette.websockets import WebSocket
 from antiphon.common.ids import new_id
 from antiphon.gateway.call_socket import CallSocket
 from antiphon.gateway.connection import ClientSocket
-from antiphon.gateway.edge import Admitted, Edge, deny
+from antiphon.gateway.edge import Admitted, Edge, bounded_body, deny
 from antiphon.gateway.gate import Refusal
 from antiphon.gateway.metrics import GatewayMetrics
 
@@ -137,10 +137,6 @@ class Calls:
             return response
 
         return answer
-
-    @property
-    def active(self) -> int:
-        return len(self._calls)
 
     async def create(self, request: Request) -> Response:
         if self._draining():
@@ -287,11 +283,9 @@ async def _offer(request: Request) -> tuple[str, Mapping[str, Any] | None]:
             if not isinstance(config, dict):
                 raise OfferError("the form's `session` field must be a JSON object")
             return sdp, config
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_OFFER_BYTES:
-            raise OfferError(f"an offer is limited to {MAX_OFFER_BYTES} bytes")
+    body = await bounded_body(request, MAX_OFFER_BYTES)
+    if body is None:
+        raise OfferError(f"an offer is limited to {MAX_OFFER_BYTES} bytes")
     sdp = body.decode(errors="replace")
     if not sdp.startswith("v=0"):
         raise OfferError("the body is not an SDP offer (application/sdp)")

@@ -166,17 +166,25 @@ class Edge:
         return JSONResponse(body, headers=NO_STORE)
 
 
-async def _json_body(request: Request) -> Any:
+async def bounded_body(request: Request, limit: int) -> bytes | None:
+    """The request's body, or None once it grew past `limit` bytes (the rest
+    is never read: a client cannot make the gateway hold more)."""
     size = 0
     chunks: list[bytes] = []
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_REQUEST_BYTES:
-            raise ClientSecretError(
-                "request_too_large", f"the request body is limited to {MAX_REQUEST_BYTES} bytes"
-            )
+        if size > limit:
+            return None
         chunks.append(chunk)
-    raw = b"".join(chunks)
+    return b"".join(chunks)
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await bounded_body(request, MAX_REQUEST_BYTES)
+    if raw is None:
+        raise ClientSecretError(
+            "request_too_large", f"the request body is limited to {MAX_REQUEST_BYTES} bytes"
+        )
     if not raw.strip():
         return None
     try:

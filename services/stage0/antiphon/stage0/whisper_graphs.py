@@ -105,7 +105,3 @@ class DecodeGraphs:
             self._model.decode_step(self._buffers.first_rows(rows))
         else:
             graph.replay()
-
-    @property
-    def recorded(self) -> int:
-        return len(self._graphs)
