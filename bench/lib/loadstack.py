@@ -110,6 +110,11 @@ class LoadStack:
 STAGE0_SECONDS = ("antiphon_stage0_asr_seconds", "antiphon_stage0_ttft_seconds")
 STAGE1_SECONDS = ("antiphon_stage1_first_audio_seconds",)
 BATCHES = ("antiphon_stage0_asr_batch_size", "antiphon_stage1_tts_batch_size")
+# How the GPU engines' batches ran with CUDA graphs: replayed, or op by op.
+GRAPH_RUNS = {
+    "stage0_asr_graph_batches": ("antiphon_stage0_asr_graph_batches_total", ("graphs", "ops")),
+    "stage1_tts_graph_batches": ("antiphon_stage1_tts_graph_batches_total", ("graphs", "nodes")),
+}
 
 
 class StageLatencies:
@@ -138,4 +143,12 @@ class StageLatencies:
         for name in BATCHES:
             d = histogram_delta(self._before, after, name)
             out[name.removeprefix("antiphon_")] = {"batches": d["calls"], "mean": d["mean"]}
+        for short, (name, runs) in GRAPH_RUNS.items():
+            out[short] = {
+                run: int(
+                    after.get(f'{name}{{run="{run}"}}', 0.0)
+                    - self._before.get(f'{name}{{run="{run}"}}', 0.0)
+                )
+                for run in runs
+            }
         return out

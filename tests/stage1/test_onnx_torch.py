@@ -4,6 +4,7 @@ shipped Piper voice whole, alone and batched across threads."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -265,6 +266,109 @@ def test_only_a_sentence_the_device_cannot_hold_alone_fails(
     assert outcomes == {
         i: "out of memory" if len(s) == longest else "voiced" for i, s in enumerate(sentences)
     }
+
+
+class Held(TorchGraph):
+    """The voice's graph, recording each batch's sentence lengths; a batch with
+    a sentence of `held_from` phonemes or more waits until `release` (a long
+    sentence run node by node, which takes a while on a shared card)."""
+
+    def __init__(self, model: bytes, held_from: int) -> None:
+        super().__init__(model)
+        self.held_from = held_from
+        self.batches: list[list[int]] = []
+        self.held = threading.Event()
+        self._released = threading.Event()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def run(self, feeds: Any) -> list[Any]:
+        lengths = [int(n) for n in feeds["input_lengths"]]
+        self.batches.append(lengths)
+        if max(lengths) >= self.held_from:
+            self.held.set()
+            assert self._released.wait(timeout=30)
+        return super().run(feeds)
+
+
+def _in_threads(calls: list[Callable[[], object]]) -> list[threading.Thread]:
+    threads = [threading.Thread(target=call) for call in calls]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def test_a_first_clause_joins_a_batch_ahead_of_later_clauses(
+    voice_model: bytes, sentences: list[list[int]]
+) -> None:
+    from antiphon.stage1.scheduler import voicing
+    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+
+    longest, *others = sorted(sentences, key=len, reverse=True)
+    graph = Held(voice_model, held_from=len(longest))
+    batched = BatchedVoiceGraph(graph, hop=256, max_batch=1)
+
+    def voice(ids: list[int], first: bool) -> Callable[[], object]:
+        def call() -> object:
+            with voicing(first=first):
+                return batched.run(None, _feeds(ids))
+
+        return call
+
+    # The long sentence holds the batch thread while the rest queue up: two
+    # later clauses, then a first clause.
+    threads = _in_threads([voice(longest, first=False)])
+    assert graph.held.wait(timeout=30)
+    later, first = others[:2], others[2]
+    for ids in later:
+        threads += _in_threads([voice(ids, first=False)])
+        time.sleep(0.05)  # arrival order among the later ones
+    threads += _in_threads([voice(first, first=True)])
+    time.sleep(0.2)
+    graph.release()
+    for thread in threads:
+        thread.join(timeout=60)
+    batched.close()
+    assert graph.batches == [[len(longest)], [len(first)], *([len(ids)] for ids in later)]
+
+
+def test_with_replayed_graphs_a_short_clause_never_waits_behind_a_long_one(
+    voice_model: bytes, sentences: list[list[int]]
+) -> None:
+    from antiphon.stage1.voice_batch import BatchedVoiceGraph, Replayed
+
+    longest, *short = sorted(sentences, key=len, reverse=True)
+    graph = Held(voice_model, held_from=len(longest))
+    batched = BatchedVoiceGraph(
+        graph, hop=256, max_batch=8, replayed=Replayed(rows=2, phonemes=len(longest) - 1)
+    )
+    voiced: list[int] = []
+
+    def voice(ids: list[int]) -> Callable[[], object]:
+        def call() -> object:
+            out = batched.run(None, _feeds(ids))
+            voiced.append(len(ids))
+            return out
+
+        return call
+
+    threads = _in_threads([voice(longest)])
+    assert graph.held.wait(timeout=30)
+    threads += _in_threads([voice(ids) for ids in short * 2])
+    for thread in threads[1:]:
+        thread.join(timeout=60)
+    # Every short clause was voiced while the long one was still held, in
+    # batches no larger than the graphs replay and never with the long one.
+    assert sorted(voiced) == sorted(len(ids) for ids in short * 2)
+    short_batches = [b for b in graph.batches if len(longest) not in b]
+    assert sum(map(len, short_batches)) == len(short) * 2
+    assert max(map(len, short_batches)) <= 2
+    assert graph.batches.count([len(longest)]) == 1
+    graph.release()
+    threads[0].join(timeout=60)
+    batched.close()
+    assert voiced[-1] == len(longest)
 
 
 def test_a_closed_batch_fails_its_callers_at_once(voice_model: bytes) -> None:

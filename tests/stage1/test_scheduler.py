@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from antiphon.stage1.scheduler import SynthesisScheduler
+from antiphon.stage1.scheduler import SynthesisScheduler, voicing_first
 
 Make = Callable[[int], SynthesisScheduler]
 
@@ -72,6 +72,15 @@ async def test_one_at_a_time_a_first_clause_goes_ahead_of_later_ones(make: Make)
     gate.open()
     assert await asyncio.gather(running, later, first) == ["a", "b", "c"]
     assert gate.started == ["a", "c", "b"]
+
+
+async def test_a_job_knows_on_its_thread_whether_it_voices_a_first_clause(make: Make) -> None:
+    """A batched voice reads it to put first clauses ahead within a batch."""
+    scheduler = make(2)
+    first = scheduler.run(voicing_first, first=True, wanted=lambda: True)
+    later = scheduler.run(voicing_first, first=False, wanted=lambda: True)
+    assert await asyncio.gather(first, later) == [True, False]
+    assert voicing_first() is False  # nothing leaks to the caller's thread
 
 
 async def test_parallel_jobs_run_at_once_and_no_more(make: Make) -> None:

@@ -7,15 +7,23 @@ order, a session's first clause could wait behind another session's long
 sentence; here a response's first clause goes ahead of every later clause, so
 time to first audio stays flat as sessions share a worker. Work whose epoch
 was cancelled while it waited is skipped, never synthesised.
+
+A batched voice (voice_batch.py) runs many jobs at once, so the order that
+matters is the one in which their sentences join a batch: each job runs
+with `voicing_first()` saying whether it is a first clause, and the voice
+puts those ahead too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -26,6 +34,24 @@ T = TypeVar("T")
 FIRST_CLAUSE = 0
 LATER_CLAUSE = 1
 
+# Set on the voice thread while a job runs; each thread has its own.
+_FIRST: ContextVar[bool] = ContextVar("voicing_first", default=False)
+
+
+def voicing_first() -> bool:
+    """Whether the job running on this thread voices a response's first clause."""
+    return _FIRST.get()
+
+
+@contextlib.contextmanager
+def voicing(*, first: bool) -> Iterator[None]:
+    """Within it, `voicing_first()` on this thread says `first`."""
+    token = _FIRST.set(first)
+    try:
+        yield
+    finally:
+        _FIRST.reset(token)
+
 
 @dataclass(order=True)
 class _Job(Generic[T]):
@@ -34,6 +60,11 @@ class _Job(Generic[T]):
     run: Callable[[], T] = field(compare=False)
     wanted: Callable[[], bool] = field(compare=False)
     result: asyncio.Future[T | None] = field(compare=False)
+
+
+def _voiced(job: _Job[T]) -> T:
+    with voicing(first=job.priority == FIRST_CLAUSE):
+        return job.run()
 
 
 class SynthesisScheduler:
@@ -93,7 +124,9 @@ class SynthesisScheduler:
                 job.result.set_result(None)
                 return
             try:
-                value = await asyncio.get_running_loop().run_in_executor(self._executor, job.run)
+                value = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, functools.partial(_voiced, job)
+                )
             except Exception as exc:
                 if not job.result.done():
                     job.result.set_exception(exc)

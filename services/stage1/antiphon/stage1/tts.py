@@ -226,6 +226,7 @@ def _batched_session(voice_onnx: Path, batched: Batched, hop: int, threads: int)
     model = with_durations(onnx.load(str(voice_onnx)))
     nodes = TorchGraph(model, device=batched.device)
     graph: VoiceGraph = nodes
+    replayed = None
     if batched.cuda_graphs:
         graph = GraphedVoice(nodes, capture=True, observe_run=batched.observe_graph_run)
         started = time.monotonic()
@@ -234,11 +235,13 @@ def _batched_session(voice_onnx: Path, batched: Batched, hop: int, threads: int)
             "voice graphs recorded",
             extra={"graphs": recorded, "seconds": round(time.monotonic() - started, 1)},
         )
+        replayed = graph.replayed
     return BatchedVoiceGraph(
         graph,
         hop=hop,
         max_batch=batched.max_batch,
         observe_batch=batched.observe_batch,
+        replayed=replayed,
     )
 
 

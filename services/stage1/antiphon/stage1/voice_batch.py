@@ -8,7 +8,16 @@ takes everything waiting (up to `max_batch`, and only sentences asking the
 same scales: the graph takes one set per batch), pads the phoneme ids, and
 runs the graph once. A sentence that arrives while a batch runs goes in the
 next one, so a lone caller is never held back for company, and under load the
-batches grow by themselves.
+batches grow by themselves. A response's first clause (`voicing_first`, set
+by the scheduler) joins a batch ahead of later clauses: it is what a listener
+is waiting for.
+
+Recorded CUDA graphs (voice_graphs.py) replay batches of up to so many rows
+and phonemes in a few milliseconds; anything larger runs node by node, a
+hundred milliseconds and more on a shared card. With graphs, two threads take
+batches: one only what the graphs replay (at most their rows), the other
+the longer sentences, so a short clause never waits behind, or is padded to,
+a long one.
 
 Each sentence gets back exactly what a batch of one would give: the padding
 is masked inside the network, and its audio ends where its phoneme durations
@@ -17,15 +26,18 @@ is masked inside the network, and its audio ends where its phoneme durations
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import onnx
 import torch
+
+from antiphon.stage1.scheduler import voicing_first
 
 
 class VoiceGraph(Protocol):
@@ -62,10 +74,36 @@ class _Sentence:
     ids: np.ndarray
     scales: np.ndarray
     heard: Future[list[np.ndarray]]
+    first: bool
+    order: int
 
     @property
     def key(self) -> bytes:
         return self.scales.tobytes()
+
+    @property
+    def turn(self) -> tuple[bool, int]:
+        """Sorts first clauses ahead, then by arrival."""
+        return (not self.first, self.order)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The largest batch the graph replays as recorded: `rows` sentences of
+    up to `phonemes` ids each."""
+
+    rows: int
+    phonemes: int
+
+
+@dataclass
+class _Lane:
+    """One batch thread: the sentences it takes, and how many at most."""
+
+    name: str
+    takes: Callable[[_Sentence], bool]
+    max_batch: int
+    thread: threading.Thread | None = field(default=None, repr=False)
 
 
 class BatchedVoiceGraph:
@@ -83,19 +121,37 @@ class BatchedVoiceGraph:
         hop: int,
         max_batch: int,
         observe_batch: Callable[[int], None] = lambda _size: None,
+        replayed: Replayed | None = None,
     ) -> None:
+        """`replayed`: what the graph replays quickly (recorded CUDA graphs);
+        such batches then get a thread of their own."""
         if len(graph.output_names) < 2:
             raise ValueError("the voice graph needs its alignment output to be batched")
         self._graph = graph
         self._hop = hop
-        self._max_batch = max(1, max_batch)
         self._observe_batch = observe_batch
         self._waiting: list[_Sentence] = []
+        self._arrivals = itertools.count()
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="tts-batch", daemon=True)
-        self._thread.start()
+        most = max(1, max_batch)
+        if replayed is None:
+            self._lanes = [_Lane("tts-batch", lambda _s: True, most)]
+        else:
+            self._lanes = [
+                _Lane(
+                    "tts-graphs",
+                    lambda s: len(s.ids) <= replayed.phonemes,
+                    min(most, replayed.rows),
+                ),
+                _Lane("tts-nodes", lambda s: len(s.ids) > replayed.phonemes, most),
+            ]
+        for lane in self._lanes:
+            lane.thread = threading.Thread(
+                target=self._loop, args=(lane,), name=lane.name, daemon=True
+            )
+            lane.thread.start()
 
     def get_outputs(self) -> list[_Output]:
         return [_Output(name) for name in self._graph.output_names]
@@ -108,31 +164,36 @@ class BatchedVoiceGraph:
             raise NotImplementedError("multi-speaker voices are not batched")
         ids = np.asarray(feeds["input"]).reshape(-1)
         heard: Future[list[np.ndarray]] = Future()
-        sentence = _Sentence(ids, np.asarray(feeds["scales"], dtype=np.float32), heard)
+        scales = np.asarray(feeds["scales"], dtype=np.float32)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the voice is closed")
-            self._waiting.append(sentence)
-            self._wakeup.notify()
+            self._waiting.append(
+                _Sentence(ids, scales, heard, voicing_first(), next(self._arrivals))
+            )
+            self._wakeup.notify_all()
         outputs = heard.result()
         if output_names is None:
             return outputs
         return [outputs[self._graph.output_names.index(name)] for name in output_names]
 
-    def _take(self) -> list[_Sentence] | None:
+    def _take(self, lane: _Lane) -> list[_Sentence] | None:
         with self._lock:
-            while not self._waiting and not self._closed:
+            while True:
+                if self._closed:
+                    return None
+                ours = sorted((s for s in self._waiting if lane.takes(s)), key=lambda s: s.turn)
+                if ours:
+                    break
                 self._wakeup.wait()
-            if self._closed:
-                return None
-            key = self._waiting[0].key
-            batch = [s for s in self._waiting if s.key == key][: self._max_batch]
+            key = ours[0].key
+            batch = [s for s in ours if s.key == key][: lane.max_batch]
             taken = {id(s) for s in batch}
             self._waiting = [s for s in self._waiting if id(s) not in taken]
             return batch
 
-    def _loop(self) -> None:
-        while (batch := self._take()) is not None:
+    def _loop(self, lane: _Lane) -> None:
+        while (batch := self._take(lane)) is not None:
             self._observe_batch(len(batch))
             try:
                 results = self._voice(batch)
@@ -183,4 +244,6 @@ class BatchedVoiceGraph:
             self._wakeup.notify_all()
         for sentence in waiting:
             sentence.heard.set_exception(RuntimeError("the voice is closed"))
-        self._thread.join(timeout=5)
+        for lane in self._lanes:
+            if lane.thread is not None:
+                lane.thread.join(timeout=5)

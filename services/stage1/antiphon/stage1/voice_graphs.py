@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from antiphon.stage1.onnx_torch import TorchGraph
+from antiphon.stage1.voice_batch import Replayed
 
 Tensor = torch.Tensor
 _LOGGER = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class GraphedVoice:
         # Parts are recorded only by `prepare`: a recording while serving
         # stalls every sentence of the batch behind it.
         self._preparing = False
+        self._prepared_phonemes = 0
         self._observe_run = observe_run
         self.output_names = graph.output_names
 
@@ -103,6 +105,13 @@ class GraphedVoice:
         return sum(p.graph is not None for _i, p in self._text.values()) + sum(
             p.graph is not None for p in self._audio.values()
         )
+
+    @property
+    def replayed(self) -> Replayed | None:
+        """The largest batch `prepare` recorded every part for (None: none)."""
+        if not self._prepared_phonemes:
+            return None
+        return Replayed(rows=self._max_rows, phonemes=self._prepared_phonemes)
 
     @torch.inference_mode()
     def prepare(self, max_phonemes: int = 128) -> int:
@@ -124,6 +133,7 @@ class GraphedVoice:
                         self._audio_part((rows, width), text, frames)
                 rows *= 2
         self._preparing = False
+        self._prepared_phonemes = max_phonemes // PHONEME_STEP * PHONEME_STEP
         return self.captured - before
 
     @torch.inference_mode()
