@@ -16,7 +16,9 @@ voice_batch.py cuts each sentence's audio to its own length.
 eager run, then the capture, each), before the worker is ready; a batch in
 any other bucket runs node by node, as does one of more rows than the
 largest. Every part's graphs share one memory pool, which is safe because
-batches run one at a time, each read back before the next.
+replays run one at a time, each read back before the next: voice_batch.py
+gives them one thread (`replayed`), and its other thread runs only what no
+graph covers, node by node, outside the pool.
 `capture=False` runs the same padded parts eagerly (a CPU, and the tests).
 """
 
