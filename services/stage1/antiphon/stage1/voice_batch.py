@@ -26,11 +26,10 @@ is masked inside the network, and its audio ends where its phoneme durations
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -75,16 +74,10 @@ class _Sentence:
     scales: np.ndarray
     heard: Future[list[np.ndarray]]
     first: bool
-    order: int
 
     @property
     def key(self) -> bytes:
         return self.scales.tobytes()
-
-    @property
-    def turn(self) -> tuple[bool, int]:
-        """Sorts first clauses ahead, then by arrival."""
-        return (not self.first, self.order)
 
 
 @dataclass(frozen=True)
@@ -96,14 +89,13 @@ class Replayed:
     phonemes: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Lane:
     """One batch thread: the sentences it takes, and how many at most."""
 
     name: str
     takes: Callable[[_Sentence], bool]
     max_batch: int
-    thread: threading.Thread | None = field(default=None, repr=False)
 
 
 class BatchedVoiceGraph:
@@ -130,8 +122,8 @@ class BatchedVoiceGraph:
         self._graph = graph
         self._hop = hop
         self._observe_batch = observe_batch
+        # In arrival order.
         self._waiting: list[_Sentence] = []
-        self._arrivals = itertools.count()
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._closed = False
@@ -147,11 +139,12 @@ class BatchedVoiceGraph:
                 ),
                 _Lane("tts-nodes", lambda s: len(s.ids) > replayed.phonemes, most),
             ]
-        for lane in self._lanes:
-            lane.thread = threading.Thread(
-                target=self._loop, args=(lane,), name=lane.name, daemon=True
-            )
-            lane.thread.start()
+        self._threads = [
+            threading.Thread(target=self._loop, args=(lane,), name=lane.name, daemon=True)
+            for lane in self._lanes
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def get_outputs(self) -> list[_Output]:
         return [_Output(name) for name in self._graph.output_names]
@@ -168,9 +161,7 @@ class BatchedVoiceGraph:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the voice is closed")
-            self._waiting.append(
-                _Sentence(ids, scales, heard, voicing_first(), next(self._arrivals))
-            )
+            self._waiting.append(_Sentence(ids, scales, heard, voicing_first()))
             self._wakeup.notify_all()
         outputs = heard.result()
         if output_names is None:
@@ -182,7 +173,10 @@ class BatchedVoiceGraph:
             while True:
                 if self._closed:
                     return None
-                ours = sorted((s for s in self._waiting if lane.takes(s)), key=lambda s: s.turn)
+                # First clauses ahead; a stable sort keeps arrival order otherwise.
+                ours = sorted(
+                    (s for s in self._waiting if lane.takes(s)), key=lambda s: not s.first
+                )
                 if ours:
                     break
                 self._wakeup.wait()
@@ -244,6 +238,5 @@ class BatchedVoiceGraph:
             self._wakeup.notify_all()
         for sentence in waiting:
             sentence.heard.set_exception(RuntimeError("the voice is closed"))
-        for lane in self._lanes:
-            if lane.thread is not None:
-                lane.thread.join(timeout=5)
+        for thread in self._threads:
+            thread.join(timeout=5)
