@@ -248,7 +248,7 @@ def main() -> None:
                 report.setdefault("startup_s", bench.startup_s)
             options = replace(options, label=f"{args.backend} {args.lane} x{n}")
             ports = bench.stack.ports
-            preemptive = Preemptive(ports.session_metrics, ports.stage0_metrics)
+            preemptive = Preemptive(ports.session_metrics, bench.stage0_metrics_ports)
             preemptive.mark()
             stages = StageLatencies(bench.stage0_metrics_ports, bench.stage1_metrics_ports)
             level = run_async(run_level(bench.url, n, questions, options, bench.sampler))

@@ -2,11 +2,13 @@
 end of speech -> first audio depends on).
 
 `Preemptive` scrapes `antiphon_session_preemptive_answers_total{outcome}` and
-`antiphon_stage0_utterance_pauses_total{outcome}` before and after a level;
-the level's JSON gets their deltas as `preemptive`, and `print_table` a line
-beside the load table's. The `semantic_vad` lane and the silence heard at
-an answer's joins (`audio_first_join_silence_ms`, `audio_silence_max_ms`)
-are the load generator's own (`antiphon.client.load`).
+`antiphon_stage0_utterance_pauses_total{outcome}` (every front end's) before
+and after a level; the level's JSON gets their deltas as `preemptive`, and
+`print_table` a line beside the load table's, with stage1's first text ->
+first audio and its parts (means, from the level's `stages`). The
+`semantic_vad` lane and the silence heard at an answer's joins
+(`audio_first_join_silence_ms`, `audio_silence_max_ms`) are the load
+generator's own (`antiphon.client.load`).
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ def outcomes(samples: dict[str, float], name: str) -> dict[str, float]:
 class Preemptive:
     """The preemptive counters of one stack: `mark()` before a level, `delta()` after."""
 
-    def __init__(self, session_port: int, stage0_port: int) -> None:
-        self.ports = {SESSION_COUNTER: session_port, STAGE0_COUNTER: stage0_port}
+    def __init__(self, session_port: int, stage0_ports: list[int]) -> None:
+        self.ports = {SESSION_COUNTER: [session_port], STAGE0_COUNTER: stage0_ports}
         self._before: dict[str, dict[str, float]] = {}
 
     def _read(self) -> dict[str, dict[str, float]]:
-        return {name: outcomes(scrape([port]), name) for name, port in self.ports.items()}
+        return {name: outcomes(scrape(ports), name) for name, ports in self.ports.items()}
 
     def mark(self) -> None:
         self._before = self._read()
@@ -62,11 +64,12 @@ class Preemptive:
 
 def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> None:
     """The load table's companion: preemptive answers used/started and why the rest
-    were dropped, stage0's pauses."""
+    were dropped, stage0's pauses, stage1's first audio and its parts."""
     if header:
         print(
             f"{'backend':<10}{'lane':<13}{'sess':>5}  {'pre used/started':<17}"
-            f"{'pauses rep/res/end':<19}pre dropped"
+            f"{'pauses rep/res/end':<19}{'stage1 1st audio = words+queue+voice ms':<41}"
+            "pre dropped"
         )
     for lv in levels:
         pre = lv.get("preemptive") or {}
@@ -76,6 +79,18 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
         dropped = " ".join(f"{k}={n}" for k, n in s.items() if k not in ("started", "used"))
         print(
             f"{backend:<10}{lv.get('lane', 'manual'):<13}{lv['sessions']:>5}  {used:<17}"
-            f"{pauses:<19}{dropped or '-'}",
+            f"{pauses:<19}{_first_audio_parts(lv.get('stages') or {}):<41}{dropped or '-'}",
             flush=True,
         )
+
+
+def _first_audio_parts(stages: dict[str, Any]) -> str:
+    """Stage1's mean first text -> first audio, as its three parts add up to it."""
+    means = [
+        (stages.get(f"stage1_first_audio{part}") or {}).get("mean_ms")
+        for part in ("", "_words", "_queue", "_voice")
+    ]
+    if any(m is None for m in means):
+        return "-"
+    whole, words, queue, voice = means
+    return f"{whole:.0f} = {words:.0f}+{queue:.0f}+{voice:.0f}"

@@ -106,9 +106,15 @@ class LoadStack:
 
 # What the stages report of a level, from their own metrics: Whisper's time
 # per utterance, the LLM's time to first token, stage1's first text -> first
-# audio, and how full the GPU engines' batches were.
+# audio and its three parts (the first clause's words, the wait for the voice
+# thread, the voice), and how full the GPU engines' batches were.
 STAGE0_SECONDS = ("antiphon_stage0_asr_seconds", "antiphon_stage0_ttft_seconds")
-STAGE1_SECONDS = ("antiphon_stage1_first_audio_seconds",)
+STAGE1_SECONDS = (
+    "antiphon_stage1_first_audio_seconds",
+    "antiphon_stage1_first_audio_words_seconds",
+    "antiphon_stage1_first_audio_queue_seconds",
+    "antiphon_stage1_first_audio_voice_seconds",
+)
 BATCHES = ("antiphon_stage0_asr_batch_size", "antiphon_stage1_tts_batch_size")
 # How the GPU engines' batches ran with CUDA graphs: replayed, or op by op.
 GRAPH_RUNS = {
@@ -119,7 +125,8 @@ GRAPH_RUNS = {
 
 class StageLatencies:
     """The stages' latency histograms over one level: made before it, `delta()` after.
-    p50 and p95 are bucket bounds (at most), as Prometheus would interpolate them."""
+    p50 and p95 are bucket bounds (at most), as Prometheus would interpolate them;
+    the mean is exact."""
 
     def __init__(self, stage0_ports: list[int], stage1_ports: list[int]) -> None:
         self._ports = [*stage0_ports, *stage1_ports]
@@ -133,6 +140,7 @@ class StageLatencies:
             short = name.removeprefix("antiphon_").removesuffix("_seconds")
             out[short] = {
                 "count": d["calls"],
+                "mean_ms": round(d["sum"] / d["calls"] * 1000, 1) if d["calls"] else None,
                 **{
                     f"p{q}_ms_at_most": None
                     if (b := bucket_quantile(d, q / 100)) is None

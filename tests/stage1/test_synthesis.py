@@ -8,6 +8,7 @@ voice thread, or fail one) a scripted voice at the same boundary."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 from prometheus_client import Histogram
@@ -24,13 +25,17 @@ MS_PER_CHAR = 60.0
 
 class ScriptedVoice:
     """A voice at synthesis.py's boundary: it records what it was asked to say,
-    holds each clause until `release`, and fails on the clauses in `fails`."""
+    holds each clause until `release`, takes `takes_s` to voice it, and fails
+    on the clauses in `fails`."""
 
     out_rate = RATE
 
-    def __init__(self, *, fails: tuple[str, ...] = (), held: bool = False) -> None:
+    def __init__(
+        self, *, fails: tuple[str, ...] = (), held: bool = False, takes_s: float = 0.0
+    ) -> None:
         self.asked: list[str] = []
         self._fails = fails
+        self._takes_s = takes_s
         self._loop = asyncio.get_running_loop()
         self.speaking = asyncio.Event()
         self._gate = asyncio.Event()
@@ -47,6 +52,7 @@ class ScriptedVoice:
         asyncio.run_coroutine_threadsafe(self._gate.wait(), self._loop).result(timeout=5)
         if text in self._fails:
             raise RuntimeError(f"the voice cannot say {text!r}")
+        time.sleep(self._takes_s)
         yield SpeechChunk(pcm16=b"\0\0" * (RATE // 100), text=text, duration_ms=10)
 
 
@@ -55,8 +61,12 @@ def cancel(epoch: int) -> pb.Stage1Request:
 
 
 def _count(histogram: Histogram) -> float:
+    return _sample(histogram, "_count")
+
+
+def _sample(histogram: Histogram, suffix: str) -> float:
     (metric,) = histogram.collect()
-    return next(s.value for s in metric.samples if s.name.endswith("_count"))
+    return next(s.value for s in metric.samples if s.name.endswith(suffix))
 
 
 def synthetic() -> SyntheticTts:
@@ -78,6 +88,34 @@ async def test_clauses_are_spoken_in_order_and_done_comes_after_the_audio(
     # One first audio per response, a real-time factor per clause.
     assert _count(metrics.first_audio) == 1
     assert _count(metrics.rtf) == 3
+
+
+async def test_the_first_audio_is_told_apart_into_words_queue_and_voice(
+    speaker: Speaker, heard: Heard, metrics: Stage1Metrics
+) -> None:
+    # One voice thread: "b"'s first clause waits while "a"'s is held on it.
+    busy = ScriptedVoice(held=True)
+    speaker(busy).handle(text("a", "Hold this one.", final=True))
+    await busy.speaking.wait()
+    session = speaker(ScriptedVoice(takes_s=0.08))
+    session.handle(text("b", "Hello"))  # no clause yet: its words are still coming
+    await asyncio.sleep(0.1)
+    session.handle(text("b", " there, friend.", final=True))
+    await asyncio.sleep(0.15)
+    busy.release()
+    await heard.done("b")
+    await heard.done("a")
+    words, queue, voice = (
+        _sample(h, "_sum")
+        for h in (metrics.first_audio_words, metrics.first_audio_queue, metrics.first_audio_voice)
+    )
+    # "a": voiced at once, held 0.25 s on the voice; "b": 0.1 s for its words,
+    # 0.15 s behind "a", 0.08 s voiced.
+    assert 0.1 <= words < 0.2
+    assert 0.15 <= queue < 0.25
+    assert voice >= 0.25 + 0.08
+    assert abs(words + queue + voice - _sample(metrics.first_audio, "_sum")) < 1e-6
+    assert _count(metrics.first_audio_voice) == _count(metrics.first_audio) == 2
 
 
 async def test_the_first_clause_is_heard_before_the_text_is_final(

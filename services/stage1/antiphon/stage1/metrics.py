@@ -25,6 +25,28 @@ class Stage1Metrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        # The first audio's three parts, which add up to it: waiting for the
+        # first clause's words (the LLM's pace), for the voice thread (other
+        # sessions' clauses), and the voice itself (a batched voice's wait for
+        # its batch, and the network).
+        self.first_audio_words = Histogram(
+            "antiphon_stage1_first_audio_words_seconds",
+            "From a response's first text to its first clause being queued",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.first_audio_queue = Histogram(
+            "antiphon_stage1_first_audio_queue_seconds",
+            "From a response's first clause being queued to the voice taking it up",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.first_audio_voice = Histogram(
+            "antiphon_stage1_first_audio_voice_seconds",
+            "From the voice taking a response's first clause up to its audio",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.early_cuts = Counter(
             "antiphon_stage1_early_cuts_total",
             "Words spoken before their clause ended because the listener was "

@@ -47,6 +47,7 @@ class _Work:
         self.response_id = response_id
         self.text = text
         self.final = final
+        self.queued_at = time.perf_counter()
 
 
 class SynthesisSession:
@@ -184,9 +185,8 @@ class SynthesisSession:
         )
 
     async def _clause(self, work: _Work) -> None:
-        t0 = time.perf_counter()
         try:
-            chunks = await self._scheduler.run(
+            voiced = await self._scheduler.run(
                 functools.partial(self._speak, work.text),
                 first=work.response_id not in self._first_audio,
                 wanted=functools.partial(self._wanted, work),
@@ -207,27 +207,36 @@ class SynthesisSession:
                 )
             )
             return
-        elapsed = time.perf_counter() - t0
-        if chunks is None or not self._wanted(work):
+        now = time.perf_counter()
+        if voiced is None or not self._wanted(work):
             return  # cancelled while waiting or synthesising: never send it
+        taken_up, chunks = voiced
         total_ms = sum(c.duration_ms for c in chunks)
         if total_ms:
-            self._metrics.rtf.observe(elapsed * 1000 / total_ms)
+            self._metrics.rtf.observe((now - taken_up) * 1000 / total_ms)
         if work.response_id not in self._first_audio and chunks:
-            now = time.perf_counter()
             self._first_audio[work.response_id] = now
-            started = self._first_text.get(work.response_id, now)
-            self._metrics.first_audio.observe(now - started)
+            self._observe_first_audio(work, taken_up, now)
         for chunk in chunks:
             pcm = resample_pcm16(chunk.pcm16, self._tts.out_rate, self._out_rate)
             self._emit(pb.Stage1Event(audio=_audio_chunk(work, chunk, pcm, self._out_rate)))
         self._playout.sent(work.response_id, total_ms / 1000)
 
+    def _observe_first_audio(self, work: _Work, taken_up: float, now: float) -> None:
+        """A response's first text -> first audio, and its parts (metrics.py)."""
+        started = self._first_text.get(work.response_id, work.queued_at)
+        self._metrics.first_audio.observe(now - started)
+        self._metrics.first_audio_words.observe(work.queued_at - started)
+        self._metrics.first_audio_queue.observe(taken_up - work.queued_at)
+        self._metrics.first_audio_voice.observe(now - taken_up)
+
     def _wanted(self, work: _Work) -> bool:
         return work.epoch >= self._epoch and work.response_id not in self._unspoken
 
-    def _speak(self, text: str) -> list[SpeechChunk]:
-        return list(self._tts.synthesize(text, self._speed))
+    def _speak(self, text: str) -> tuple[float, list[SpeechChunk]]:
+        """On the voice thread: when it took the clause up, and the clause's audio."""
+        taken_up = time.perf_counter()
+        return taken_up, list(self._tts.synthesize(text, self._speed))
 
     async def close(self) -> None:
         self._worker.cancel()

@@ -1,0 +1,81 @@
+"""What `bench.load` reports of a level from the workers' own metrics: stage1's
+first audio and its parts (bench.lib.loadstack), and the preemptive answers'
+counters of every front end (bench.lib.firstaudio), read over HTTP from real
+registries the way the workers serve them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+from antiphon.stage1.metrics import Stage1Metrics
+from bench.lib.firstaudio import Preemptive, print_table
+from bench.lib.loadstack import StageLatencies
+from bench.lib.machine import free_port
+
+Serve = Callable[[CollectorRegistry], int]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """`serve(registry)` -> the port its /metrics is on; all shut down after the test."""
+    servers = []
+
+    def start(registry: CollectorRegistry) -> int:
+        port = free_port()
+        server, _thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+        servers.append(server)
+        return port
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_stage1s_first_audio_is_reported_with_its_parts_over_the_level_only(
+    serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    registries = [CollectorRegistry() for _ in range(2)]
+    workers = [Stage1Metrics(r) for r in registries]
+    ports = [serve(r) for r in registries]
+    workers[0].first_audio.observe(5.0)  # before the level: not its own
+    stages = StageLatencies([], ports)
+    parts = ((0.1, 0.02, 0.03), (0.3, 0.0, 0.05))  # words, queue, voice (s)
+    for worker, (words, queue, voice) in zip(workers, parts, strict=True):
+        worker.first_audio_words.observe(words)
+        worker.first_audio_queue.observe(queue)
+        worker.first_audio_voice.observe(voice)
+        worker.first_audio.observe(words + queue + voice)
+    out = stages.delta()
+    assert out["stage1_first_audio"]["count"] == 2
+    assert out["stage1_first_audio"]["mean_ms"] == pytest.approx(250.0)
+    assert out["stage1_first_audio_words"]["mean_ms"] == pytest.approx(200.0)
+    assert out["stage1_first_audio_queue"]["mean_ms"] == pytest.approx(10.0)
+    assert out["stage1_first_audio_voice"]["mean_ms"] == pytest.approx(40.0)
+    assert out["stage1_first_audio_words"]["p95_ms_at_most"] == 350.0
+    print_table("cascade", [{"sessions": 2, "stages": out}], header=False)
+    assert "250 = 200+10+40" in capsys.readouterr().out
+
+
+def test_the_preemptive_counters_are_every_front_ends(serve: Serve) -> None:
+    session = CollectorRegistry()
+    answers = Counter("antiphon_session_preemptive_answers", "", ["outcome"], registry=session)
+    front_ends = [CollectorRegistry() for _ in range(2)]
+    pauses = [
+        Counter("antiphon_stage0_utterance_pauses", "", ["outcome"], registry=r) for r in front_ends
+    ]
+    preemptive = Preemptive(serve(session), [serve(r) for r in front_ends])
+    preemptive.mark()
+    answers.labels("started").inc(3)
+    answers.labels("used").inc(2)
+    answers.labels("speech_resumed").inc()
+    pauses[0].labels("reported").inc()
+    pauses[1].labels("reported").inc(2)
+    pauses[1].labels("ended").inc()
+    assert preemptive.delta() == {
+        "session": {"started": 3, "used": 2, "speech_resumed": 1},
+        "stage0_pauses": {"reported": 3, "resumed": 0, "ended": 1},
+    }
