@@ -100,8 +100,21 @@ def test_eagerness_follows_openai_auto_is_medium_and_longest_waits_are_8_4_2_s()
     assert eagerness("auto") == eagerness("medium") == eagerness("") == EAGERNESS["medium"]
     waits = {name: EAGERNESS[name].max_silence_ms for name in ("low", "medium", "high")}
     assert waits == {"low": 8000, "medium": 4000, "high": 2000}
-    # More eager: ends sooner on a less certain model.
+    # More eager: ends sooner on a less certain model, and `high` asks it sooner.
     assert EAGERNESS["high"].threshold < EAGERNESS["medium"].threshold < EAGERNESS["low"].threshold
+    firsts = {name: EAGERNESS[name].first_check_ms for name in ("low", "medium", "high")}
+    assert firsts == {"low": FIRST_CHECK_MS, "medium": FIRST_CHECK_MS, "high": 120}
+
+
+def test_high_eagerness_ends_a_likely_turn_at_its_sooner_first_check() -> None:
+    probs = [SPEECH] * 30 + [QUIET] * _frames(1000)
+    ends = {}
+    for name in ("high", "medium"):
+        semantic, endpointer = _rule(name)
+        (stopped,) = _stops(_drive(semantic, endpointer, probs, lambda _c: 0.9))
+        ends[name] = stopped.audio_end_ms - stopped.offset_ms
+    assert 120 <= ends["high"] < 120 + FRAME_MS
+    assert FIRST_CHECK_MS <= ends["medium"] < FIRST_CHECK_MS + FRAME_MS
 
 
 def test_a_likely_end_of_turn_ends_at_the_first_check_well_before_server_vad() -> None:
@@ -139,7 +152,7 @@ def test_each_eagerness_ends_early_at_its_threshold_and_not_below(name: str) -> 
     probs = [SPEECH] * 30 + [QUIET] * _frames(level.max_silence_ms + 1000)
     semantic, endpointer = _rule(name)
     (early,) = _stops(_drive(semantic, endpointer, probs, lambda _c: level.threshold))
-    assert early.audio_end_ms - early.offset_ms < FIRST_CHECK_MS + FRAME_MS
+    assert early.audio_end_ms - early.offset_ms < level.first_check_ms + FRAME_MS
     semantic, endpointer = _rule(name)
     (late,) = _stops(_drive(semantic, endpointer, probs, lambda _c: level.threshold - 0.01))
     assert late.audio_end_ms - late.offset_ms == pytest.approx(level.max_silence_ms, abs=FRAME_MS)
