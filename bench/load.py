@@ -184,6 +184,12 @@ def main() -> None:
         help="server_vad's silence_duration_ms (default: the server's, 500 as OpenAI's); "
         "the turn detector's floor under end of speech -> first audio",
     )
+    parser.add_argument(
+        "--eagerness",
+        choices=["low", "medium", "high", "auto"],
+        default=None,
+        help="semantic_vad's eagerness (default: the server's, auto as OpenAI's)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     levels = [int(x) for x in args.sessions.split(",") if x.strip()]
@@ -193,6 +199,7 @@ def main() -> None:
     name = args.backend if args.lane == "manual" else f"{args.backend}-{args.lane}"
     name += "-nopreempt" if args.no_preempt else ""
     name += f"-silence{args.silence_ms}" if args.silence_ms is not None else ""
+    name += f"-{args.eagerness}" if args.eagerness is not None else ""
     out: Path = args.out or RESULTS / f"load-{name}.json"
     fd_limit = raise_fd_limit(max(levels) * 2 + 256)
 
@@ -210,13 +217,14 @@ def main() -> None:
         open_concurrency=args.open_concurrency,
         overhead=args.backend == "synthetic",
         silence_ms=args.silence_ms,
+        eagerness=args.eagerness,
     )
     # Room for every session of every level at once: sessions a level leaves
     # behind (a socket that died) hold their slot until they are reaped.
     limit = max(4, sum(levels) + 16)
     report = new_report(
         args.lane,
-        lane_session(args.lane, args.silence_ms),
+        lane_session(args.lane, args.silence_ms, args.eagerness),
         per_question,
         args.turns,
         backend=args.backend,

@@ -118,10 +118,18 @@ async def test_the_server_vad_lane_times_the_servers_endpointing(
     assert silence < level["end_of_speech_to"]["speech_stopped"]["p50"] < silence + 300
 
 
-def test_only_server_vad_takes_a_silence_setting() -> None:
+def test_only_server_vad_takes_a_silence_setting_and_only_semantic_vad_an_eagerness() -> None:
     assert lane_session("server_vad") is SERVER_VAD
     with pytest.raises(ValueError, match="server_vad"):
         lane_session("semantic_vad", 200)
+    with pytest.raises(ValueError, match="semantic_vad"):
+        lane_session("server_vad", eagerness="high")
+    eager = lane_session("semantic_vad", eagerness="high")
+    assert eager["audio"]["input"]["turn_detection"] == {
+        "type": "semantic_vad",
+        "eagerness": "high",
+    }
+    assert "eagerness" not in lane_session("semantic_vad")["audio"]["input"]["turn_detection"]
 
 
 async def test_a_barge_in_trial_cancels_the_answer_and_times_it(

@@ -30,12 +30,21 @@ LANES: dict[str, dict[str, Any]] = {
 }
 
 
-def lane_session(lane: str, silence_ms: int | None = None) -> dict[str, Any]:
+def lane_session(
+    lane: str, silence_ms: int | None = None, eagerness: str | None = None
+) -> dict[str, Any]:
     """The session a lane opens; `silence_ms` sets server_vad's `silence_duration_ms`
-    (the server's default otherwise), the wait after speech before the turn ends."""
-    if silence_ms is None:
+    (the server's default otherwise), the wait after speech before the turn ends, and
+    `eagerness` semantic_vad's (`auto` otherwise)."""
+    if silence_ms is None and eagerness is None:
         return LANES[lane]
-    if lane != "server_vad":
+    if silence_ms is not None and lane != "server_vad":
         raise ValueError("silence_ms is server_vad's setting")
-    detection = SERVER_VAD["audio"]["input"]["turn_detection"] | {"silence_duration_ms": silence_ms}
-    return SERVER_VAD | {"audio": {"input": {"turn_detection": detection}}}
+    if eagerness is not None and lane != "semantic_vad":
+        raise ValueError("eagerness is semantic_vad's setting")
+    setting = (
+        {"silence_duration_ms": silence_ms} if silence_ms is not None else {"eagerness": eagerness}
+    )
+    session = LANES[lane]
+    detection = session["audio"]["input"]["turn_detection"] | setting
+    return session | {"audio": {"input": {"turn_detection": detection}}}

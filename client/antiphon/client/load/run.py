@@ -51,6 +51,8 @@ class LoadOptions:
     label: str | None = ""
     # server_vad's silence_duration_ms; None: the server's default.
     silence_ms: int | None = None
+    # semantic_vad's eagerness; None: the server's default (`auto`).
+    eagerness: str | None = None
 
 
 async def loop_lag(samples: list[float], period_s: float = 0.1) -> None:
@@ -91,7 +93,7 @@ async def run_level(
     results: list[TurnResult] = []
     gate = asyncio.Semaphore(options.open_concurrency)
     opened: list[LoadSession] = []
-    session_body = lane_session(options.lane, options.silence_ms)
+    session_body = lane_session(options.lane, options.silence_ms, options.eagerness)
 
     async def open_one(i: int) -> LoadSession | None:
         async with gate:
