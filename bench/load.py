@@ -65,6 +65,12 @@ session actor, gRPC hops and Redis writes. Its `overhead` block is that
 path per event: commit -> first audio, heartbeat round trip and gaps
 between events, p50/p99. `--backend cascade` runs the real models.
 
+`--profile-at N` samples stage0's and stage1's Python processes (front
+ends, the engine core, stage1's workers) with py-spy through level N: each
+one's raw samples go to /tmp/antiphon-profile-<out>-N/, and the busiest thread's functions
+(share of samples, inclusive and self) are printed and kept in the level's
+`profile`.
+
 `--barge-in` adds trials on the `server_vad` lane: the client speaks again
 as soon as the answer's first audio arrives and measures speech onset sent
 -> `response.done` (cancelled) and -> that response's last audio delta.
@@ -81,6 +87,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -104,6 +111,7 @@ from antiphon.client.load import (
 from bench.lib import firstaudio
 from bench.lib.firstaudio import PREEMPT_OFF_ENV, Preemptive
 from bench.lib.loadstack import LoadStack, StageLatencies, stack_env
+from bench.lib.profile import profile_summary, profiled_services
 from bench.lib.questions import LONG_ANSWER, QUESTIONS
 from bench.lib.results import RESULTS, git_commit, write_json
 from bench.lib.speech import spoken_or_noise
@@ -111,6 +119,19 @@ from deploy.local.stack import DEFAULT_PROFILE
 
 # The barge-in trials ask for LONG_ANSWER, and interrupt it with this.
 BARGE = "Wait, stop. Tell me something else instead."
+
+
+# The services `--profile-at` samples: where the voice path's CPU goes.
+PROFILED = ("stage0", "stage1")
+
+
+def profiles(files: dict[str, Path]) -> dict[str, str]:
+    """Each sampled process's summary ("service pid" -> text), printed as it is read."""
+    out = {}
+    for label, path in files.items():
+        out[label] = profile_summary(path) if path.is_file() else f"{path}: not written"
+        print(f"== {label}\n{out[label]}", flush=True)
+    return out
 
 
 def speech(text: str, voice: str) -> bytes:
@@ -184,6 +205,13 @@ def main() -> None:
         help="server_vad's silence_duration_ms (default: the server's, 500 as OpenAI's); "
         "the turn detector's floor under end of speech -> first audio",
     )
+    parser.add_argument(
+        "--profile-at",
+        type=int,
+        default=None,
+        help="sample stage0's and stage1's processes with py-spy through this level",
+    )
+    parser.add_argument("--py-spy", default="py-spy", help="the py-spy executable (--profile-at)")
     parser.add_argument(
         "--eagerness",
         choices=["low", "medium", "high", "auto"],
@@ -259,8 +287,15 @@ def main() -> None:
             preemptive = Preemptive(ports.session_metrics, bench.stage0_metrics_ports)
             preemptive.mark()
             stages = StageLatencies(bench.stage0_metrics_ports, bench.stage1_metrics_ports)
-            level = run_async(run_level(bench.url, n, questions, options, bench.sampler))
+            spy = args.py_spy if n == args.profile_at else None
+            roots = {s: bench.stack.procs[s].pid for s in PROFILED if s in bench.stack.procs}
+            # The raw samples stay in /tmp: a device call brings back few files.
+            into = Path(tempfile.gettempdir()) / f"antiphon-profile-{out.stem}-{n}"
+            with profiled_services(spy, roots, into) as files:
+                level = run_async(run_level(bench.url, n, questions, options, bench.sampler))
             level["stages"] = stages.delta()
+            if files:
+                level["profile"] = profiles(files)
             # Closed sessions finish their cleanup before the next level starts.
             level["after"] = bench.drain()
             level["preemptive"] = preemptive.delta()

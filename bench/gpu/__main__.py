@@ -18,12 +18,12 @@ from antiphon.stage0 import llm_models
 from bench.gpu.check import check
 from bench.gpu.levels import SLO_MS, capacity_at_slo, run_worker_levels
 from bench.gpu.models import SHAPES, resolve_model
-from bench.gpu.profile import profile_summary
 from bench.gpu.raw import ratio, raw_levels
 from bench.gpu.report import merge, table
 from bench.gpu.sessions import PER_PROC
 from bench.gpu.worker import worker_env
 from bench.lib.machine import device_name, version
+from bench.lib.profile import profile_summary
 from bench.lib.questions import RECORDED, record
 from bench.lib.results import REPO, RESULTS, write_json
 

@@ -7,10 +7,10 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from bench.gpu.profile import profile_summary, profiled
 from bench.gpu.sessions import run_clients
 from bench.gpu.worker import Worker, worker_env
 from bench.lib.machine import MemoryPeaks, free_ports, now
+from bench.lib.profile import profile_summary, profiled
 from bench.lib.prometheus import histogram_delta, seconds_histogram_ms
 from bench.lib.results import write_json
 from bench.lib.stats import pct

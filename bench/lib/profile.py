@@ -1,5 +1,5 @@
-"""py-spy on the worker through one level (`--profile-at`), and what its samples say
-(`--profile-summary`)."""
+"""py-spy on a worker through one level (`--profile-at` of bench.gpu and
+bench.load), and what its samples say (`--profile-summary`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import shutil
 import signal
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+import psutil
 
 
 @contextlib.contextmanager
@@ -40,6 +42,41 @@ def profiled(py_spy: str | None, pid: int, out: Path) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             spy.kill()
         log.close()
+
+
+def python_processes(pid: int) -> list[int]:
+    """`pid` and its descendants that run Python: a service's worker processes
+    (stage1's `worker_processes`, stage0's front ends) and vLLM's engine core."""
+    found = []
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    for proc in tree:
+        with contextlib.suppress(psutil.Error):
+            if Path(proc.exe()).name.startswith("python"):
+                found.append(proc.pid)
+    return found
+
+
+@contextlib.contextmanager
+def profiled_services(
+    py_spy: str | None, services: Mapping[str, int], into: Path
+) -> Iterator[dict[str, Path]]:
+    """`profiled` on every Python process of each service (by its root pid)
+    meanwhile; yields "service pid" -> the file its samples go to (in the
+    folder `into`, as service-pid.txt). Nothing when `py_spy` is unset."""
+    files: dict[str, Path] = {}
+    with contextlib.ExitStack() as stack:
+        if py_spy:
+            into.mkdir(parents=True, exist_ok=True)
+            for service, root in services.items():
+                for pid in python_processes(root):
+                    out = into / f"{service}-{pid}.txt"
+                    files[f"{service} {pid}"] = out
+                    stack.enter_context(profiled(py_spy, pid, out))
+        yield files
 
 
 def profile_summary(path: Path, top: int = 25) -> str:
