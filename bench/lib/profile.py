@@ -7,6 +7,7 @@ import contextlib
 import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -20,7 +21,11 @@ def profiled(py_spy: str | None, pid: int, out: Path) -> Iterator[None]:
     `out` (flamegraph's format; `--profile-summary` reads it). Nothing when
     `py_spy` is unset or not found; a py-spy that cannot attach says so in
     `out`.log and the level runs all the same."""
-    exe = shutil.which(py_spy) if py_spy else None
+    # Also beside this interpreter: a venv's py-spy, when the venv is not on PATH
+    # (`make` runs .venv/bin/python as it is).
+    exe = None
+    if py_spy:
+        exe = shutil.which(py_spy) or shutil.which(py_spy, path=Path(sys.executable).parent)
     if exe is None:
         if py_spy:
             print(f"no {py_spy}: the level runs unprofiled", flush=True)
