@@ -32,6 +32,8 @@ class _Tracked:
     descendants: bool = True
     # Last cumulative CPU seen per pid of the tree (a child that exits keeps its share).
     cpu_by_pid: dict[int, float] = field(default_factory=dict)
+    # Each pid's process name (vLLM titles its engine core and front ends).
+    name_by_pid: dict[int, str] = field(default_factory=dict)
     rss_bytes: int = 0
     peak_rss_bytes: int = 0
     # Highest CPU rate over any window of at least a second (a single-threaded
@@ -50,6 +52,8 @@ class _Tracked:
                 with p.oneshot():
                     t = p.cpu_times()
                     self.cpu_by_pid[p.pid] = t.user + t.system
+                    if p.pid not in self.name_by_pid:
+                        self.name_by_pid[p.pid] = p.name()
                     rss += p.memory_info().rss
             except psutil.Error:
                 continue
@@ -77,12 +81,25 @@ class Window:
     wall_start: float
     cpu_start: dict[str, float]
     machine_busy_start: float
+    cpu_start_by_pid: dict[str, dict[int, float]] = field(default_factory=dict)
 
 
 def machine_busy_s() -> float:
     """CPU seconds all cores of the machine spent busy since boot (every process)."""
     t = psutil.cpu_times()
     return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+
+def _busiest(
+    t: _Tracked, start: dict[int, float], wall: float, top: int = 3
+) -> list[dict[str, Any]]:
+    """The tree's `top` processes by CPU % of one core over the window."""
+    pcts = {pid: 100 * (cpu - start.get(pid, 0.0)) / wall for pid, cpu in t.cpu_by_pid.items()}
+    ranked = sorted(pcts.items(), key=lambda item: item[1], reverse=True)[:top]
+    return [
+        {"pid": pid, "name": t.name_by_pid.get(pid, "?"), "cpu_pct": round(pct, 1)}
+        for pid, pct in ranked
+    ]
 
 
 class ProcSampler:
@@ -130,11 +147,15 @@ class ProcSampler:
             for t in self._tracked.values():
                 t.reset_peaks()
             cpu = {n: t.cpu_s for n, t in self._tracked.items()}
-        return Window(time.monotonic(), cpu, machine_busy_s())
+            by_pid = {n: dict(t.cpu_by_pid) for n, t in self._tracked.items()}
+        return Window(time.monotonic(), cpu, machine_busy_s(), by_pid)
 
     def usage(self, window: Window) -> dict[str, dict[str, Any]]:
         """Per process tree: CPU seconds, CPU % of one core (mean over the window
-        and peak over any second of it), current and peak RSS (MiB).
+        and peak over any second of it), current and peak RSS (MiB), and its
+        busiest processes (a tree of several interpreters, as stage0's front
+        ends, is bound by one of them at 100 % long before the tree's sum
+        nears the machine's cores).
 
         `machine` is every process on the machine (CPU % of one core, out of
         100 x cores) and `others` what of it is none of the tracked trees:
@@ -152,6 +173,7 @@ class ProcSampler:
                     "cpu_pct_peak": round(t.peak_cpu_pct, 1),
                     "rss_mib": round(t.rss_bytes / 2**20, 1),
                     "peak_rss_mib": round(t.peak_rss_bytes / 2**20, 1),
+                    "busiest": _busiest(t, window.cpu_start_by_pid.get(name, {}), wall),
                 }
         ours = sum(u["cpu_s"] for u in out.values())
         out["machine"] = {"cpu_s": round(busy, 2), "cpu_pct": round(100 * busy / wall, 1)}

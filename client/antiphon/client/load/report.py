@@ -253,6 +253,10 @@ def print_summary(report: dict[str, Any], out: Path | None = None) -> None:
     backend = str(report.get("backend", "remote"))
     lane = str(report.get("lane", "manual"))
     print_table(backend, report["levels"], header=True)
+    for lv in report["levels"]:
+        busiest = busiest_line(lv)
+        if busiest:
+            print(f"busiest processes x{lv['sessions']}: {busiest}")
     if "barge_in" in report:
         b = report["barge_in"]
         print(f"barge-in: {b['barge_in_ms']} audio stop: {b['audio_stop_ms']} {b.get('note', '')}")
@@ -270,6 +274,17 @@ def print_summary(report: dict[str, Any], out: Path | None = None) -> None:
         print(f"capacity: {c['sessions']} sessions within first-audio p95 <= {c['slo_ms']} ms")
     if out is not None:
         print(f"written to {out} and {out.with_suffix('.png')}")
+
+
+def busiest_line(level: dict[str, Any]) -> str:
+    """Each service's busiest process, CPU % of one core: an interpreter near
+    100 is what bounds the level, whatever the machine's other cores do."""
+    parts = []
+    for service in SERVICES:
+        top = (level["processes"].get(service) or {}).get("busiest") or []
+        if top:
+            parts.append(f"{service} {top[0]['name']} {top[0]['cpu_pct']:.0f}%")
+    return ", ".join(parts)
 
 
 def _silences(level: dict[str, Any]) -> str:
