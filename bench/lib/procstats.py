@@ -32,7 +32,7 @@ class _Tracked:
     descendants: bool = True
     # Last cumulative CPU seen per pid of the tree (a child that exits keeps its share).
     cpu_by_pid: dict[int, float] = field(default_factory=dict)
-    # Each pid's process name (vLLM titles its engine core and front ends).
+    # Each pid's process name, as the kernel has it (`python3` for every interpreter).
     name_by_pid: dict[int, str] = field(default_factory=dict)
     rss_bytes: int = 0
     peak_rss_bytes: int = 0
@@ -153,9 +153,9 @@ class ProcSampler:
     def usage(self, window: Window) -> dict[str, dict[str, Any]]:
         """Per process tree: CPU seconds, CPU % of one core (mean over the window
         and peak over any second of it), current and peak RSS (MiB), and its
-        busiest processes (a tree of several interpreters, as stage0's front
-        ends, is bound by one of them at 100 % long before the tree's sum
-        nears the machine's cores).
+        busiest processes: a tree of several interpreters, as stage0's front
+        ends, can be bound by one of them long before the tree's sum nears the
+        machine's cores.
 
         `machine` is every process on the machine (CPU % of one core, out of
         100 x cores) and `others` what of it is none of the tracked trees:

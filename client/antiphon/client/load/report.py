@@ -277,8 +277,9 @@ def print_summary(report: dict[str, Any], out: Path | None = None) -> None:
 
 
 def busiest_line(level: dict[str, Any]) -> str:
-    """Each service's busiest process, CPU % of one core: an interpreter near
-    100 is what bounds the level, whatever the machine's other cores do."""
+    """Each service's busiest process, CPU % of one core: a process whose one
+    event loop is busy bounds the level, whatever the machine's other cores do
+    (its other threads, onnxruntime's or torch's, may take it past 100)."""
     parts = []
     for service in SERVICES:
         top = (level["processes"].get(service) or {}).get("busiest") or []
