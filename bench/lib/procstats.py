@@ -79,9 +79,9 @@ class Window:
     """What happened between `ProcSampler.mark()` and `ProcSampler.usage(window)`."""
 
     wall_start: float
-    cpu_start: dict[str, float]
+    # Each tree's cumulative CPU per pid at the start (the tree's is their sum).
+    cpu_start: dict[str, dict[int, float]]
     machine_busy_start: float
-    cpu_start_by_pid: dict[str, dict[int, float]] = field(default_factory=dict)
 
 
 def machine_busy_s() -> float:
@@ -146,9 +146,8 @@ class ProcSampler:
         with self._lock:
             for t in self._tracked.values():
                 t.reset_peaks()
-            cpu = {n: t.cpu_s for n, t in self._tracked.items()}
-            by_pid = {n: dict(t.cpu_by_pid) for n, t in self._tracked.items()}
-        return Window(time.monotonic(), cpu, machine_busy_s(), by_pid)
+            cpu = {n: dict(t.cpu_by_pid) for n, t in self._tracked.items()}
+        return Window(time.monotonic(), cpu, machine_busy_s())
 
     def usage(self, window: Window) -> dict[str, dict[str, Any]]:
         """Per process tree: CPU seconds, CPU % of one core (mean over the window
@@ -166,14 +165,15 @@ class ProcSampler:
         out: dict[str, dict[str, Any]] = {}
         with self._lock:
             for name, t in self._tracked.items():
-                cpu = t.cpu_s - window.cpu_start.get(name, 0.0)
+                start = window.cpu_start.get(name, {})
+                cpu = t.cpu_s - sum(start.values())
                 out[name] = {
                     "cpu_s": round(cpu, 2),
                     "cpu_pct": round(100 * cpu / wall, 1),
                     "cpu_pct_peak": round(t.peak_cpu_pct, 1),
                     "rss_mib": round(t.rss_bytes / 2**20, 1),
                     "peak_rss_mib": round(t.peak_rss_bytes / 2**20, 1),
-                    "busiest": _busiest(t, window.cpu_start_by_pid.get(name, {}), wall),
+                    "busiest": _busiest(t, start, wall),
                 }
         ours = sum(u["cpu_s"] for u in out.values())
         out["machine"] = {"cpu_s": round(busy, 2), "cpu_pct": round(100 * busy / wall, 1)}
