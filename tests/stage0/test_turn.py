@@ -1,4 +1,5 @@
-"""semantic_vad: the end-of-turn rule (pure), Smart Turn on real speech, batching."""
+"""semantic_vad: the end-of-turn rule (pure), Smart Turn on real speech (on
+onnxruntime, and in torch as a GPU worker runs it), batching."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 import pytest
+import torch
 
 from antiphon.common.assets import MissingAssetError
 from antiphon.stage0 import assets as stage0_assets
 from antiphon.stage0.assets import Stage0Assets
+from antiphon.stage0.models import load_turn
+from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.turn import (
     EAGERNESS,
     FIRST_CHECK_MS,
@@ -27,9 +31,11 @@ from antiphon.stage0.turn import (
     SmartTurn,
     TurnBatcher,
     TurnCheck,
+    TurnModel,
     eagerness,
     window,
 )
+from antiphon.stage0.turn_torch import TorchSmartTurn, features
 from antiphon.stage0.vad import (
     FRAME_MS,
     Endpointer,
@@ -38,6 +44,7 @@ from antiphon.stage0.vad import (
     SpeechStopped,
     VadEvent,
 )
+from antiphon.stage0.whisper_torch import mel_filters
 from tests.support.speech import Voice, silence, spoken, spoken_cut
 
 SPEECH, QUIET = 0.9, 0.0
@@ -235,8 +242,24 @@ def test_missing_pipecat_is_a_startup_error_naming_make_install(
 
 
 @pytest.fixture(scope="module")
-def smart_turn(assets: Stage0Assets) -> SmartTurn:
+def onnx_turn(assets: Stage0Assets) -> SmartTurn:
     return SmartTurn(assets.turn.onnx, assets.turn.features, threads=1)
+
+
+@pytest.fixture(scope="module")
+def torch_turn(assets: Stage0Assets) -> TurnModel:
+    """`turn_engine: torch`, as a GPU worker loads it, here on the CPU."""
+    model = load_turn(Stage0Settings(turn_engine="torch"), assets.turn)
+    assert isinstance(model, TorchSmartTurn)
+    return model
+
+
+@pytest.fixture(scope="module", params=["onnxruntime", "torch"])
+def smart_turn(request: pytest.FixtureRequest, onnx_turn: SmartTurn) -> TurnModel:
+    """Smart Turn on each engine a worker runs it on."""
+    if request.param == "torch":
+        return cast(TurnModel, request.getfixturevalue("torch_turn"))
+    return onnx_turn
 
 
 def _after_speech(pcm16: bytes, silence_ms: int = 200) -> np.ndarray:
@@ -245,8 +268,8 @@ def _after_speech(pcm16: bytes, silence_ms: int = 200) -> np.ndarray:
 
 
 @pytest.mark.models
-def test_the_model_loads_without_importing_pipecat(smart_turn: SmartTurn) -> None:
-    assert smart_turn.batched  # v3.2's batch dimension is dynamic
+def test_the_model_loads_without_importing_pipecat(onnx_turn: SmartTurn) -> None:
+    assert onnx_turn.batched  # v3.2's batch dimension is dynamic
     assert not [m for m in sys.modules if m == "pipecat" or m.startswith("pipecat.")]
 
 
@@ -264,7 +287,7 @@ COMPLETE: list[tuple[Voice, str]] = [
 
 @pytest.mark.models
 @pytest.mark.parametrize(("voice", "text"), COMPLETE)
-def test_a_complete_turn_scores_high(smart_turn: SmartTurn, voice: Voice, text: str) -> None:
+def test_a_complete_turn_scores_high(smart_turn: TurnModel, voice: Voice, text: str) -> None:
     (p,) = smart_turn.predict([_after_speech(spoken(text, 16000, voice))])
     assert p > 0.8, p
 
@@ -283,7 +306,7 @@ BROKEN_OFF: list[tuple[Voice, str, int]] = [
 @pytest.mark.models
 @pytest.mark.parametrize(("voice", "text", "words"), BROKEN_OFF)
 def test_speech_broken_off_mid_sentence_scores_below_every_threshold(
-    smart_turn: SmartTurn, voice: Voice, text: str, words: int
+    smart_turn: TurnModel, voice: Voice, text: str, words: int
 ) -> None:
     (p,) = smart_turn.predict([_after_speech(spoken_cut(text, words, 16000, voice))])
     assert p < min(e.threshold for e in EAGERNESS.values()), p
@@ -296,7 +319,7 @@ def _fixture_windows() -> list[np.ndarray]:
 
 
 @pytest.mark.models
-def test_a_batched_call_gives_the_probabilities_of_one_by_one(smart_turn: SmartTurn) -> None:
+def test_a_batched_call_gives_the_probabilities_of_one_by_one(smart_turn: TurnModel) -> None:
     windows = _fixture_windows()
     together = smart_turn.predict(windows)
     alone = np.concatenate([smart_turn.predict([w]) for w in windows])
@@ -305,7 +328,35 @@ def test_a_batched_call_gives_the_probabilities_of_one_by_one(smart_turn: SmartT
 
 
 @pytest.mark.models
-async def test_batcher_runs_every_waiting_session_in_one_call(smart_turn: SmartTurn) -> None:
+def test_torch_features_are_pipecats_computed_in_a_batch(onnx_turn: SmartTurn) -> None:
+    windows = _fixture_windows()[::3]
+    expected = np.stack([onnx_turn.features(w) for w in windows])
+    got = features(torch.from_numpy(np.stack(windows)), torch.from_numpy(mel_filters(80)))
+    assert got.shape == expected.shape == (len(windows), 80, 800)
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-4)
+
+
+def _logit(p: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+    q = np.clip(p.astype(np.float64), 1e-6, 1 - 1e-6)
+    return np.asarray(np.log(q / (1 - q)))
+
+
+@pytest.mark.models
+def test_torch_engine_answers_as_onnxruntime_does(
+    onnx_turn: SmartTurn, torch_turn: TurnModel
+) -> None:
+    """The same int8 graph: a requantized value rounds the other way here and
+    there (onnxruntime fuses its steps), which moves the logit a little, and
+    never across an eagerness's threshold on these fixtures."""
+    windows = _fixture_windows()
+    cpu, gpu = onnx_turn.predict(windows), torch_turn.predict(windows)
+    assert np.abs(_logit(cpu) - _logit(gpu)).max() < 0.5, (cpu, gpu)
+    for level in EAGERNESS.values():
+        assert ((cpu >= level.threshold) == (gpu >= level.threshold)).all(), (level, cpu, gpu)
+
+
+@pytest.mark.models
+async def test_batcher_runs_every_waiting_session_in_one_call(smart_turn: TurnModel) -> None:
     """Windows submitted in one event-loop turn share a model call; a closed
     session's answer is dropped; one window submitted during a call waits for the next."""
     windows = _fixture_windows()[:4]
@@ -355,7 +406,7 @@ async def test_batcher_idle_waits_until_every_window_is_answered() -> None:
     model = _HeldModel()
     answers: list[float] = []
     with ThreadPoolExecutor(1) as executor:
-        batcher = TurnBatcher(cast(SmartTurn, model), executor=executor)
+        batcher = TurnBatcher(cast(TurnModel, model), executor=executor)
         await asyncio.wait_for(batcher.idle(), 1)
         batcher.submit("s", window(b"\0\0" * WINDOW_SAMPLES), answers.append)
         idle = asyncio.ensure_future(batcher.idle())

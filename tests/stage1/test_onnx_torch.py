@@ -15,7 +15,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from antiphon.stage1.onnx_torch import TorchGraph
+from antiphon.common.onnx_torch import TorchGraph
 from tests.support import tiers
 
 # Every case runs onnxruntime beside torch.
@@ -78,6 +78,11 @@ CASES: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray], int, dict[s
      {"pads": [2, 0], "dilations": [1], "strides": [1]}),
     ("ConvTranspose", {"x": x235}, {"w": rng.standard_normal((3, 2, 4)).astype(np.float32)}, 1,
      {"pads": [1, 1], "strides": [2]}),
+    # Smart Turn's (stage0 turn_torch.py).
+    ("LayerNormalization", {"x": x235}, {"g": x235[0] + 1, "b": x235[1]}, 1,
+     {"axis": -2, "epsilon": 1e-3}),
+    ("Gemm", {"x": x34}, {"w": x34[:2] * 2, "c": x34[2, :2]}, 1,
+     {"transB": 1, "alpha": 0.5, "beta": 2.0}),
 ]  # fmt: skip
 
 
@@ -98,6 +103,47 @@ def test_an_operator_computes_what_onnxruntime_does(
     for g, e in zip(got, expected, strict=True):
         assert tuple(g.shape) == e.shape
         np.testing.assert_allclose(g.numpy(), e, rtol=1e-5, atol=1e-5)
+
+
+def test_a_quantized_graph_computes_what_onnxruntime_does_step_by_step() -> None:
+    """Smart Turn's int8 steps: an activation quantized per tensor and back
+    (ties round to even, out-of-range values saturate), times weights stored
+    int8 per output column (dequantized once, at load)."""
+    x = np.array([[0.25, -0.25, 0.75, 90.0], [-90.0, 1.25, 0.5, -0.05]], np.float32)
+    w = rng.integers(-127, 128, (4, 3)).astype(np.int8)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["y0"]),
+    ]
+    constants: dict[str, np.ndarray] = {
+        "xs": np.array(0.5, np.float32),
+        "xz": np.array(128, np.uint8),
+        "w": w,
+        "ws": np.array([0.01, 0.02, 0.03], np.float32),
+        "wz": np.array([0, 3, -2], np.int8),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", FLOAT, x.shape)],
+        [helper.make_tensor_value_info(n, FLOAT, None) for n in ("y0", "xd")],
+        [onnx.numpy_helper.from_array(v, n) for n, v in constants.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    options = onnxruntime.SessionOptions()
+    # Node by node, as the graph says (fused, onnxruntime requantizes its own way).
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    expected = onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})
+    got = TorchGraph(model).run({"x": x})
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g.numpy(), e, rtol=1e-6, atol=1e-6)
+    # Halves round to even (0.25 / 0.5 to 0, 0.75 / 0.5 and 1.25 / 0.5 to 2);
+    # +-90 saturate at 255 and 0.
+    np.testing.assert_array_equal(got[1].numpy(), [[0, 0, 1, 63.5], [-64, 1, 0.5, 0]])
 
 
 def test_an_operator_it_lacks_is_named_at_load() -> None:

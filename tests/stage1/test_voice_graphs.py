@@ -9,7 +9,7 @@ import onnx
 import pytest
 import torch
 
-from antiphon.stage1.onnx_torch import TorchGraph
+from antiphon.common.onnx_torch import TorchGraph
 from antiphon.stage1.voice_graphs import FRAME_STEP, PHONEME_STEP, GraphedVoice
 from tests.support import tiers
 

@@ -16,13 +16,13 @@ import numpy as np
 
 from antiphon.common.binding import BoundSession
 from antiphon.stage0.asr import WhisperAsr
-from antiphon.stage0.assets import locate
+from antiphon.stage0.assets import TurnAssets, locate
 from antiphon.stage0.engine_config import EngineClient, EngineConfig
 from antiphon.stage0.generation import Decoding
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage0.tools import ChatModel
-from antiphon.stage0.turn import SmartTurn
+from antiphon.stage0.turn import WINDOW_SAMPLES, SmartTurn, TurnModel
 from antiphon.stage0.vad import SileroVad
 from antiphon.v1 import stage_pb2 as pb
 
@@ -49,7 +49,7 @@ class Engines(Protocol):
     def vad(self) -> SileroVad: ...
 
     @property
-    def turn(self) -> SmartTurn: ...
+    def turn(self) -> TurnModel: ...
 
     @property
     def llm(self) -> TextGenerator: ...
@@ -159,10 +159,27 @@ def load_asr(
     )
 
 
+def load_turn(settings: Stage0Settings, assets: TurnAssets) -> TurnModel:
+    """The worker's Smart Turn, on the engine `turn_engine` names."""
+    if settings.turn_engine == "torch":
+        # torch loads with this engine only.
+        import torch
+
+        from antiphon.stage0.turn_torch import TorchSmartTurn
+
+        if not settings.turn_device.startswith("cuda"):
+            torch.set_num_threads(settings.turn_threads)
+        model = TorchSmartTurn(assets.onnx, device=settings.turn_device)
+        # As Whisper's: a GPU's first call loads its kernels, here and not in a turn.
+        model.predict([np.zeros(WINDOW_SAMPLES, dtype=np.float32)])
+        return model
+    return SmartTurn(assets.onnx, assets.features, threads=settings.turn_threads)
+
+
 @dataclass
 class CascadeModels:
     vad: SileroVad
-    turn: SmartTurn
+    turn: TurnModel
     asr: Transcriber
     llm: LlmEngine
 
@@ -178,7 +195,7 @@ class CascadeModels:
         assets = locate(settings.model_cache, settings.llm_model)
         t0 = time.perf_counter()
         vad = SileroVad(assets.vad_onnx, threads=settings.vad_threads)
-        turn = SmartTurn(assets.turn.onnx, assets.turn.features, threads=settings.turn_threads)
+        turn = load_turn(settings, assets.turn)
         asr = load_asr(
             settings,
             assets.whisper_dir,

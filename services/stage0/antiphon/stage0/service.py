@@ -97,7 +97,9 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
             )
         if self._turn_batcher is None:
             self._turn_batcher = TurnBatcher(
-                models.turn, observe_batch=self._metrics.turn_batch_size.observe
+                models.turn,
+                max_batch=self._settings.turn_max_batch,
+                observe_batch=self._metrics.turn_batch_size.observe,
             )
         batcher, turns = self._vad_batcher, self._turn_batcher
 

@@ -49,6 +49,17 @@ class Stage0Settings(WorkerSettings):
     asr_model_dir: Path | None = None
     # Smart Turn (`semantic_vad`); its calls run on one worker thread of their own.
     turn_threads: int = 1
+    # What runs Smart Turn. `onnxruntime`: its int8 kernels and numpy features
+    # on `turn_threads` CPU threads. `torch` (turn_torch.py): the same graph
+    # and the features in torch on `turn_device`, for a GPU worker's many
+    # sessions; on a CPU it is slower than onnxruntime.
+    turn_engine: Literal["onnxruntime", "torch"] = "onnxruntime"
+    # torch's device: "cpu", "cuda" or "cuda:N".
+    turn_device: str = "cpu"
+    # Sessions' windows in one Smart Turn call at most. A CPU call of 8
+    # costs about 8 of one (more would only make the sessions in it wait);
+    # a GPU's of 128 costs little more than one.
+    turn_max_batch: int = Field(default=8, ge=1)
     llm_threads: int = 1
     # The LLM (llm_models.py): a catalogue name ("qwen2.5-coder-1.5b",
     # "qwen2.5-coder-0.5b", "smollm2-135m"; `make models LLM_MODEL=...` prepares

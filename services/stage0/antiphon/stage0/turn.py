@@ -186,6 +186,15 @@ def _load_features(path: Path) -> _Features:
     return cast(_Features, module)
 
 
+class TurnModel(Protocol):
+    """Smart Turn as the batcher calls it: `SmartTurn` on onnxruntime, or
+    `TorchSmartTurn` (turn_torch.py) on a GPU."""
+
+    def predict(self, windows: Sequence[Float32Array]) -> Float32Array:
+        """Probability that each window's turn is complete, in one model call."""
+        ...
+
+
 class SmartTurn:
     """One onnxruntime session of Smart Turn v3.2, shared by every session of a worker."""
 
@@ -228,7 +237,7 @@ class TurnBatcher:
 
     def __init__(
         self,
-        model: SmartTurn,
+        model: TurnModel,
         *,
         executor: Executor | None = None,
         # A call of 8 costs about 8 calls of one on a CPU thread (tens of ms

@@ -56,10 +56,13 @@ def mel_filters(n_mels: int, n_fft: int = N_FFT, rate: int = SAMPLE_RATE) -> np.
     return np.asarray(weights, dtype=np.float32)
 
 
-def log_mel(audio: torch.Tensor, filters: torch.Tensor) -> torch.Tensor:
+def log_mel(audio: torch.Tensor, filters: torch.Tensor, *, tail: int = HOP) -> torch.Tensor:
     """Log-mel features of equal-length waveforms ([B, samples] -> [B, mels,
-    frames]), each row floored 8 decades under its own loudest, as Whisper's are."""
-    audio = F.pad(audio, (0, HOP))
+    frames]), each row floored 8 decades under its own loudest, as Whisper's are.
+
+    `tail`: samples of silence heard after each waveform (Whisper's ASR hears
+    a hop more; Smart Turn's features, turn_torch.py, none)."""
+    audio = F.pad(audio, (0, tail))
     window = torch.hann_window(N_FFT, device=audio.device)
     spec = torch.stft(audio, N_FFT, HOP, window=window, center=True, return_complex=True)
     mel = torch.clamp(filters @ spec[..., :-1].abs().square(), min=1e-10).log10()

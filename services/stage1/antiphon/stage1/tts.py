@@ -218,7 +218,7 @@ def _batched_session(voice_onnx: Path, batched: Batched, hop: int, threads: int)
     import onnx
     import torch
 
-    from antiphon.stage1.onnx_torch import TorchGraph
+    from antiphon.common.onnx_torch import TorchGraph
     from antiphon.stage1.voice_batch import BatchedVoiceGraph, VoiceGraph, with_durations
     from antiphon.stage1.voice_graphs import GraphedVoice
 

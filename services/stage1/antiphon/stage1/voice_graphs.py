@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from antiphon.stage1.onnx_torch import TorchGraph
+from antiphon.common.onnx_torch import TorchGraph
 from antiphon.stage1.voice_batch import Replayed
 
 Tensor = torch.Tensor

@@ -1,9 +1,9 @@
-"""The ONNX operators a Piper voice uses, each as one or two torch calls
-(onnx_torch.py runs a graph of them).
+"""The ONNX operators a Piper voice and Smart Turn use, each as one or two
+torch calls (onnx_torch.py runs a graph of them).
 
 Each takes its node's input tensors (None where an optional input is left
 out) and attributes, and returns its outputs. Only the attributes the shipped
-voices use are implemented; others fail loudly (NotImplementedError).
+graphs use are implemented; others fail loudly (NotImplementedError).
 """
 
 from __future__ import annotations
@@ -299,6 +299,57 @@ def _cumsum(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
     return [out.flip(axis) if a.get("reverse", 0) else out]
 
 
+def _along(param: Tensor, x: Tensor, axis: int) -> Tensor:
+    """A quantization scale or zero point, shaped to broadcast over `x`: a
+    scalar as it is, a per-axis vector along `axis`."""
+    if param.dim() == 0 or param.dim() == x.dim():
+        return param
+    shape = [1] * x.dim()
+    shape[_axis(axis, x.dim())] = param.numel()
+    return param.reshape(shape)
+
+
+def _quantize_linear(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    # round() is half to even, as ONNX says; the zero point's type is the output's.
+    x, scale, zero = _req(xs[0]), _req(xs[1]), xs[2]
+    dtype = torch.uint8 if zero is None else zero.dtype
+    axis = a.get("axis", 1)
+    q = torch.round(x / _along(scale, x, axis))
+    if zero is not None:
+        q = q + _along(zero, x, axis)
+    info = torch.iinfo(dtype)
+    return [q.clamp(info.min, info.max).to(dtype)]
+
+
+def _dequantize_linear(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    x, scale, zero = _req(xs[0]), _req(xs[1]), xs[2]
+    axis = a.get("axis", 1)
+    out = x.to(scale.dtype)
+    if zero is not None:
+        out = out - _along(zero, x, axis).to(scale.dtype)
+    return [out * _along(scale, x, axis)]
+
+
+def _layer_normalization(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    x = _req(xs[0])
+    if a.get("stash_type", 1) != 1:
+        raise NotImplementedError("LayerNormalization with stash_type other than float")
+    shape = x.shape[_axis(a.get("axis", -1), x.dim()) :]
+    return [F.layer_norm(x, shape, xs[1], xs[2], a.get("epsilon", 1e-5))]
+
+
+def _gemm(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
+    left, right, bias = _req(xs[0]), _req(xs[1]), xs[2] if len(xs) > 2 else None
+    if a.get("transA", 0):
+        left = left.T
+    if a.get("transB", 0):
+        right = right.T
+    out = (left @ right) * a.get("alpha", 1.0)
+    if bias is not None:
+        out = out + bias * a.get("beta", 1.0)
+    return [out]
+
+
 def _random_normal_like(xs: list[Tensor | None], a: dict[str, Any]) -> list[Tensor]:
     x = _req(xs[0])
     dtype = DTYPES[a["dtype"]] if "dtype" in a else x.dtype
@@ -367,6 +418,10 @@ OPS: dict[str, Op] = {
     "RandomNormalLike": _random_normal_like,
     "Clip": _clip,
     "Where": _where,
+    "QuantizeLinear": _quantize_linear,
+    "DequantizeLinear": _dequantize_linear,
+    "LayerNormalization": _layer_normalization,
+    "Gemm": _gemm,
 }
 
 

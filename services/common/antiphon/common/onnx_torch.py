@@ -1,10 +1,10 @@
 """An ONNX graph run with torch operators, on whatever device torch has.
 
-Piper voices ship as ONNX files, and onnxruntime's GPU build needs CUDA
-libraries that a torch image does not carry. A voice's graph is plain
-feed-forward (no loops or branches) over some fifty standard operators, so
-each node maps to one or two torch calls, and the graph runs wherever torch
-does, batched.
+Piper voices and Smart Turn ship as ONNX files, and onnxruntime's GPU build
+needs CUDA libraries that a torch image does not carry. Their graphs are
+plain feed-forward (no loops or branches) over some fifty standard
+operators, so each node maps to one or two torch calls, and the graph runs
+wherever torch does, batched. Only the GPU workers (stage0, stage1) import it.
 
 Shape arithmetic (Shape, the Gathers and Concats over its result) stays on the
 CPU: those values become Python ints for Reshape, Slice and the like, and
@@ -25,7 +25,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from antiphon.stage1.onnx_ops import HOST_INPUTS, OPS, Op, Tensor, constant_of_shape, split
+from antiphon.common.onnx_ops import HOST_INPUTS, OPS, Op, Tensor, constant_of_shape, split
 
 
 def _attribute(attr: onnx.AttributeProto) -> Any:
@@ -131,6 +131,22 @@ def _select_densely(nodes: list[_Node]) -> None:
                 user.inputs = [user.inputs[0], user.inputs[2], mask]
 
 
+def _fold_weights(nodes: list[_Node], constants: dict[str, Tensor]) -> list[_Node]:
+    """A quantized model's weights dequantized once, at load: each
+    DequantizeLinear of constants runs here, its output joins `constants`
+    (on the CPU, placed with the rest), and the node leaves the graph."""
+    kept = []
+    for node in nodes:
+        if node.op_type == "DequantizeLinear" and all(
+            not name or name in constants for name in node.inputs
+        ):
+            xs: list[Tensor | None] = [constants[name] if name else None for name in node.inputs]
+            (constants[node.outputs[0]],) = node.op(xs, node.attrs)
+        else:
+            kept.append(node)
+    return kept
+
+
 def _host_reads(nodes: list[_Node], fed: set[str]) -> list[str]:
     """The values computed from what is fed that a node needs as a host
     number (a Range's limit, a Reshape's shape), in the order first needed.
@@ -169,10 +185,12 @@ class TorchGraph:
             raise NotImplementedError(f"ONNX operators not implemented: {', '.join(unknown)}")
         self.device = torch.device(device)
         self._half = half
-        self._constants: dict[str, Tensor] = {}
-        for init in graph.initializer:
-            value = torch.from_numpy(numpy_helper.to_array(init).copy())
-            self._constants[init.name] = self._placed(value)
+        host = {
+            init.name: torch.from_numpy(numpy_helper.to_array(init).copy())
+            for init in graph.initializer
+        }
+        nodes = _fold_weights([_Node(n, self.device) for n in graph.node], host)
+        self._constants = {name: self._placed(value) for name, value in host.items()}
         # The integer constants, on the device too, for the nodes that meet
         # them there (a mask's fill value, an axis compared with a device index).
         self._device_constants = (
@@ -184,7 +202,7 @@ class TorchGraph:
                 if not value.is_cuda
             }
         )
-        self._nodes = [_Node(n, self.device) for n in graph.node]
+        self._nodes = nodes
         _select_densely(self._nodes)
         # Constants a node reads as numbers (a Pad's fill, a Clip's bounds),
         # kept on the CPU too: reading the device's copy would wait for it.
