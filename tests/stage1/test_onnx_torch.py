@@ -105,10 +105,14 @@ def test_an_operator_computes_what_onnxruntime_does(
         np.testing.assert_allclose(g.numpy(), e, rtol=1e-5, atol=1e-5)
 
 
-def test_a_quantized_graph_computes_what_onnxruntime_does_step_by_step() -> None:
+@pytest.mark.parametrize("integers_read", [False, True], ids=["rounded-in-float", "as-integers"])
+def test_a_quantized_graph_computes_what_onnxruntime_does_step_by_step(
+    integers_read: bool,
+) -> None:
     """Smart Turn's int8 steps: an activation quantized per tensor and back
     (ties round to even, out-of-range values saturate), times weights stored
-    int8 per output column (dequantized once, at load)."""
+    int8 per output column (dequantized once, at load). The pair is one
+    rounding in float unless something else reads the integers."""
     x = np.array([[0.25, -0.25, 0.75, 90.0], [-90.0, 1.25, 0.5, -0.05]], np.float32)
     w = rng.integers(-127, 128, (4, 3)).astype(np.int8)
     nodes = [
@@ -128,7 +132,8 @@ def test_a_quantized_graph_computes_what_onnxruntime_does_step_by_step() -> None
         nodes,
         "g",
         [helper.make_tensor_value_info("x", FLOAT, x.shape)],
-        [helper.make_tensor_value_info(n, FLOAT, None) for n in ("y0", "xd")],
+        [helper.make_tensor_value_info(n, FLOAT, None) for n in ("y0", "xd")]
+        + ([helper.make_tensor_value_info("xq", TensorProto.UINT8, None)] if integers_read else []),
         [onnx.numpy_helper.from_array(v, n) for n, v in constants.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
@@ -144,6 +149,9 @@ def test_a_quantized_graph_computes_what_onnxruntime_does_step_by_step() -> None
     # Halves round to even (0.25 / 0.5 to 0, 0.75 / 0.5 and 1.25 / 0.5 to 2);
     # +-90 saturate at 255 and 0.
     np.testing.assert_array_equal(got[1].numpy(), [[0, 0, 1, 63.5], [-64, 1, 0.5, 0]])
+    if integers_read:
+        assert got[2].dtype == torch.uint8
+        np.testing.assert_array_equal(got[2].numpy(), [[128, 128, 130, 255], [0, 130, 129, 128]])
 
 
 def test_an_operator_it_lacks_is_named_at_load() -> None:
