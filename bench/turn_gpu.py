@@ -4,8 +4,9 @@
 
 stage0's `turn_engine: torch` path (turn_torch.py) answers B sessions'
 end-of-turn windows in one call at every level of `--levels`, features
-included: the windows go in as the worker's batcher hands them over, 8 s of
-float32 audio each from the host. Beside it, Smart Turn as it comes:
+included: the clips go in as the worker's batcher hands them over (each
+session's PCM16 utterance so far, of which the model hears the last 8 s).
+Beside it, Smart Turn as it comes:
 onnxruntime on one CPU thread with pipecat's numpy features, calls of at
 most 8 windows (stage0's CPU worker, `turn_max_batch` 8).
 
@@ -39,7 +40,7 @@ import onnxruntime
 import torch
 
 from antiphon.stage0.assets import TurnAssets, locate_turn
-from antiphon.stage0.turn import EAGERNESS, Float32Array, SmartTurn, TurnModel, window
+from antiphon.stage0.turn import EAGERNESS, SmartTurn, TurnModel, window
 from antiphon.stage0.turn_torch import TorchSmartTurn
 from bench.lib.questions import load_recorded
 from bench.lib.results import write_json
@@ -51,14 +52,13 @@ CUTS = (1.0, 0.6, 0.4)
 SILENCE_AFTER = b"\0\0" * (16000 // 5)  # the 200 ms a first check hears
 
 
-def fixture_windows() -> list[Float32Array]:
+def fixture_clips() -> list[bytes]:
     """The recorded questions (16 kHz) as stage0 asks about them: whole, and broken off."""
-    windows = []
-    for pcm16 in load_recorded():
-        for cut in CUTS:
-            heard = pcm16[: int(len(pcm16) * cut) // 2 * 2]
-            windows.append(window(heard + SILENCE_AFTER))
-    return windows
+    return [
+        pcm16[: int(len(pcm16) * cut) // 2 * 2] + SILENCE_AFTER
+        for pcm16 in load_recorded()
+        for cut in CUTS
+    ]
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
@@ -78,7 +78,7 @@ def difference(cpu: np.ndarray, measured: np.ndarray) -> dict[str, Any]:
     }
 
 
-def node_by_node(onnx_path: Path, model: SmartTurn, windows: list[Float32Array]) -> np.ndarray:
+def node_by_node(onnx_path: Path, model: SmartTurn, clips: list[bytes]) -> np.ndarray:
     """onnxruntime's answers with its graph optimizations (the fused int8 kernels) off."""
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
@@ -87,22 +87,22 @@ def node_by_node(onnx_path: Path, model: SmartTurn, windows: list[Float32Array])
         str(onnx_path), options, providers=["CPUExecutionProvider"]
     )
     (name,) = [i.name for i in session.get_inputs()]
-    feats = np.stack([model.features(w) for w in windows])
+    feats = np.stack([model.features(window(c)) for c in clips])
     return np.asarray(session.run(None, {name: feats})[0], dtype=np.float32).reshape(-1)
 
 
 def agreement(assets: TurnAssets, cpu_model: SmartTurn, model: TurnModel) -> dict[str, Any]:
-    windows = fixture_windows()
-    cpu = cpu_model.predict(windows)
+    clips = fixture_clips()
+    cpu = cpu_model.predict(clips)
     return {
-        "windows": len(windows),
-        **difference(cpu, model.predict(windows)),
-        "onnxruntime_node_by_node": difference(cpu, node_by_node(assets.onnx, cpu_model, windows)),
+        "windows": len(clips),
+        **difference(cpu, model.predict(clips)),
+        "onnxruntime_node_by_node": difference(cpu, node_by_node(assets.onnx, cpu_model, clips)),
         "onnxruntime": [round(float(p), 4) for p in cpu],
     }
 
 
-def as_it_comes(model: SmartTurn, windows: list[Float32Array]) -> dict[str, Any]:
+def as_it_comes(model: SmartTurn, windows: list[bytes]) -> dict[str, Any]:
     """onnxruntime on one thread, `CPU_BATCH` windows a call, all of `windows`."""
     model.predict(windows[:1])  # warm-up
     t0 = time.perf_counter()
@@ -112,7 +112,7 @@ def as_it_comes(model: SmartTurn, windows: list[Float32Array]) -> dict[str, Any]
     return {"windows": len(windows), "wall_s": round(wall, 3), "windows_per_s": len(windows) / wall}
 
 
-def level_row(model: TurnModel, windows: list[Float32Array], repeats: int) -> dict[str, Any]:
+def level_row(model: TurnModel, windows: list[bytes], repeats: int) -> dict[str, Any]:
     model.predict(windows)  # warm-up: these shapes (the allocator, cuDNN's choices)
     walls = []
     for _ in range(repeats):
@@ -129,7 +129,7 @@ def level_row(model: TurnModel, windows: list[Float32Array], repeats: int) -> di
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     assets = locate_turn()
-    fixtures = fixture_windows()
+    fixtures = fixture_clips()
     cpu_model = SmartTurn(assets.onnx, assets.features, threads=1)
     model = TorchSmartTurn(assets.onnx, device=args.device)
     agrees = agreement(assets, cpu_model, model)

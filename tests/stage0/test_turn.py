@@ -8,7 +8,7 @@ import importlib.util
 import itertools
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
@@ -262,9 +262,9 @@ def smart_turn(request: pytest.FixtureRequest, onnx_turn: SmartTurn) -> TurnMode
     return onnx_turn
 
 
-def _after_speech(pcm16: bytes, silence_ms: int = 200) -> np.ndarray:
+def _after_speech(pcm16: bytes, silence_ms: int = 200) -> bytes:
     """As stage0 asks at its first check: the utterance, then a short silence."""
-    return window(silence(300, 16000) + pcm16 + silence(silence_ms, 16000))
+    return silence(300, 16000) + pcm16 + silence(silence_ms, 16000)
 
 
 @pytest.mark.models
@@ -312,7 +312,7 @@ def test_speech_broken_off_mid_sentence_scores_below_every_threshold(
     assert p < min(e.threshold for e in EAGERNESS.values()), p
 
 
-def _fixture_windows() -> list[np.ndarray]:
+def _fixture_clips() -> list[bytes]:
     complete = [_after_speech(spoken(text, 16000, voice)) for voice, text in COMPLETE]
     cut = [_after_speech(spoken_cut(t, n, 16000, v)) for v, t, n in BROKEN_OFF]
     return complete + cut
@@ -320,16 +320,16 @@ def _fixture_windows() -> list[np.ndarray]:
 
 @pytest.mark.models
 def test_a_batched_call_gives_the_probabilities_of_one_by_one(smart_turn: TurnModel) -> None:
-    windows = _fixture_windows()
-    together = smart_turn.predict(windows)
-    alone = np.concatenate([smart_turn.predict([w]) for w in windows])
-    assert together.shape == (len(windows),)
+    clips = _fixture_clips()
+    together = smart_turn.predict(clips)
+    alone = np.concatenate([smart_turn.predict([w]) for w in clips])
+    assert together.shape == (len(clips),)
     np.testing.assert_allclose(together, alone, atol=1e-5)
 
 
 @pytest.mark.models
 def test_torch_features_are_pipecats_computed_in_a_batch(onnx_turn: SmartTurn) -> None:
-    windows = _fixture_windows()[::3]
+    windows = [window(clip) for clip in _fixture_clips()[::3]]
     expected = np.stack([onnx_turn.features(w) for w in windows])
     got = features(torch.from_numpy(np.stack(windows)), torch.from_numpy(mel_filters(80)))
     assert got.shape == expected.shape == (len(windows), 80, 800)
@@ -347,9 +347,11 @@ def test_torch_engine_answers_as_onnxruntime_does(
 ) -> None:
     """The same int8 graph: a requantized value rounds the other way here and
     there (onnxruntime fuses its steps), which moves the logit a little, and
-    never across an eagerness's threshold on these fixtures."""
-    windows = _fixture_windows()
-    cpu, gpu = onnx_turn.predict(windows), torch_turn.predict(windows)
+    never across an eagerness's threshold on these fixtures. Each hears a
+    clip's last 8 s (the last clip is longer)."""
+    clips = _fixture_clips()
+    clips.append(spoken(BROKEN_OFF[0][1], 16000, "piper") * 3 + clips[0])
+    cpu, gpu = onnx_turn.predict(clips), torch_turn.predict(clips)
     assert np.abs(_logit(cpu) - _logit(gpu)).max() < 0.5, (cpu, gpu)
     for level in EAGERNESS.values():
         assert ((cpu >= level.threshold) == (gpu >= level.threshold)).all(), (level, cpu, gpu)
@@ -359,8 +361,8 @@ def test_torch_engine_answers_as_onnxruntime_does(
 async def test_batcher_runs_every_waiting_session_in_one_call(smart_turn: TurnModel) -> None:
     """Windows submitted in one event-loop turn share a model call; a closed
     session's answer is dropped; one window submitted during a call waits for the next."""
-    windows = _fixture_windows()[:4]
-    expected = smart_turn.predict(windows)
+    clips = _fixture_clips()[:4]
+    expected = smart_turn.predict(clips)
     sizes: list[int] = []
     answers: dict[int, float] = {}
     done = asyncio.Event()
@@ -375,13 +377,13 @@ async def test_batcher_runs_every_waiting_session_in_one_call(smart_turn: TurnMo
 
             return on_probability
 
-        for key, w in enumerate(windows[:3]):
+        for key, w in enumerate(clips[:3]):
             batcher.submit(key, w, answered(key))
-        batcher.submit("closed", windows[3], lambda _p: pytest.fail("answered a closed session"))
+        batcher.submit("closed", clips[3], lambda _p: pytest.fail("answered a closed session"))
         batcher.discard("closed")
         await asyncio.wait_for(done.wait(), 30)
         late = asyncio.get_running_loop().create_future()
-        batcher.submit("late", windows[3], late.set_result)
+        batcher.submit("late", clips[3], late.set_result)
         assert await asyncio.wait_for(late, 30) == pytest.approx(float(expected[3]), abs=1e-5)
     assert sizes == [3, 1]
     assert [answers[k] for k in range(3)] == pytest.approx(
@@ -395,9 +397,9 @@ class _HeldModel:
     def __init__(self) -> None:
         self.go = threading.Event()
 
-    def predict(self, windows: list[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
+    def predict(self, clips: Sequence[bytes]) -> npt.NDArray[np.float32]:
         self.go.wait(5)
-        return np.full(len(windows), SPEECH, dtype=np.float32)
+        return np.full(len(clips), SPEECH, dtype=np.float32)
 
 
 async def test_batcher_idle_waits_until_every_window_is_answered() -> None:
@@ -406,9 +408,9 @@ async def test_batcher_idle_waits_until_every_window_is_answered() -> None:
     model = _HeldModel()
     answers: list[float] = []
     with ThreadPoolExecutor(1) as executor:
-        batcher = TurnBatcher(cast(TurnModel, model), executor=executor)
+        batcher = TurnBatcher(model, executor=executor)
         await asyncio.wait_for(batcher.idle(), 1)
-        batcher.submit("s", window(b"\0\0" * WINDOW_SAMPLES), answers.append)
+        batcher.submit("s", b"\0\0" * WINDOW_SAMPLES, answers.append)
         idle = asyncio.ensure_future(batcher.idle())
         finished, _ = await asyncio.wait({idle}, timeout=0.05)
         assert not finished and answers == []

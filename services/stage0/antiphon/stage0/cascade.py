@@ -35,7 +35,6 @@ from antiphon.stage0.turn import (
     TurnBatcher,
     TurnCheck,
     eagerness,
-    window,
 )
 from antiphon.stage0.vad import (
     EndpointerConfig,
@@ -257,9 +256,9 @@ class CascadeSession:
         if check is None:
             return
         end = max(0, check.at_ms - self._utterance_start_ms) * BYTES_PER_MS
-        audio = window(bytes(self._utterance[max(0, end - WINDOW_SAMPLES * 2) : end]))
+        clip = bytes(self._utterance[max(0, end - WINDOW_SAMPLES * 2) : end])
         self._turn_batcher.submit(
-            self, audio, lambda probability: self._turn_answered(semantic, check, probability)
+            self, clip, lambda probability: self._turn_answered(semantic, check, probability)
         )
 
     def _turn_answered(

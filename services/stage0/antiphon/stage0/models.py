@@ -171,7 +171,7 @@ def load_turn(settings: Stage0Settings, assets: TurnAssets) -> TurnModel:
             torch.set_num_threads(settings.turn_threads)
         model = TorchSmartTurn(assets.onnx, device=settings.turn_device)
         # As Whisper's: a GPU's first call loads its kernels, here and not in a turn.
-        model.predict([np.zeros(WINDOW_SAMPLES, dtype=np.float32)])
+        model.predict([bytes(WINDOW_SAMPLES * 2)])
         return model
     return SmartTurn(assets.onnx, assets.features, threads=settings.turn_threads)
 

@@ -160,9 +160,14 @@ class SemanticEndpointer:
 # ------------------------------------------------------------ the model
 
 
+def last_samples(pcm16: bytes) -> npt.NDArray[np.int16]:
+    """PCM16 mono 16 kHz -> its last 8 s (all of it if shorter), as samples."""
+    return np.frombuffer(pcm16[max(0, len(pcm16) - WINDOW_SAMPLES * 2) :], dtype="<i2")
+
+
 def window(pcm16: bytes) -> Float32Array:
     """PCM16 mono 16 kHz -> the model's input audio: its last 8 s, zero-padded at the front."""
-    samples = np.frombuffer(pcm16[len(pcm16) - WINDOW_SAMPLES * 2 :], dtype="<i2")
+    samples = last_samples(pcm16)
     out = np.zeros(WINDOW_SAMPLES, dtype=np.float32)
     if len(samples):
         out[-len(samples) :] = samples.astype(np.float32) / 32768.0
@@ -190,8 +195,11 @@ class TurnModel(Protocol):
     """Smart Turn as the batcher calls it: `SmartTurn` on onnxruntime, or
     `TorchSmartTurn` (turn_torch.py) on a GPU."""
 
-    def predict(self, windows: Sequence[Float32Array]) -> Float32Array:
-        """Probability that each window's turn is complete, in one model call."""
+    def predict(self, clips: Sequence[bytes]) -> Float32Array:
+        """Probability that each clip's turn is complete, in one model call.
+
+        A clip is PCM16 mono 16 kHz, the utterance up to the moment asked
+        about; the model hears its last 8 s (`WINDOW_SAMPLES`)."""
         ...
 
 
@@ -210,11 +218,11 @@ class SmartTurn:
         """One 8 s window -> (80, 800) normalised log-mel features."""
         return self._features.compute_whisper_log_mel_features(audio, do_normalize=True)
 
-    def predict(self, windows: Sequence[Float32Array]) -> Float32Array:
-        """Probability that each window's turn is complete, in one model call."""
-        if not windows:
+    def predict(self, clips: Sequence[bytes]) -> Float32Array:
+        """Probability that each clip's turn is complete, in one model call."""
+        if not clips:
             return np.zeros(0, dtype=np.float32)
-        feats = np.stack([self.features(w) for w in windows])
+        feats = np.stack([self.features(window(c)) for c in clips])
         if self.batched:
             return self._run(feats)
         return np.concatenate([self._run(f[None]) for f in feats])
@@ -226,13 +234,13 @@ class SmartTurn:
 
 
 class TurnBatcher:
-    """Runs the windows of every session waiting for an answer in one model call.
+    """Runs the clips of every session waiting for an answer in one model call.
 
-    Sessions `submit` a window; once the event loop has taken in what else
-    arrived in the same turn, every waiting window goes to the model in one
-    call, off the event loop (on `executor`: a call takes tens of ms). Windows
-    submitted while a call runs wait for the next one. Each answer goes to
-    its callback on the event loop.
+    Sessions `submit` a clip; once the event loop has taken in what else
+    arrived in the same turn, every waiting clip goes to the model in one
+    call, off the event loop (on `executor`: a call takes tens of ms), which
+    cuts each to its window there. Clips submitted while a call runs wait for
+    the next one. Each answer goes to its callback on the event loop.
     """
 
     def __init__(
@@ -250,28 +258,26 @@ class TurnBatcher:
         self._executor = executor or ThreadPoolExecutor(1, thread_name_prefix="turn")
         self._max_batch = max_batch
         self._observe_batch = observe_batch
-        self._waiting: dict[object, tuple[Float32Array, Callable[[float], None]]] = {}
+        self._waiting: dict[object, tuple[bytes, Callable[[float], None]]] = {}
         self._running: dict[object, Callable[[float], None]] = {}
         # Set while no window waits or runs.
         self._quiet = asyncio.Event()
         self._quiet.set()
 
-    def submit(
-        self, key: object, audio: Float32Array, on_probability: Callable[[float], None]
-    ) -> None:
-        """Queue `key`'s window (a newer one from the same key replaces it)."""
-        self._waiting[key] = (audio, on_probability)
+    def submit(self, key: object, pcm16: bytes, on_probability: Callable[[float], None]) -> None:
+        """Queue `key`'s clip (a newer one from the same key replaces it)."""
+        self._waiting[key] = (pcm16, on_probability)
         if self._quiet.is_set():
             self._quiet.clear()
             asyncio.get_running_loop().call_soon(self._start)
 
     def discard(self, key: object) -> None:
-        """A closed session: its window is not run, or its answer not delivered."""
+        """A closed session: its clip is not run, or its answer not delivered."""
         self._waiting.pop(key, None)
         self._running.pop(key, None)
 
     async def idle(self) -> None:
-        """Until every submitted window was answered (or its session discarded)."""
+        """Until every submitted clip was answered (or its session discarded)."""
         await self._quiet.wait()
 
     def _start(self) -> None:
@@ -279,14 +285,14 @@ class TurnBatcher:
             self._quiet.set()
             return
         keys = list(self._waiting)[: self._max_batch]
-        windows = []
+        clips = []
         for key in keys:
-            audio, on_probability = self._waiting.pop(key)
-            windows.append(audio)
+            pcm16, on_probability = self._waiting.pop(key)
+            clips.append(pcm16)
             self._running[key] = on_probability
         self._observe_batch(len(keys))
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor, self._model.predict, windows)
+        future = loop.run_in_executor(self._executor, self._model.predict, clips)
         future.add_done_callback(lambda f: self._finished(keys, f))
 
     def _finished(self, keys: list[object], future: asyncio.Future[Float32Array]) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from antiphon.common.onnx_torch import TorchGraph
-from antiphon.stage0.turn import Float32Array
+from antiphon.stage0.turn import WINDOW_SAMPLES, Float32Array, last_samples
 from antiphon.stage0.whisper_torch import log_mel, mel_filters
 
 N_MELS = 80
@@ -50,11 +50,18 @@ class TorchSmartTurn:
         self._filters = torch.from_numpy(mel_filters(N_MELS)).to(self.device)
 
     @torch.inference_mode()
-    def predict(self, windows: Sequence[Float32Array]) -> Float32Array:
-        """Probability that each window's turn is complete."""
-        if not windows:
+    def predict(self, clips: Sequence[bytes]) -> Float32Array:
+        """Probability that each clip's turn is complete (`TurnModel.predict`)."""
+        if not clips:
             return np.zeros(0, dtype=np.float32)
-        audio = torch.from_numpy(np.stack(windows)).to(self.device)
+        # Samples go to the device as they came, half a float's bytes, and
+        # become the model's windows there.
+        batch = np.zeros((len(clips), WINDOW_SAMPLES), dtype=np.int16)
+        for row, clip in enumerate(clips):
+            samples = last_samples(clip)
+            if len(samples):
+                batch[row, -len(samples) :] = samples
+        audio = torch.from_numpy(batch).to(self.device).float() / 32768.0
         (probs,) = self._graph.run({self._input: features(audio, self._filters)})
         # The export ends in a sigmoid: these are probabilities, not logits.
         return probs.float().cpu().numpy().reshape(-1)
