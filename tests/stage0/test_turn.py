@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import torch
+from pydantic import ValidationError
 
 from antiphon.common.assets import MissingAssetError
 from antiphon.stage0 import assets as stage0_assets
@@ -325,6 +326,12 @@ def test_a_batched_call_gives_the_probabilities_of_one_by_one(smart_turn: TurnMo
     alone = np.concatenate([smart_turn.predict([w]) for w in clips])
     assert together.shape == (len(clips),)
     np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+def test_a_gpu_turn_device_without_the_torch_engine_is_refused() -> None:
+    with pytest.raises(ValidationError, match="turn_engine torch"):
+        Stage0Settings(turn_device="cuda")
+    assert Stage0Settings(turn_engine="torch", turn_device="cuda:1").turn_device == "cuda:1"
 
 
 @pytest.mark.models

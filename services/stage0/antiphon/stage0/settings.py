@@ -212,6 +212,16 @@ class Stage0Settings(WorkerSettings):
             raise ValueError("asr_cuda_graphs needs asr_engine torch on a cuda asr_device")
         return self
 
+    @model_validator(mode="after")
+    def _turn_device_needs_torch(self) -> Stage0Settings:
+        # Refused, not ignored: a worker told `cuda` would else run on its CPU.
+        if self.turn_engine == "onnxruntime" and self.turn_device != "cpu":
+            raise ValueError(
+                f"turn_device {self.turn_device!r} needs turn_engine torch "
+                "(onnxruntime's engine runs on the CPU)"
+            )
+        return self
+
     @property
     def tool_check_threshold(self) -> float:
         """The yes/no check's line: the setting, else the served model's own."""
