@@ -248,8 +248,7 @@ class TurnBatcher:
         model: TurnModel,
         *,
         executor: Executor | None = None,
-        # A call of 8 costs about 8 calls of one on a CPU thread (tens of ms
-        # each): more would only make the sessions in it wait longer.
+        # The worker passes `turn_max_batch` (settings.py says why 8 on a CPU).
         max_batch: int = 8,
         observe_batch: Callable[[int], None] = lambda _size: None,
     ) -> None:
@@ -260,7 +259,7 @@ class TurnBatcher:
         self._observe_batch = observe_batch
         self._waiting: dict[object, tuple[bytes, Callable[[float], None]]] = {}
         self._running: dict[object, Callable[[float], None]] = {}
-        # Set while no window waits or runs.
+        # Set while no clip waits or runs.
         self._quiet = asyncio.Event()
         self._quiet.set()
 

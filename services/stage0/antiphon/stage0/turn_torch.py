@@ -6,9 +6,11 @@ numpy and runs onnxruntime's int8 kernels on one thread; at 128 semantic_vad
 sessions on an H200 that thread was the lane's limit (docs/performance.md,
 "Sixth run": 68 % of it in the model, 29 % in the features). Here the same
 ONNX file runs as torch operators (common/onnx_torch.py), its quantize and
-dequantize steps included, so it computes what onnxruntime does up to the
-rounding of a step here and there (tests/stage0/test_turn_torch.py bounds
-it); the features are pipecat's, batched on the device with torch's STFT.
+dequantize steps included. A requantized value rounds the other way here
+and there, which moves an answer less than onnxruntime's own two ways of
+running the graph differ (docs/performance.md, "Smart Turn on one GPU";
+tests/stage0/test_turn.py bounds it). The features are pipecat's, batched
+on the device with torch's STFT.
 """
 
 from __future__ import annotations
