@@ -41,6 +41,7 @@ from antiphon.stage0.asr_text import MAX_FRAMES, PAD_S, SAMPLE_RATE
 from antiphon.stage0.whisper_graphs import DecodeGraphs
 from antiphon.stage0.whisper_torch import HOP, TorchWhisper
 from antiphon.stage0.whisper_weights import LARGE_V3_TURBO, Shape, Tokens, random_weights
+from bench.lib.machine import torch_device_name
 from bench.lib.results import write_json
 
 SHAPES = {
@@ -122,7 +123,7 @@ def write(args: argparse.Namespace, shape: Shape, levels: list[dict[str, Any]]) 
         Path(args.out),
         {
             "bench": "asr_gpu",
-            "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+            "device": torch_device_name(args.device),
             "shape": args.shape,
             "shape_dims": vars(shape),
             "weights": "random",

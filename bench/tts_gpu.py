@@ -38,6 +38,7 @@ import torch
 from antiphon.common.onnx_torch import TorchGraph
 from antiphon.stage1.voice_batch import BatchedVoiceGraph, VoiceGraph, with_durations
 from antiphon.stage1.voice_graphs import GraphedVoice
+from bench.lib.machine import torch_device_name
 from bench.lib.results import write_json
 
 CLAUSES = Path(__file__).with_name("tts_clauses.json")
@@ -246,7 +247,7 @@ def write(
         Path(args.out),
         {
             "bench": "tts_gpu",
-            "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+            "device": torch_device_name(args.device),
             "voice": Path(args.voice).name,
             "dtype": "float16 autocast" if args.half else "float32",
             "cuda_graphs": args.graphs,

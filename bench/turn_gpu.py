@@ -37,11 +37,11 @@ from typing import Any
 
 import numpy as np
 import onnxruntime
-import torch
 
 from antiphon.stage0.assets import TurnAssets, locate_turn
 from antiphon.stage0.turn import EAGERNESS, SmartTurn, TurnModel, window
 from antiphon.stage0.turn_torch import TorchSmartTurn
+from bench.lib.machine import torch_device_name
 from bench.lib.questions import load_recorded
 from bench.lib.results import write_json
 
@@ -61,7 +61,8 @@ def fixture_clips() -> list[bytes]:
     ]
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
+def logit(p: np.ndarray) -> np.ndarray:
+    """Probabilities as logits, clipped off 0 and 1 (where the model's export saturates)."""
     q = np.clip(p.astype(np.float64), 1e-6, 1 - 1e-6)
     return np.asarray(np.log(q / (1 - q)))
 
@@ -72,7 +73,7 @@ def difference(cpu: np.ndarray, measured: np.ndarray) -> dict[str, Any]:
     thresholds = sorted({level.threshold for level in EAGERNESS.values()})
     flips = sum(int(((cpu >= t) != (measured >= t)).sum()) for t in thresholds)
     return {
-        "max_logit_difference": round(float(np.abs(_logit(cpu) - _logit(measured)).max()), 3),
+        "max_logit_difference": round(float(np.abs(logit(cpu) - logit(measured)).max()), 3),
         "max_abs_difference": round(float(np.abs(cpu - measured).max()), 4),
         "decisions_differing": f"{flips}/{len(cpu) * len(thresholds)}",
     }
@@ -109,7 +110,11 @@ def as_it_comes(model: SmartTurn, windows: list[bytes]) -> dict[str, Any]:
     for i in range(0, len(windows), CPU_BATCH):
         model.predict(windows[i : i + CPU_BATCH])
     wall = time.perf_counter() - t0
-    return {"windows": len(windows), "wall_s": round(wall, 3), "windows_per_s": len(windows) / wall}
+    return {
+        "windows": len(windows),
+        "wall_s": round(wall, 3),
+        "windows_per_s": round(len(windows) / wall, 1),
+    }
 
 
 def level_row(model: TurnModel, windows: list[bytes], repeats: int) -> dict[str, Any]:
@@ -135,7 +140,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     agrees = agreement(assets, cpu_model, model)
     print(json.dumps({"against_onnxruntime": agrees}), flush=True)
     cpu = as_it_comes(cpu_model, [fixtures[i % len(fixtures)] for i in range(args.cpu_windows)])
-    cpu["windows_per_s"] = round(cpu["windows_per_s"], 1)
     print(json.dumps({"as_it_comes": cpu}), flush=True)
     levels: list[dict[str, Any]] = []
     for level in args.levels:
@@ -158,7 +162,7 @@ def write(
         Path(args.out),
         {
             "bench": "turn_gpu",
-            "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+            "device": torch_device_name(args.device),
             "model": locate_turn().onnx.name,
             "against_onnxruntime": agrees,
             "repeats": args.repeats,

@@ -97,6 +97,15 @@ def device_name() -> str:
     return f"CPU: {platform.processor() or platform.machine()}"
 
 
+def torch_device_name(device: str) -> str:
+    """The card a torch device string names (`cuda`, `cuda:N`), or "cpu"."""
+    if not device.startswith("cuda"):
+        return "cpu"
+    import torch  # the GPU benchmarks' only: the others never load it
+
+    return str(torch.cuda.get_device_name(device))
+
+
 def tree_rss_mib(root: int) -> float | None:
     """Resident memory (MiB) of process `root` and every descendant, from /proc."""
     children: dict[int, list[int]] = {}

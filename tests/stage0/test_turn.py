@@ -46,6 +46,7 @@ from antiphon.stage0.vad import (
     VadEvent,
 )
 from antiphon.stage0.whisper_torch import mel_filters
+from bench.turn_gpu import logit
 from tests.support.speech import Voice, silence, spoken, spoken_cut
 
 SPEECH, QUIET = 0.9, 0.0
@@ -343,11 +344,6 @@ def test_torch_features_are_pipecats_computed_in_a_batch(onnx_turn: SmartTurn) -
     np.testing.assert_allclose(got.numpy(), expected, atol=1e-4)
 
 
-def _logit(p: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-    q = np.clip(p.astype(np.float64), 1e-6, 1 - 1e-6)
-    return np.asarray(np.log(q / (1 - q)))
-
-
 @pytest.mark.models
 def test_torch_engine_answers_as_onnxruntime_does(
     onnx_turn: SmartTurn, torch_turn: TurnModel
@@ -359,7 +355,7 @@ def test_torch_engine_answers_as_onnxruntime_does(
     clips = _fixture_clips()
     clips.append(spoken(BROKEN_OFF[0][1], 16000, "piper") * 3 + clips[0])
     cpu, gpu = onnx_turn.predict(clips), torch_turn.predict(clips)
-    assert np.abs(_logit(cpu) - _logit(gpu)).max() < 0.5, (cpu, gpu)
+    assert np.abs(logit(cpu) - logit(gpu)).max() < 0.5, (cpu, gpu)
     for level in EAGERNESS.values():
         assert ((cpu >= level.threshold) == (gpu >= level.threshold)).all(), (level, cpu, gpu)
 
