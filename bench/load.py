@@ -182,13 +182,16 @@ def main() -> None:
         "--profile", type=Path, default=DEFAULT_PROFILE, help="the deploy profile the stack reads"
     )
     parser.add_argument(
-        "--front-ends", type=int, default=1, help="stage0's llm_front_ends, as the profile sets it"
+        "--front-ends",
+        type=int,
+        default=1,
+        help="stage0's llm_front_ends (the profile's is overridden)",
     )
     parser.add_argument(
         "--stage1-workers",
         type=int,
         default=1,
-        help="stage1's worker_processes, as the profile sets it",
+        help="stage1's worker_processes (the profile's is overridden)",
     )
     parser.add_argument(
         "--env",

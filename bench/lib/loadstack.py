@@ -39,6 +39,23 @@ def stack_env(backend: str, limit: int, barge: bool = False) -> dict[str, str]:
     return env
 
 
+def worker_env(ports: Ports, front_ends: int, voices: int) -> dict[str, str]:
+    """stage0's and stage1's worker processes, and where the session finds each.
+
+    The counts are set here, not left to the profile: a profile's own count
+    that differed from the bench's left the session addresses with no worker
+    behind them (on 2026-12-05 "eight front ends" ran the GPU profile's four)."""
+    env = {"ANTIPHON_LLM_FRONT_ENDS": str(front_ends), "ANTIPHON_WORKER_PROCESSES": str(voices)}
+    for stage, first, count in (
+        ("STAGE0", ports.stage0, front_ends),
+        ("STAGE1", ports.stage1, voices),
+    ):
+        if count > 1:
+            addresses = [f"127.0.0.1:{first + k}" for k in range(count)]
+            env[f"ANTIPHON_{stage}_ADDRESSES"] = json.dumps(addresses)
+    return env
+
+
 class LoadStack:
     """A started stack of `backend` and its sampler (the load generator counted alone:
     its children are the services themselves). `profile`: the deploy profile the
@@ -58,13 +75,7 @@ class LoadStack:
         ports = Ports.free()
         self.stage0_metrics_ports = [ports.stage0_metrics + k for k in range(front_ends)]
         self.stage1_metrics_ports = [ports.stage1_metrics + k for k in range(voices)]
-        for stage, first, count in (
-            ("STAGE0", ports.stage0, front_ends),
-            ("STAGE1", ports.stage1, voices),
-        ):
-            if count > 1:
-                addresses = [f"127.0.0.1:{first + k}" for k in range(count)]
-                env = env | {f"ANTIPHON_{stage}_ADDRESSES": json.dumps(addresses)}
+        env = env | worker_env(ports, front_ends, voices)
         self.stack = LocalStack(ports=ports, extra_env=env, profile=profile)
         t0 = time.monotonic()
         print(f"starting the {backend} stack (logs in {self.stack.run_dir}) ...", file=sys.stderr)

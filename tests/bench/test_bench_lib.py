@@ -1,13 +1,21 @@
-"""bench.lib's small owners: percentiles, the duplex URL, atomic results files."""
+"""bench.lib's small owners: percentiles, the duplex URL, atomic results files, the
+stack's worker counts."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
+from antiphon.common.config import PROFILE_ENV, load
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage1.settings import Stage1Settings
+from bench.lib.loadstack import worker_env
 from bench.lib.realtime import duplex_url
 from bench.lib.results import write_json
 from bench.lib.stats import pct
+from deploy.local.stack import Ports
 
 
 def test_pct_interpolates_rounds_and_is_none_for_no_values() -> None:
@@ -29,3 +37,20 @@ def test_write_json_replaces_the_file_whole_and_leaves_no_temporary(tmp_path: Pa
     write_json(out, {"levels": [1, 2]})
     assert json.loads(out.read_text()) == {"levels": [1, 2]}
     assert [p.name for p in out.parent.iterdir()] == ["level.json"]
+
+
+def test_the_bench_s_worker_counts_override_the_profile_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gpu.yaml runs four of each; a bench run of eight must start eight, or the
+    session is handed four addresses with no worker behind them."""
+    profile = Path(__file__).resolve().parents[2] / "deploy" / "profiles" / "gpu.yaml"
+    monkeypatch.setenv(PROFILE_ENV, str(profile))
+    assert (load(Stage0Settings).llm_front_ends, load(Stage1Settings).worker_processes) == (4, 4)
+    env = worker_env(Ports(stage0=50061, stage1=50071), front_ends=8, voices=8)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert (load(Stage0Settings).llm_front_ends, load(Stage1Settings).worker_processes) == (8, 8)
+    assert json.loads(env["ANTIPHON_STAGE0_ADDRESSES"])[-1] == "127.0.0.1:50068"
+    assert json.loads(env["ANTIPHON_STAGE1_ADDRESSES"])[0] == "127.0.0.1:50071"
+    assert "ANTIPHON_STAGE0_ADDRESSES" not in worker_env(Ports(), front_ends=1, voices=1)
