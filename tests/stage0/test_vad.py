@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -246,3 +248,26 @@ async def test_batcher_leaves_the_event_loop_free_while_the_model_runs(
     assert sorted(delivered) == list(range(64))
     # Inline on the loop, the whole backlog ran in one callback: a tick or two.
     assert ticks >= calls, (ticks, calls)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("offload_at", [1, 16])
+async def test_a_call_smaller_than_offload_at_runs_inline_and_others_in_the_executor(
+    vad: SileroVad, sentence: bytes, offload_at: int
+) -> None:
+    """One session's frames: inline on the loop by default, off it at `offload_at` 1."""
+    threads: list[str] = []
+    infer = vad.infer
+
+    def recording(*args: object) -> object:
+        threads.append(threading.current_thread().name)
+        return infer(*args)  # type: ignore[arg-type]
+
+    batcher = VadBatcher(vad, offload_at=offload_at)
+    stream = vad.stream()
+    stream.push(sentence)
+    with patch.object(vad, "infer", recording):
+        batcher.submit(stream, lambda _events: None)
+        await batcher.idle()
+    assert threads
+    assert {name.startswith("vad") for name in threads} == {offload_at == 1}

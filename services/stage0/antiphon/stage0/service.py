@@ -93,7 +93,9 @@ class Stage0Service(stage_pb2_grpc.Stage0ServiceServicer):
             return
         if self._vad_batcher is None:
             self._vad_batcher = VadBatcher(
-                models.vad, observe_batch=self._metrics.vad_batch_size.observe
+                models.vad,
+                offload_at=self._settings.vad_offload_at,
+                observe_batch=self._metrics.vad_batch_size.observe,
             )
         if self._turn_batcher is None:
             self._turn_batcher = TurnBatcher(

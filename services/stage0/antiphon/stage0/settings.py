@@ -28,6 +28,12 @@ class Stage0Settings(WorkerSettings):
     # One thread per engine: two under contention on a shared 2-core box ran
     # 10-100x slower than one.
     vad_threads: int = 1
+    # A VAD call of this many sessions or more runs off the event loop
+    # (vad.py's VadBatcher): on a 2-core box a thread hand-off per small call
+    # doubled the VAD's CPU. A GPU host's cores can pay it; its front ends'
+    # loops spent half their time in inline calls at 32 sessions each
+    # (2026-12-05, py-spy).
+    vad_offload_at: int = Field(default=16, ge=1)
     asr_threads: int = 1
     # Whisper transcriptions at once (each on `asr_threads` threads): 1 on a
     # shared CPU box; a GPU worker's host has cores for several.
