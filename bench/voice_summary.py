@@ -32,12 +32,14 @@ def llm_of(run: dict[str, Any]) -> str:
 
 
 def detector_of(run: dict[str, Any], level: dict[str, Any]) -> str:
-    """server_vad, or semantic_vad with its eagerness (`auto` unless set)."""
+    """server_vad, or semantic_vad with its eagerness (`auto` unless set), and
+    Smart Turn's engine where the run named one over its profile's."""
     lane = str(level.get("lane") or run.get("lane", ""))
     if lane != "semantic_vad":
         return lane
     detection = level.get("turn_detection") or {}
-    return f"semantic_vad/{detection.get('eagerness', 'auto')}"
+    engine = run.get("env", {}).get("ANTIPHON_TURN_ENGINE")
+    return f"semantic_vad/{detection.get('eagerness', 'auto')}" + (f"/{engine}" if engine else "")
 
 
 def _cpu(level: dict[str, Any]) -> dict[str, float]:

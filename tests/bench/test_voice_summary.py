@@ -26,9 +26,10 @@ def _level(sessions: int, p95: float, *, completed: int | None = None, errors: i
     return level
 
 
-def _run(tmp_path: Path, name: str, model: str, levels: list[dict[str, Any]]) -> Path:
+def _run(tmp_path: Path, name: str, model: str, levels: list[dict[str, Any]], **env: str) -> Path:
     path = tmp_path / name
-    path.write_text(json.dumps({"env": {"ANTIPHON_LLM_MODEL": model}, "levels": levels}))
+    env = {"ANTIPHON_LLM_MODEL": model, **env}
+    path.write_text(json.dumps({"env": env, "levels": levels}))
     return path
 
 
@@ -42,14 +43,22 @@ def test_capacity_is_the_largest_level_that_held_per_llm_and_detector(tmp_path: 
                                         _level(64, 990, errors=1, eagerness="auto"),
                                         _level(128, 600, eagerness="high")]),
         _run(tmp_path, "d.json", "/tmp/dummy/qwen2.5-7b", [_level(128, 920), _level(256, 1199)]),
+        # Smart Turn's engine named over the profile's is a detector of its own.
+        _run(tmp_path, "e.json", same, [_level(64, 3114, eagerness="auto")],
+             ANTIPHON_TURN_ENGINE="onnxruntime"),
     ]  # fmt: skip
     summary = summarize(runs, 1000.0)
     assert summary["capacity_at_slo"] == {
-        EMBEDDED: {"server_vad": 256, "semantic_vad/auto": 16, "semantic_vad/high": 128},
+        EMBEDDED: {
+            "server_vad": 256,
+            "semantic_vad/auto": 16,
+            "semantic_vad/high": 128,
+            "semantic_vad/auto/onnxruntime": 0,
+        },
         "qwen2.5-7b": {"server_vad": 128},
     }
     rows = summary["levels"]
-    assert len(rows) == 9
+    assert len(rows) == 10
     missing_turns = next(r for r in rows if r["sessions"] == 384)
     assert missing_turns["held"] is False and missing_turns["file"] == "b.json"
     assert rows[0]["cpu_pct"] == {"stage0": 120.0, "stage1": 40.0}
