@@ -56,6 +56,23 @@ def worker_env(ports: Ports, front_ends: int, voices: int) -> dict[str, str]:
     return env
 
 
+def silent(metrics_ports: list[int]) -> list[int]:
+    """The ports of `metrics_ports` where no worker answers."""
+    return [port for port in metrics_ports if not scrape([port])]
+
+
+def await_workers(metrics_ports: list[int], timeout_s: float = 60.0) -> None:
+    """Until every worker process the bench counts answers on its metrics port.
+
+    A ready gateway says one stage0 answers, not that all of them do; a level
+    measured with fewer workers than its report names says the wrong thing."""
+    deadline = time.monotonic() + timeout_s
+    while missing := silent(metrics_ports):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no worker answers on metrics ports {missing}")
+        time.sleep(0.5)
+
+
 class LoadStack:
     """A started stack of `backend` and its sampler (the load generator counted alone:
     its children are the services themselves). `profile`: the deploy profile the
@@ -81,6 +98,11 @@ class LoadStack:
         print(f"starting the {backend} stack (logs in {self.stack.run_dir}) ...", file=sys.stderr)
         try:
             self.stack.start(timeout_s=600)
+        except BaseException:
+            self.stack.stop()
+            raise
+        try:
+            await_workers(self.stage0_metrics_ports + self.stage1_metrics_ports)
         except BaseException:
             self.stack.stop()
             raise
