@@ -64,12 +64,13 @@ class Preemptive:
 
 def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> None:
     """The load table's companion: preemptive answers used/started and why the rest
-    were dropped, stage0's pauses, stage1's first audio and its parts."""
+    were dropped, stage0's pauses, stage1's first audio and its parts, and how
+    late stage0's event loops ran (mean)."""
     if header:
         print(
             f"{'backend':<10}{'lane':<13}{'sess':>5}  {'pre used/started':<17}"
             f"{'pauses rep/res/end':<19}{'stage1 1st audio = words+queue+voice ms':<41}"
-            "pre dropped"
+            f"{'s0 loop lag ms':<15}pre dropped"
         )
     for lv in levels:
         pre = lv.get("preemptive") or {}
@@ -79,7 +80,8 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
         dropped = " ".join(f"{k}={n}" for k, n in s.items() if k not in ("started", "used"))
         print(
             f"{backend:<10}{lv.get('lane', 'manual'):<13}{lv['sessions']:>5}  {used:<17}"
-            f"{pauses:<19}{_first_audio_parts(lv.get('stages') or {}):<41}{dropped or '-'}",
+            f"{pauses:<19}{_first_audio_parts(lv.get('stages') or {}):<41}"
+            f"{_loop_lag(lv.get('stages') or {}):<15}{dropped or '-'}",
             flush=True,
         )
 
@@ -94,3 +96,8 @@ def _first_audio_parts(stages: dict[str, Any]) -> str:
         return "-"
     whole, words, queue, voice = means
     return f"{whole:.0f} = {words:.0f}+{queue:.0f}+{voice:.0f}"
+
+
+def _loop_lag(stages: dict[str, Any]) -> str:
+    mean = (stages.get("stage0_event_loop_lag") or {}).get("mean_ms")
+    return "-" if mean is None else f"{mean:.1f}"

@@ -140,15 +140,27 @@ class LoadStack:
 # What the stages report of a level, from their own metrics: Whisper's time
 # per utterance, the LLM's time to first token, stage1's first text -> first
 # audio and its three parts (the first clause's words, the wait for the voice
-# thread, the voice), and how full the GPU engines' batches were.
-STAGE0_SECONDS = ("antiphon_stage0_asr_seconds", "antiphon_stage0_ttft_seconds")
+# thread, the voice), how late each worker's event loop ran (time that no
+# stage's own clock holds: everything a worker does waits on that loop), and
+# how full the batched engines' batches were.
+STAGE0_SECONDS = (
+    "antiphon_stage0_asr_seconds",
+    "antiphon_stage0_ttft_seconds",
+    "antiphon_stage0_event_loop_lag_seconds",
+)
 STAGE1_SECONDS = (
     "antiphon_stage1_first_audio_seconds",
     "antiphon_stage1_first_audio_words_seconds",
     "antiphon_stage1_first_audio_queue_seconds",
     "antiphon_stage1_first_audio_voice_seconds",
+    "antiphon_stage1_event_loop_lag_seconds",
 )
-BATCHES = ("antiphon_stage0_asr_batch_size", "antiphon_stage1_tts_batch_size")
+BATCHES = (
+    "antiphon_stage0_vad_batch_size",
+    "antiphon_stage0_asr_batch_size",
+    "antiphon_stage0_turn_batch_size",
+    "antiphon_stage1_tts_batch_size",
+)
 # How the GPU engines' batches ran with CUDA graphs: replayed, or op by op.
 GRAPH_RUNS = {
     "stage0_asr_graph_batches": ("antiphon_stage0_asr_graph_batches_total", ("graphs", "ops")),

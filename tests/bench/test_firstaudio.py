@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
+from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage1.metrics import Stage1Metrics
 from bench.lib.firstaudio import Preemptive, print_table
 from bench.lib.loadstack import StageLatencies
@@ -79,3 +80,27 @@ def test_the_preemptive_counters_are_every_front_ends(serve: Serve) -> None:
         "session": {"started": 3, "used": 2, "speech_resumed": 1},
         "stage0_pauses": {"reported": 3, "resumed": 0, "ended": 1},
     }
+
+
+def test_the_workers_event_loop_lag_and_batches_are_reported_over_the_level(
+    serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Time no stage's clock holds: how late each front end's loop ran."""
+    registries = [CollectorRegistry() for _ in range(2)]
+    front_ends = [Stage0Metrics(r) for r in registries]
+    ports = [serve(r) for r in registries]
+    front_ends[0].loop_lag.observe(2.0)  # before the level: not its own
+    stages = StageLatencies(ports, [])
+    front_ends[0].loop_lag.observe(0.004)
+    front_ends[1].loop_lag.observe(0.036)
+    for size in (1, 2, 3):
+        front_ends[1].vad_batch_size.observe(size)
+    front_ends[0].turn_batch_size.observe(8)
+    out = stages.delta()
+    assert out["stage0_event_loop_lag"]["count"] == 2
+    assert out["stage0_event_loop_lag"]["mean_ms"] == pytest.approx(20.0)
+    assert out["stage0_vad_batch_size"] == {"batches": 3, "mean": 2.0}
+    assert out["stage0_turn_batch_size"] == {"batches": 1, "mean": 8.0}
+    print_table("cascade", [{"sessions": 2, "stages": out}], header=True)
+    header, row = capsys.readouterr().out.splitlines()
+    assert row[header.index("s0 loop lag ms") :].startswith("20.0 ")
