@@ -140,7 +140,8 @@ class LoadStack:
 # What the stages report of a level, from their own metrics: Whisper's time
 # per utterance, the LLM's time to first token, stage1's first text -> first
 # audio and its three parts (the first clause's words, the wait for the voice
-# thread, the voice), how late each worker's event loop ran (time that no
+# thread, the voice), the batched voice's wait for a batch and a batch's run
+# (every sentence's, not only first clauses'), how late each worker's event loop ran (time that no
 # stage's own clock holds: everything a worker does waits on that loop), and
 # how full the batched engines' batches were.
 STAGE0_SECONDS = (
@@ -153,6 +154,8 @@ STAGE1_SECONDS = (
     "antiphon_stage1_first_audio_words_seconds",
     "antiphon_stage1_first_audio_queue_seconds",
     "antiphon_stage1_first_audio_voice_seconds",
+    "antiphon_stage1_tts_batch_wait_seconds",
+    "antiphon_stage1_tts_batch_run_seconds",
     "antiphon_stage1_event_loop_lag_seconds",
 )
 BATCHES = (

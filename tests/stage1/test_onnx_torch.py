@@ -239,8 +239,15 @@ def test_sentences_voiced_together_sound_as_each_does_alone(
     assert len({len(s) for s in sentences}) == 4
     alone = TorchGraph(voice_model)
     sizes: list[int] = []
+    waits: list[float] = []
+    runs: list[float] = []
     batched = BatchedVoiceGraph(
-        TorchGraph(voice_model), hop=256, max_batch=8, observe_batch=sizes.append
+        TorchGraph(voice_model),
+        hop=256,
+        max_batch=8,
+        observe_batch=sizes.append,
+        observe_wait=waits.append,
+        observe_run=runs.append,
     )
     results: dict[int, list[np.ndarray]] = {}
 
@@ -251,6 +258,7 @@ def test_sentences_voiced_together_sound_as_each_does_alone(
     batched.close()
     assert max(sizes) > 1, sizes  # they did share a batch
     assert sum(sizes) == len(sentences) * 2 == len(results)
+    assert len(waits) == sum(sizes) and len(runs) == len(sizes)  # per sentence, per batch
     for i, (audio, durations) in results.items():
         want_audio, want_durations = (
             t.numpy() for t in alone.run(_feeds(sentences[i % len(sentences)]))
@@ -258,6 +266,41 @@ def test_sentences_voiced_together_sound_as_each_does_alone(
         assert audio.shape == want_audio.shape, i
         np.testing.assert_allclose(audio, want_audio, atol=1e-3)
         np.testing.assert_array_equal(durations, want_durations)
+
+
+class Slow(TorchGraph):
+    """The voice's graph taking at least `seconds` a batch (a busy shared card)."""
+
+    def __init__(self, model: bytes, seconds: float) -> None:
+        super().__init__(model)
+        self.seconds = seconds
+        self.running = threading.Event()
+
+    def run(self, feeds: Any) -> list[Any]:
+        self.running.set()
+        time.sleep(self.seconds)
+        return super().run(feeds)
+
+
+def test_a_sentence_behind_a_batch_waits_its_run_and_both_are_observed(
+    voice_model: bytes, sentences: list[list[int]]
+) -> None:
+    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+
+    graph = Slow(voice_model, seconds=0.3)
+    waits: list[float] = []
+    runs: list[float] = []
+    batched = BatchedVoiceGraph(
+        graph, hop=256, max_batch=8, observe_wait=waits.append, observe_run=runs.append
+    )
+    first = threading.Thread(target=batched.run, args=(None, _feeds(sentences[0])))
+    first.start()
+    assert graph.running.wait(10)
+    batched.run(None, _feeds(sentences[1]))  # arrives while the first batch runs
+    first.join(10)
+    batched.close()
+    assert len(runs) == 2 and min(runs) >= 0.3, runs
+    assert waits[0] < 0.1 and 0.15 < waits[1] < runs[0] + 0.1, (waits, runs)
 
 
 class ScarceMemory(TorchGraph):

@@ -45,6 +45,8 @@ def load_voice(settings: Stage1Settings, stage_metrics: Stage1Metrics) -> Voice:
                 cuda_graphs=settings.tts_cuda_graphs,
                 observe_graph_run=lambda how: stage_metrics.tts_graph_batches.labels(how).inc(),
                 observe_batch=stage_metrics.tts_batch_size.observe,
+                observe_wait=stage_metrics.tts_batch_wait.observe,
+                observe_run=stage_metrics.tts_batch_run.observe,
             )
         tts = PiperTts(
             assets.voice_onnx,

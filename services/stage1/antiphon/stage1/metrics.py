@@ -65,6 +65,18 @@ class Stage1Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
             registry=registry,
         )
+        self.tts_batch_wait = Histogram(
+            "antiphon_stage1_tts_batch_wait_seconds",
+            "From a sentence reaching the voice to its batch starting (tts_engine torch)",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.tts_batch_run = Histogram(
+            "antiphon_stage1_tts_batch_run_seconds",
+            "One batch on the device, its audio back on the host (tts_engine torch)",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.tts_graph_batches = Counter(
             "antiphon_stage1_tts_graph_batches_total",
             "Batches voiced with tts_cuda_graphs, by how they ran: graphs (recorded "

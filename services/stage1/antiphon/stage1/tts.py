@@ -241,6 +241,8 @@ def _batched_session(voice_onnx: Path, batched: Batched, hop: int, threads: int)
         hop=hop,
         max_batch=batched.max_batch,
         observe_batch=batched.observe_batch,
+        observe_wait=batched.observe_wait,
+        observe_run=batched.observe_run,
         replayed=replayed,
     )
 
@@ -253,6 +255,9 @@ class Batched:
     device: str
     max_batch: int = 128
     observe_batch: Callable[[int], None] = lambda _size: None
+    # A sentence's wait for its batch, and a batch's run (voice_batch.py), seconds.
+    observe_wait: Callable[[float], None] = lambda _s: None
+    observe_run: Callable[[float], None] = lambda _s: None
     # Replay the network as CUDA graphs (voice_graphs.py): a CUDA device only.
     cuda_graphs: bool = False
     # How each batch ran with `cuda_graphs`: "graphs" or "nodes".

@@ -27,9 +27,10 @@ is masked inside the network, and its audio ends where its phoneme durations
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -74,6 +75,7 @@ class _Sentence:
     scales: np.ndarray
     heard: Future[list[np.ndarray]]
     first: bool
+    arrived: float = field(default_factory=time.perf_counter)
 
     @property
     def key(self) -> bytes:
@@ -113,15 +115,23 @@ class BatchedVoiceGraph:
         hop: int,
         max_batch: int,
         observe_batch: Callable[[int], None] = lambda _size: None,
+        observe_wait: Callable[[float], None] = lambda _s: None,
+        observe_run: Callable[[float], None] = lambda _s: None,
         replayed: Replayed | None = None,
     ) -> None:
         """`replayed`: what the graph replays quickly (recorded CUDA graphs);
-        such batches then get a thread of their own."""
+        such batches then get a thread of their own. `observe_wait`: each
+        sentence's seconds from its call to its batch's start; `observe_run`:
+        each batch's seconds on the device, its audio back on the host
+        included. Between them they split the voice's share of a first audio
+        into waiting for a batch and being in one."""
         if len(graph.output_names) < 2:
             raise ValueError("the voice graph needs its alignment output to be batched")
         self._graph = graph
         self._hop = hop
         self._observe_batch = observe_batch
+        self._observe_wait = observe_wait
+        self._observe_run = observe_run
         # In arrival order.
         self._waiting: list[_Sentence] = []
         self._lock = threading.Lock()
@@ -189,10 +199,14 @@ class BatchedVoiceGraph:
     def _loop(self, lane: _Lane) -> None:
         while (batch := self._take(lane)) is not None:
             self._observe_batch(len(batch))
+            started = time.perf_counter()
+            for sentence in batch:
+                self._observe_wait(started - sentence.arrived)
             try:
                 results = self._voice(batch)
             except Exception as exc:
                 results = [exc] * len(batch)
+            self._observe_run(time.perf_counter() - started)
             for sentence, outputs in zip(batch, results, strict=True):
                 if isinstance(outputs, BaseException):
                     sentence.heard.set_exception(outputs)
