@@ -98,10 +98,6 @@ class LoadStack:
         print(f"starting the {backend} stack (logs in {self.stack.run_dir}) ...", file=sys.stderr)
         try:
             self.stack.start(timeout_s=600)
-        except BaseException:
-            self.stack.stop()
-            raise
-        try:
             await_workers(self.stage0_metrics_ports + self.stage1_metrics_ports)
         except BaseException:
             self.stack.stop()
@@ -141,9 +137,9 @@ class LoadStack:
 # per utterance, the LLM's time to first token, stage1's first text -> first
 # audio and its three parts (the first clause's words, the wait for the voice
 # thread, the voice), the batched voice's wait for a batch and a batch's run
-# (every sentence's, not only first clauses'), how late each worker's event loop ran (time that no
-# stage's own clock holds: everything a worker does waits on that loop), and
-# how full the batched engines' batches were.
+# (every sentence's, not only first clauses'), how late each worker's event
+# loop ran (time no stage's own clock holds: all a worker does waits on that
+# loop), and how full the batched engines' batches were.
 STAGE0_SECONDS = (
     "antiphon_stage0_asr_seconds",
     "antiphon_stage0_ttft_seconds",
