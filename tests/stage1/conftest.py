@@ -100,3 +100,32 @@ async def speaker(heard: Heard, metrics: Stage1Metrics) -> AsyncIterator[Speaker
         await session.close()
     await scheduler.close()
     executor.shutdown()
+
+
+# The shipped voice's graph, for the torch engine's tests (test_onnx_torch.py,
+# test_voice_batch.py).
+@pytest.fixture(scope="session")
+def voice_model(request: pytest.FixtureRequest) -> bytes:
+    """The shipped Piper voice's ONNX with its alignment output (the phoneme durations)."""
+    tiers.require(request, tiers.MODELS, "loads the Piper voice")
+    import onnx
+    from piper.patch_voice_with_alignment import add_alignment_output
+
+    from antiphon.stage1.assets import locate
+
+    model = onnx.load(str(locate().voice_onnx))
+    add_alignment_output(model)
+    return model.SerializeToString()
+
+
+@pytest.fixture(scope="session")
+def sentences() -> list[list[int]]:
+    """Phoneme ids of real sentences of different lengths (each ends in silence,
+    as Piper's do: a padded neighbour's decoder then reaches no audible sample)."""
+    from piper import PiperVoice
+
+    from antiphon.stage1.assets import locate
+
+    voice = PiperVoice.load(locate().voice_onnx)
+    text = "Sure. The store opens at nine, and it closes at five. Goodbye! Is there more?"
+    return [voice.phonemes_to_ids(p) for p in voice.phonemize(text)]
