@@ -4,21 +4,21 @@ stack's worker counts."""
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from antiphon.common.config import PROFILE_ENV, load
+from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage1.settings import Stage1Settings
 from bench.lib.loadstack import await_workers, silent, worker_env
+from bench.lib.machine import free_port
 from bench.lib.realtime import duplex_url
 from bench.lib.results import write_json
 from bench.lib.stats import pct
-from deploy.local.stack import Ports, free_port
+from deploy.local.stack import Ports
+from tests.bench.serving import Serve, served
 
 
 def test_pct_interpolates_rounds_and_is_none_for_no_values() -> None:
@@ -59,28 +59,8 @@ def test_the_bench_s_worker_counts_override_the_profile_s(
     assert "ANTIPHON_STAGE0_ADDRESSES" not in worker_env(Ports(), front_ends=1, voices=1)
 
 
-class _Metrics(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"antiphon_stage0_sessions_active 0\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def answering_port() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
-
-
-def test_a_worker_that_does_not_answer_fails_the_stack_loudly(answering_port: int) -> None:
+def test_a_worker_that_does_not_answer_fails_the_stack_loudly(serve: Serve) -> None:
+    _worker, (answering_port,) = served(serve, Stage0Metrics, 1)
     nobody = free_port()
     assert silent([answering_port, nobody]) == [nobody]
     await_workers([answering_port], timeout_s=0)

@@ -5,43 +5,20 @@ registries the way the workers serve them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import pytest
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter
 
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage1.metrics import Stage1Metrics
 from bench.lib.firstaudio import Preemptive, print_table
 from bench.lib.loadstack import StageLatencies
-from bench.lib.machine import free_port
-
-Serve = Callable[[CollectorRegistry], int]
-
-
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    """`serve(registry)` -> the port its /metrics is on; all shut down after the test."""
-    servers = []
-
-    def start(registry: CollectorRegistry) -> int:
-        port = free_port()
-        server, _thread = start_http_server(port, addr="127.0.0.1", registry=registry)
-        servers.append(server)
-        return port
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+from tests.bench.serving import Serve, served
 
 
 def test_stage1s_first_audio_is_reported_with_its_parts_over_the_level_only(
     serve: Serve, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    registries = [CollectorRegistry() for _ in range(2)]
-    workers = [Stage1Metrics(r) for r in registries]
-    ports = [serve(r) for r in registries]
+    workers, ports = served(serve, Stage1Metrics, 2)
     workers[0].first_audio.observe(5.0)  # before the level: not its own
     stages = StageLatencies([], ports)
     parts = ((0.1, 0.02, 0.03), (0.3, 0.0, 0.05))  # words, queue, voice (s)
@@ -86,9 +63,7 @@ def test_the_workers_event_loop_lag_and_batches_are_reported_over_the_level(
     serve: Serve, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Time no stage's clock holds: how late each front end's loop ran."""
-    registries = [CollectorRegistry() for _ in range(2)]
-    front_ends = [Stage0Metrics(r) for r in registries]
-    ports = [serve(r) for r in registries]
+    front_ends, ports = served(serve, Stage0Metrics, 2)
     front_ends[0].loop_lag.observe(2.0)  # before the level: not its own
     stages = StageLatencies(ports, [])
     front_ends[0].loop_lag.observe(0.004)
