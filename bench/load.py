@@ -111,6 +111,7 @@ from antiphon.client.load import (
 from bench.lib import firstaudio
 from bench.lib.firstaudio import PREEMPT_OFF_ENV, Preemptive
 from bench.lib.loadstack import LoadStack, StageLatencies, stack_env
+from bench.lib.machine import device_name, gpu_sharing
 from bench.lib.profile import profile_summary, profiled_services
 from bench.lib.questions import LONG_ANSWER, QUESTIONS
 from bench.lib.results import RESULTS, git_commit, write_json
@@ -263,6 +264,8 @@ def main() -> None:
         commit=git_commit(),
     )
     report["machine"]["open_files_limit"] = fd_limit
+    report["machine"]["device"] = device_name()
+    report["machine"]["gpu_sharing"] = gpu_sharing()
     overrides = PREEMPT_OFF_ENV if args.no_preempt else {}
     report["preemptive_answers"] = not args.no_preempt
     report["env"] = (

@@ -97,6 +97,15 @@ def device_name() -> str:
     return f"CPU: {platform.processor() or platform.machine()}"
 
 
+def gpu_sharing() -> str | None:
+    """How the machine's processes share its GPU: "mps" when they are CUDA MPS
+    clients (bench/voice_gpu.sh --mps exports the daemon's pipe), else the
+    driver's time slices; None without a GPU."""
+    if not gpu_query("name"):
+        return None
+    return "mps" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "time-slicing"
+
+
 def torch_device_name(device: str) -> str:
     """The card a torch device string names (`cuda`, `cuda:N`), or "cpu"."""
     if not device.startswith("cuda"):
