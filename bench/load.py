@@ -292,7 +292,11 @@ def main() -> None:
             ports = bench.stack.ports
             preemptive = Preemptive(ports.session_metrics, bench.stage0_metrics_ports)
             preemptive.mark()
-            stages = StageLatencies(bench.stage0_metrics_ports, bench.stage1_metrics_ports)
+            stages = StageLatencies(
+                bench.stage0_metrics_ports,
+                bench.stage1_metrics_ports,
+                [ports.session_metrics, ports.gateway],
+            )
             spy = args.py_spy if n == args.profile_at else None
             roots = {s: bench.stack.procs[s].pid for s in PROFILED if s in bench.stack.procs}
             # The raw samples stay in /tmp: a device call brings back few files.

@@ -70,7 +70,7 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
         print(
             f"{'backend':<10}{'lane':<13}{'sess':>5}  {'pre used/started':<17}"
             f"{'pauses rep/res/end':<19}{'stage1 1st audio = words+queue+voice ms':<41}"
-            f"{'s0 loop lag ms':<15}pre dropped"
+            f"{'loop lag ms s0/session':<23}pre dropped"
         )
     for lv in levels:
         pre = lv.get("preemptive") or {}
@@ -81,7 +81,7 @@ def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> Non
         print(
             f"{backend:<10}{lv.get('lane', 'manual'):<13}{lv['sessions']:>5}  {used:<17}"
             f"{pauses:<19}{_first_audio_parts(lv.get('stages') or {}):<41}"
-            f"{_loop_lag(lv.get('stages') or {}):<15}{dropped or '-'}",
+            f"{_loop_lag(lv.get('stages') or {}):<23}{dropped or '-'}",
             flush=True,
         )
 
@@ -99,5 +99,10 @@ def _first_audio_parts(stages: dict[str, Any]) -> str:
 
 
 def _loop_lag(stages: dict[str, Any]) -> str:
-    mean = (stages.get("stage0_event_loop_lag") or {}).get("mean_ms")
-    return "-" if mean is None else f"{mean:.1f}"
+    """Mean lag of stage0's front ends' loops and of the session's loop (which
+    relays every append and every answer's audio)."""
+    means = [
+        (stages.get(f"{tier}_event_loop_lag") or {}).get("mean_ms")
+        for tier in ("stage0", "session")
+    ]
+    return "/".join("-" if m is None else f"{m:.1f}" for m in means)

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +140,9 @@ class LoadStack:
 # thread, the voice), the batched voice's wait for a batch and a batch's run
 # (every sentence's, not only first clauses'), how late each worker's event
 # loop ran (time no stage's own clock holds: all a worker does waits on that
-# loop), and how full the batched engines' batches were.
+# loop), the same for the session and the gateway (every audio append and
+# every answer's audio passes their single loops), and how full the batched
+# engines' batches were.
 STAGE0_SECONDS = (
     "antiphon_stage0_asr_seconds",
     "antiphon_stage0_ttft_seconds",
@@ -153,6 +156,10 @@ STAGE1_SECONDS = (
     "antiphon_stage1_tts_batch_wait_seconds",
     "antiphon_stage1_tts_batch_run_seconds",
     "antiphon_stage1_event_loop_lag_seconds",
+)
+RELAY_SECONDS = (
+    "antiphon_session_event_loop_lag_seconds",
+    "antiphon_gateway_event_loop_lag_seconds",
 )
 BATCHES = (
     "antiphon_stage0_vad_batch_size",
@@ -172,14 +179,16 @@ class StageLatencies:
     p50 and p95 are bucket bounds (at most), as Prometheus would interpolate them;
     the mean is exact."""
 
-    def __init__(self, stage0_ports: list[int], stage1_ports: list[int]) -> None:
-        self._ports = [*stage0_ports, *stage1_ports]
+    def __init__(
+        self, stage0_ports: list[int], stage1_ports: list[int], relay_ports: Sequence[int] = ()
+    ) -> None:
+        self._ports = [*stage0_ports, *stage1_ports, *relay_ports]
         self._before = scrape(self._ports)
 
     def delta(self) -> dict[str, Any]:
         after = scrape(self._ports)
         out: dict[str, Any] = {}
-        for name in (*STAGE0_SECONDS, *STAGE1_SECONDS):
+        for name in (*STAGE0_SECONDS, *STAGE1_SECONDS, *RELAY_SECONDS):
             d = histogram_delta(self._before, after, name)
             short = name.removeprefix("antiphon_").removesuffix("_seconds")
             out[short] = {
@@ -189,7 +198,7 @@ class StageLatencies:
                     f"p{q}_ms_at_most": None
                     if (b := bucket_quantile(d, q / 100)) is None
                     else b * 1000
-                    for q in (50, 95)
+                    for q in (50, 95, 99)
                 },
             }
         for name in BATCHES:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from antiphon.session.metrics import SessionMetrics
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage1.metrics import Stage1Metrics
 from bench.lib.firstaudio import Preemptive, print_table
@@ -62,20 +63,26 @@ def test_the_preemptive_counters_are_every_front_ends(serve: Serve) -> None:
 def test_the_workers_event_loop_lag_and_batches_are_reported_over_the_level(
     serve: Serve, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Time no stage's clock holds: how late each front end's loop ran."""
+    """Time no stage's clock holds: how late each front end's loop ran, and the
+    session's (the relay of every append and every answer's audio)."""
     front_ends, ports = served(serve, Stage0Metrics, 2)
+    (session,), session_port = served(serve, SessionMetrics, 1)
     front_ends[0].loop_lag.observe(2.0)  # before the level: not its own
-    stages = StageLatencies(ports, [])
+    stages = StageLatencies(ports, [], session_port)
     front_ends[0].loop_lag.observe(0.004)
     front_ends[1].loop_lag.observe(0.036)
+    session.loop_lag.observe(0.25)
     for size in (1, 2, 3):
         front_ends[1].vad_batch_size.observe(size)
     front_ends[0].turn_batch_size.observe(8)
     out = stages.delta()
     assert out["stage0_event_loop_lag"]["count"] == 2
     assert out["stage0_event_loop_lag"]["mean_ms"] == pytest.approx(20.0)
+    assert out["session_event_loop_lag"]["count"] == 1
+    assert out["session_event_loop_lag"]["p99_ms_at_most"] == 350.0  # a bucket bound
+    assert out["gateway_event_loop_lag"]["count"] == 0
     assert out["stage0_vad_batch_size"] == {"batches": 3, "mean": 2.0}
     assert out["stage0_turn_batch_size"] == {"batches": 1, "mean": 8.0}
     print_table("cascade", [{"sessions": 2, "stages": out}], header=True)
     header, row = capsys.readouterr().out.splitlines()
-    assert row[header.index("s0 loop lag ms") :].startswith("20.0 ")
+    assert row[header.index("loop lag ms s0/session") :].startswith("20.0/250.0 ")
