@@ -122,8 +122,10 @@ from deploy.local.stack import DEFAULT_PROFILE
 BARGE = "Wait, stop. Tell me something else instead."
 
 
-# The services `--profile-at` samples: where the voice path's CPU goes.
-PROFILED = ("stage0", "stage1")
+# The services `--profile-at` samples: where the voice path's CPU goes, the
+# stages' and the two relays' (every append and every answer's audio passes
+# the session's and the gateway's one event loop each).
+PROFILED = ("stage0", "stage1", "session", "gateway")
 
 
 def profiles(files: dict[str, Path]) -> dict[str, str]:

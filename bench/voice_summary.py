@@ -33,13 +33,17 @@ def llm_of(run: dict[str, Any]) -> str:
 
 def detector_of(run: dict[str, Any], level: dict[str, Any]) -> str:
     """server_vad, or semantic_vad with its eagerness (`auto` unless set), and
-    Smart Turn's engine where the run named one over its profile's."""
+    Smart Turn's engine where the run named one over its profile's; "+mps"
+    where the stack's processes shared the card through CUDA MPS (a layout of
+    its own, with a capacity of its own)."""
     lane = str(level.get("lane") or run.get("lane", ""))
+    mps = "+mps" if run.get("machine", {}).get("gpu_sharing") == "mps" else ""
     if lane != "semantic_vad":
-        return lane
+        return lane + mps
     detection = level.get("turn_detection") or {}
     engine = run.get("env", {}).get("ANTIPHON_TURN_ENGINE")
-    return f"semantic_vad/{detection.get('eagerness', 'auto')}" + (f"/{engine}" if engine else "")
+    engine_part = f"/{engine}" if engine else ""
+    return f"semantic_vad/{detection.get('eagerness', 'auto')}{engine_part}{mps}"
 
 
 def _cpu(level: dict[str, Any]) -> dict[str, float]:

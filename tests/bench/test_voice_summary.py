@@ -26,10 +26,11 @@ def _level(sessions: int, p95: float, *, completed: int | None = None, errors: i
     return level
 
 
-def _run(tmp_path: Path, name: str, model: str, levels: list[dict[str, Any]], **env: str) -> Path:
+def _run(tmp_path: Path, name: str, model: str, levels: list[dict[str, Any]],
+         sharing: str = "time-slicing", **env: str) -> Path:  # fmt: skip
     path = tmp_path / name
     env = {"ANTIPHON_LLM_MODEL": model, **env}
-    path.write_text(json.dumps({"env": env, "levels": levels}))
+    path.write_text(json.dumps({"env": env, "machine": {"gpu_sharing": sharing}, "levels": levels}))
     return path
 
 
@@ -46,6 +47,9 @@ def test_capacity_is_the_largest_level_that_held_per_llm_and_detector(tmp_path: 
         # Smart Turn's engine named over the profile's is a detector of its own.
         _run(tmp_path, "e.json", same, [_level(64, 3114, eagerness="auto")],
              ANTIPHON_TURN_ENGINE="onnxruntime"),
+        # The card shared through CUDA MPS is a layout of its own.
+        _run(tmp_path, "f.json", same, [_level(64, 442, eagerness="high"),
+                                        _level(128, 1496, eagerness="high")], sharing="mps"),
     ]  # fmt: skip
     summary = summarize(runs, 1000.0)
     assert summary["capacity_at_slo"] == {
@@ -54,11 +58,12 @@ def test_capacity_is_the_largest_level_that_held_per_llm_and_detector(tmp_path: 
             "semantic_vad/auto": 16,
             "semantic_vad/high": 128,
             "semantic_vad/auto/onnxruntime": 0,
+            "semantic_vad/high+mps": 64,
         },
         "qwen2.5-7b": {"server_vad": 128},
     }
     rows = summary["levels"]
-    assert len(rows) == 10
+    assert len(rows) == 12
     missing_turns = next(r for r in rows if r["sessions"] == 384)
     assert missing_turns["held"] is False and missing_turns["file"] == "b.json"
     assert rows[0]["cpu_pct"] == {"stage0": 120.0, "stage1": 40.0}
