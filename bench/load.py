@@ -66,7 +66,8 @@ path per event: commit -> first audio, heartbeat round trip and gaps
 between events, p50/p99. `--backend cascade` runs the real models.
 
 `--profile-at N` samples stage0's and stage1's Python processes (front
-ends, the engine core, stage1's workers) with py-spy through level N: each
+ends, the engine core, stage1's workers), the session's and the gateway's
+with py-spy through level N: each
 one's raw samples go to /tmp/antiphon-profile-<out>-N/, and its busiest
 thread's functions (share of samples, inclusive and self) are printed and
 kept in the level's `profile`.
