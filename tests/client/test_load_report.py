@@ -23,7 +23,7 @@ from antiphon.client.load import (
     plot,
     print_table,
 )
-from antiphon.client.load.report import new_report, summarize_level
+from antiphon.client.load.report import new_report, print_summary, summarize_level
 
 OWN = {
     "loadgen": {"cpu_s": 1, "cpu_pct": 10, "cpu_pct_peak": 20, "rss_mib": 50, "peak_rss_mib": 60}
@@ -81,6 +81,28 @@ def test_a_level_reports_each_measure_and_every_way_a_turn_went_wrong() -> None:
     assert lv["overhead"]["event_gap_ms"] == {"p50": 1.5, "p99": 2.0}
     # The per-turn records leave the event gaps to the level's statistics.
     assert "event_gaps_ms" not in lv["turns"][0]
+
+
+def test_first_audio_is_also_reported_by_the_sessions_turn(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The first turns of a level come as a burst: they are told apart from the later ones."""
+    results = [turn(i) for i in range(4)]
+    for r in results[2:]:
+        r.turn = 1
+        r.eos_first_audio_ms += 1000.0
+    results.append(turn(9, "timeout"))
+    results[-1].eos_first_audio_ms = None
+    lv = level(results)
+    assert lv["end_of_speech_to_first_audio_ms_by_turn"] == {
+        "0": {"p50": 200.5, "p95": 200.95, "max": 201.0, "n": 2},
+        "1": {"p50": 1202.5, "p95": 1202.95, "max": 1203.0, "n": 2},
+    }
+    report = new_report("server_vad", {}, [], 2, backend="remote")
+    report["levels"] = [lv]
+    print_summary(report)
+    by_turn = capsys.readouterr().out.splitlines()[2]
+    assert by_turn == "eos -> first audio p50/p95 by turn x5: turn 0 200/201, turn 1 1202/1203"
 
 
 def test_the_first_join_is_the_silence_heard_before_the_second_audio_delta() -> None:

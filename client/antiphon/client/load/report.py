@@ -92,6 +92,12 @@ def summarize_level(
         # From the send of the last append holding speech (client clock): the
         # latency a speaker feels, whichever side ends the turn.
         "end_of_speech_to_first_audio_ms": stats(eos_first, 50, 95, 99),
+        # The same by the session's turn: the first turns of a level end within
+        # one utterance of each other (a burst, run.py), the later ones apart.
+        "end_of_speech_to_first_audio_ms_by_turn": {
+            str(t): stats([r.eos_first_audio_ms for r in of_turn], 50, 95)
+            for t, of_turn in _by_turn(results).items()
+        },
         "end_of_speech_to_done_ms": stats(eos_done, 50, 95, 99),
         "commit_to_first_audio_ms": stats(first, 50, 95, 99),
         "commit_to_done_ms": stats(done, 50, 95, 99),
@@ -147,6 +153,15 @@ def summarize_level(
     }
     level["turns"] = [{k: v for k, v in asdict(r).items() if k != "event_gaps_ms"} for r in results]
     return level
+
+
+def _by_turn(results: list[TurnResult]) -> dict[int, list[TurnResult]]:
+    """Each turn index's results that measured a first audio, in turn order."""
+    out: dict[int, list[TurnResult]] = {}
+    for r in sorted(results, key=lambda r: r.turn):
+        if r.eos_first_audio_ms is not None:
+            out.setdefault(r.turn, []).append(r)
+    return out
 
 
 def new_report(
@@ -257,6 +272,10 @@ def print_summary(report: dict[str, Any], out: Path | None = None) -> None:
         busiest = busiest_line(lv)
         if busiest:
             print(f"busiest processes x{lv['sessions']}: {busiest}")
+        by_turn = lv.get("end_of_speech_to_first_audio_ms_by_turn") or {}
+        if len(by_turn) > 1:
+            parts = [f"turn {t} {s['p50']:.0f}/{s['p95']:.0f}" for t, s in by_turn.items() if s]
+            print(f"eos -> first audio p50/p95 by turn x{lv['sessions']}: {', '.join(parts)}")
     if "barge_in" in report:
         b = report["barge_in"]
         print(f"barge-in: {b['barge_in_ms']} audio stop: {b['audio_stop_ms']} {b.get('note', '')}")
