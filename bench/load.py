@@ -65,12 +65,11 @@ session actor, gRPC hops and Redis writes. Its `overhead` block is that
 path per event: commit -> first audio, heartbeat round trip and gaps
 between events, p50/p99. `--backend cascade` runs the real models.
 
-`--profile-at N` samples stage0's and stage1's Python processes (front
-ends, the engine core, stage1's workers), the session's and the gateway's
-with py-spy through level N: each
-one's raw samples go to /tmp/antiphon-profile-<out>-N/, and its busiest
-thread's functions (share of samples, inclusive and self) are printed and
-kept in the level's `profile`.
+`--profile-at N` samples the Python processes of stage0 (front ends, the
+engine core), stage1 (its workers), the session and the gateway with py-spy
+through level N: each one's raw samples go to /tmp/antiphon-profile-<out>-N/,
+and its busiest thread's functions (share of samples, inclusive and self) are
+printed and kept in the level's `profile`.
 
 `--barge-in` adds trials on the `server_vad` lane: the client speaks again
 as soon as the answer's first audio arrives and measures speech onset sent

@@ -1,5 +1,5 @@
 """bench.lib's small owners: percentiles, the duplex URL, atomic results files, the
-stack's worker counts."""
+stack's worker counts, how the machine's GPU is shared."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage1.settings import Stage1Settings
 from bench.lib.loadstack import await_workers, silent, worker_env
-from bench.lib.machine import free_port
+from bench.lib.machine import device_name, free_port, gpu_sharing
 from bench.lib.realtime import duplex_url
 from bench.lib.results import write_json
 from bench.lib.stats import pct
@@ -66,3 +66,21 @@ def test_a_worker_that_does_not_answer_fails_the_stack_loudly(serve: Serve) -> N
     await_workers([answering_port], timeout_s=0)
     with pytest.raises(RuntimeError, match=str(nobody)):
         await_workers([answering_port, nobody], timeout_s=0)
+
+
+def test_a_run_records_whether_its_processes_shared_the_gpu_through_mps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No GPU: nothing to share. With one, `voice_gpu.sh --mps`'s exported pipe
+    says the stack's processes were the MPS daemon's clients."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    assert gpu_sharing() is None
+    # What nvidia-smi answers on the lent machine (this one has no GPU).
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200'\n")
+    smi.chmod(0o755)
+    assert gpu_sharing() == "time-slicing"
+    assert device_name() == "NVIDIA H200 (1 GPU)"
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "mps-pipe"))
+    assert gpu_sharing() == "mps"
