@@ -90,7 +90,7 @@ def test_first_audio_is_also_reported_by_the_sessions_turn(
     results = [turn(i) for i in range(4)]
     for r in results[2:]:
         r.turn = 1
-        r.eos_first_audio_ms += 1000.0
+        r.eos_first_audio_ms = 1000.0 + 200.0 + r.session
     results.append(turn(9, "timeout"))
     results[-1].eos_first_audio_ms = None
     lv = level(results)

@@ -95,8 +95,7 @@ def summarize_level(
         # The same by the session's turn: the first turns of a level end within
         # one utterance of each other (a burst, run.py), the later ones apart.
         "end_of_speech_to_first_audio_ms_by_turn": {
-            str(t): stats([r.eos_first_audio_ms for r in of_turn], 50, 95)
-            for t, of_turn in _by_turn(results).items()
+            str(t): stats(values, 50, 95) for t, values in _first_audio_by_turn(results).items()
         },
         "end_of_speech_to_done_ms": stats(eos_done, 50, 95, 99),
         "commit_to_first_audio_ms": stats(first, 50, 95, 99),
@@ -155,12 +154,12 @@ def summarize_level(
     return level
 
 
-def _by_turn(results: list[TurnResult]) -> dict[int, list[TurnResult]]:
-    """Each turn index's results that measured a first audio, in turn order."""
-    out: dict[int, list[TurnResult]] = {}
+def _first_audio_by_turn(results: list[TurnResult]) -> dict[int, list[float]]:
+    """End of speech -> first audio of each turn index's results, in turn order."""
+    out: dict[int, list[float]] = {}
     for r in sorted(results, key=lambda r: r.turn):
         if r.eos_first_audio_ms is not None:
-            out.setdefault(r.turn, []).append(r)
+            out.setdefault(r.turn, []).append(r.eos_first_audio_ms)
     return out
 
 
