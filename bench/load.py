@@ -224,6 +224,13 @@ def main() -> None:
         default=None,
         help="semantic_vad's eagerness (default: the server's, auto as OpenAI's)",
     )
+    parser.add_argument(
+        "--start-spread-s",
+        type=float,
+        default=None,
+        help="the sessions' first turns start spread over this many seconds "
+        "(default: one utterance, a burst of ends of turn; 10: a turn's period)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     levels = [int(x) for x in args.sessions.split(",") if x.strip()]
@@ -252,6 +259,7 @@ def main() -> None:
         overhead=args.backend == "synthetic",
         silence_ms=args.silence_ms,
         eagerness=args.eagerness,
+        start_spread_s=args.start_spread_s,
     )
     # Room for every session of every level at once: sessions a level leaves
     # behind (a socket that died) hold their slot until they are reaped.

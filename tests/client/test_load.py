@@ -66,6 +66,33 @@ async def test_the_runner_times_every_turn_of_every_session(synthetic_stack: Loc
     assert set(level["processes"]) == {"loadgen"}
 
 
+async def test_the_first_turns_start_spread_over_the_time_asked(
+    synthetic_stack: LocalStack,
+) -> None:
+    """By default over one utterance (a burst); `start_spread_s` spreads them
+    over a turn's period instead: the second of two sessions starts half of it
+    later."""
+    question = manual_question(QUESTION, spoken(QUESTION, voice="espeak"))
+    level = await run_level(
+        url(synthetic_stack.ports.gateway),
+        2,
+        lambda session, turn: question,
+        LoadOptions(turns=1, label=None, start_spread_s=12.0),
+    )
+    assert level["turns_completed"] == 2, level["errors"]
+    assert level["start_spread_s"] == 12.0
+    # The second session's turn could not start before 6 s (over one utterance,
+    # both turns would be done in about four).
+    assert level["turns_wall_s"] >= 6.0
+    default = await run_level(
+        url(synthetic_stack.ports.gateway),
+        1,
+        lambda session, turn: question,
+        LoadOptions(turns=1, label=None),
+    )
+    assert default["start_spread_s"] == pytest.approx(question.chunks * 0.2)
+
+
 def test_antiphon_bench_writes_the_json_and_the_png(
     synthetic_stack: LocalStack, tmp_path: Path
 ) -> None:

@@ -2,7 +2,8 @@
 
 The sessions open (at most `open_concurrency` at a time), then each takes
 `turns` turns in its lane; their start times are spread over one utterance
-so that commits do not all land together. In the live lanes each session's
+(or `start_spread_s`) so that commits do not all land together. In the live
+lanes each session's
 microphone opens `LEAD_IN_CHUNKS` of silence before its first question and
 streams until its last answer has played out. The level's summary is
 `report.summarize_level`'s.
@@ -53,6 +54,10 @@ class LoadOptions:
     silence_ms: int | None = None
     # semantic_vad's eagerness; None: the server's default (`auto`).
     eagerness: str | None = None
+    # The sessions' first turns start spread over this many seconds. None: one
+    # utterance, so that the first turns all end within it (a burst of ends of
+    # turn); a turn's period (8-12 s) gives them the phases later turns have.
+    start_spread_s: float | None = None
 
 
 async def loop_lag(samples: list[float], period_s: float = 0.1) -> None:
@@ -93,6 +98,7 @@ async def run_level(
     results: list[TurnResult] = []
     gate = asyncio.Semaphore(options.open_concurrency)
     opened: list[LoadSession] = []
+    spread_s = options.start_spread_s
     session_body = lane_session(options.lane, options.silence_ms, options.eagerness)
 
     async def open_one(i: int) -> LoadSession | None:
@@ -113,12 +119,14 @@ async def run_level(
         opened = [s for s in await asyncio.gather(*map(open_one, range(n))) if s is not None]
         bar.set_postfix_str(f"{len(opened)} open, {sum(refused.values())} refused")
         lengths = [questions(s.index, 0).chunks for s in opened]
-        spread_s = max(lengths, default=1) * CHUNK_MS / 1000
+        spread = max(lengths, default=1) * CHUNK_MS / 1000 if spread_s is None else spread_s
+        spread_s = spread
         t_start = time.monotonic() + 0.5
 
         async def drive(k: int, s: LoadSession) -> None:
-            # Start times spread over one utterance, so commits do not all land together.
-            start_at = t_start + spread_s * k / max(1, len(opened))
+            # Start times spread (over one utterance unless set), so commits do
+            # not all land together.
+            start_at = t_start + spread * k / max(1, len(opened))
             done = 0
             try:
                 if options.lane == "manual":
@@ -170,7 +178,7 @@ async def run_level(
     processes = usage.usage(window)
     if own is not None:
         own.stop()
-    return summarize_level(
+    level = summarize_level(
         n=n,
         turns=turns,
         opened=len(opened),
@@ -186,6 +194,8 @@ async def run_level(
         lane=options.lane,
         session=opened[0].session if opened else None,
     )
+    level["start_spread_s"] = None if spread_s is None else round(spread_s, 2)
+    return level
 
 
 def raise_fd_limit(needed: int) -> int:
