@@ -3,10 +3,9 @@
 The sessions open (at most `open_concurrency` at a time), then each takes
 `turns` turns in its lane; their start times are spread over one utterance
 (or `start_spread_s`) so that commits do not all land together. In the live
-lanes each session's
-microphone opens `LEAD_IN_CHUNKS` of silence before its first question and
-streams until its last answer has played out. The level's summary is
-`report.summarize_level`'s.
+lanes each session's microphone opens `LEAD_IN_CHUNKS` of silence before its
+first question and streams until its last answer has played out. The level's
+summary is `report.summarize_level`'s.
 """
 
 from __future__ import annotations
