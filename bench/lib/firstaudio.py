@@ -65,7 +65,7 @@ class Preemptive:
 def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> None:
     """The load table's companion: preemptive answers used/started and why the rest
     were dropped, stage0's pauses, stage1's first audio and its parts, and how
-    late stage0's event loops ran (mean)."""
+    late stage0's and the session's event loops ran (mean)."""
     if header:
         print(
             f"{'backend':<10}{'lane':<13}{'sess':>5}  {'pre used/started':<17}"

@@ -97,7 +97,8 @@ async def run_level(
     results: list[TurnResult] = []
     gate = asyncio.Semaphore(options.open_concurrency)
     opened: list[LoadSession] = []
-    spread_s = options.start_spread_s
+    # The spread the level used, for its report (None: it never got that far).
+    spread_s: float | None = None
     session_body = lane_session(options.lane, options.silence_ms, options.eagerness)
 
     async def open_one(i: int) -> LoadSession | None:
@@ -117,8 +118,10 @@ async def run_level(
     try:
         opened = [s for s in await asyncio.gather(*map(open_one, range(n))) if s is not None]
         bar.set_postfix_str(f"{len(opened)} open, {sum(refused.values())} refused")
-        lengths = [questions(s.index, 0).chunks for s in opened]
-        spread = max(lengths, default=1) * CHUNK_MS / 1000 if spread_s is None else spread_s
+        spread = options.start_spread_s
+        if spread is None:
+            lengths = [questions(s.index, 0).chunks for s in opened]
+            spread = max(lengths, default=1) * CHUNK_MS / 1000
         spread_s = spread
         t_start = time.monotonic() + 0.5
 
