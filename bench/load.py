@@ -197,6 +197,12 @@ def main() -> None:
         help="stage1's worker_processes (the profile's is overridden)",
     )
     parser.add_argument(
+        "--session-replicas",
+        type=int,
+        default=1,
+        help="session processes, behind the gateway's round-robin channel",
+    )
+    parser.add_argument(
         "--env",
         action="append",
         default=[],
@@ -284,6 +290,7 @@ def main() -> None:
     report["profile"] = args.profile.name
     report["front_ends"] = args.front_ends
     report["stage1_workers"] = args.stage1_workers
+    report["session_replicas"] = args.session_replicas
     bench: LoadStack | None = None
     try:
         for n in levels:
@@ -296,19 +303,24 @@ def main() -> None:
                     args.profile,
                     args.front_ends,
                     args.stage1_workers,
+                    args.session_replicas,
                 )
                 report.setdefault("startup_s", bench.startup_s)
             options = replace(options, label=f"{args.backend} {args.lane} x{n}")
-            ports = bench.stack.ports
-            preemptive = Preemptive(ports.session_metrics, bench.stage0_metrics_ports)
+            sessions = bench.stack.session_metrics_ports
+            preemptive = Preemptive(sessions, bench.stage0_metrics_ports)
             preemptive.mark()
             stages = StageLatencies(
                 bench.stage0_metrics_ports,
                 bench.stage1_metrics_ports,
-                [ports.session_metrics, ports.gateway],
+                [*sessions, bench.stack.ports.gateway],
             )
             spy = args.py_spy if n == args.profile_at else None
-            roots = {s: bench.stack.procs[s].pid for s in PROFILED if s in bench.stack.procs}
+            roots = {
+                name: proc.pid
+                for name, proc in bench.stack.procs.items()
+                if name.split("_")[0] in PROFILED
+            }
             # The raw samples stay in /tmp: a device call brings back few files.
             into = Path(tempfile.gettempdir()) / f"antiphon-profile-{out.stem}-{n}"
             with profiled_services(spy, roots, into) as files:

@@ -40,8 +40,8 @@ def outcomes(samples: dict[str, float], name: str) -> dict[str, float]:
 class Preemptive:
     """The preemptive counters of one stack: `mark()` before a level, `delta()` after."""
 
-    def __init__(self, session_port: int, stage0_ports: list[int]) -> None:
-        self.ports = {SESSION_COUNTER: [session_port], STAGE0_COUNTER: stage0_ports}
+    def __init__(self, session_ports: list[int], stage0_ports: list[int]) -> None:
+        self.ports = {SESSION_COUNTER: session_ports, STAGE0_COUNTER: stage0_ports}
         self._before: dict[str, dict[str, float]] = {}
 
     def _read(self) -> dict[str, dict[str, float]]:

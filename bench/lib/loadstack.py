@@ -79,7 +79,8 @@ class LoadStack:
     its children are the services themselves). `profile`: the deploy profile the
     services read; `front_ends`: stage0's worker processes (its `llm_front_ends`),
     front end k on the stage0 port + k, every one of them given to the session;
-    `voices`: stage1's (its `worker_processes`), alike."""
+    `voices`: stage1's (its `worker_processes`), alike; `session_replicas`: session
+    processes behind the gateway's round-robin channel."""
 
     def __init__(
         self,
@@ -88,18 +89,25 @@ class LoadStack:
         profile: Path = DEFAULT_PROFILE,
         front_ends: int = 1,
         voices: int = 1,
+        session_replicas: int = 1,
     ) -> None:
         self.env = env
         ports = Ports.free()
         self.stage0_metrics_ports = [ports.stage0_metrics + k for k in range(front_ends)]
         self.stage1_metrics_ports = [ports.stage1_metrics + k for k in range(voices)]
         env = env | worker_env(ports, front_ends, voices)
-        self.stack = LocalStack(ports=ports, extra_env=env, profile=profile)
+        self.stack = LocalStack(
+            ports=ports, extra_env=env, profile=profile, session_replicas=session_replicas
+        )
         t0 = time.monotonic()
         print(f"starting the {backend} stack (logs in {self.stack.run_dir}) ...", file=sys.stderr)
         try:
             self.stack.start(timeout_s=600)
-            await_workers(self.stage0_metrics_ports + self.stage1_metrics_ports)
+            await_workers(
+                self.stage0_metrics_ports
+                + self.stage1_metrics_ports
+                + self.stack.session_metrics_ports
+            )
         except BaseException:
             self.stack.stop()
             raise
@@ -110,8 +118,8 @@ class LoadStack:
         ).start()
 
     def sessions_active(self) -> int | None:
-        """The session replica's own count of the sessions it runs (its metrics)."""
-        active = scrape([self.stack.ports.session_metrics]).get("antiphon_session_sessions_active")
+        """The session replicas' own count of the sessions they run (their metrics)."""
+        active = scrape(self.stack.session_metrics_ports).get("antiphon_session_sessions_active")
         return None if active is None else int(active)
 
     def drain(self, timeout_s: float = 30.0) -> dict[str, Any]:

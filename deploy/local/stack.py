@@ -105,6 +105,10 @@ class LocalStack:
     redis_url: str = ""
     profile: Path = DEFAULT_PROFILE
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Session replicas behind the gateway's one round-robin channel, as a
+    # Kubernetes headless Service spreads them: replica k listens on the
+    # session port + k and serves metrics on the session metrics port + k.
+    session_replicas: int = 1
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -114,6 +118,21 @@ class LocalStack:
     def log_path(self, name: str) -> Path:
         return self.run_dir / f"{name}.log"
 
+    @property
+    def session_names(self) -> list[str]:
+        """The replicas' process names: "session", then "session_1", ..."""
+        return ["session", *(f"session_{k}" for k in range(1, self.session_replicas))]
+
+    @property
+    def session_metrics_ports(self) -> list[int]:
+        return [self.ports.session_metrics + k for k in range(self.session_replicas)]
+
+    def session_target(self) -> str:
+        """The gateway's gRPC target: one replica's address, or all of them
+        (grpc's `ipv4:` resolver; the channel's round_robin spreads streams)."""
+        addresses = [f"127.0.0.1:{self.ports.session + k}" for k in range(self.session_replicas)]
+        return addresses[0] if len(addresses) == 1 else "ipv4:" + ",".join(addresses)
+
     def base_env(self) -> dict[str, str]:
         """What every service of this stack is configured with."""
         p = self.ports
@@ -122,7 +141,7 @@ class LocalStack:
             "ANTIPHON_REDIS_URL": self.redis_url,
             "ANTIPHON_STAGE0_ADDRESSES": f'["127.0.0.1:{p.stage0}"]',
             "ANTIPHON_STAGE1_ADDRESSES": f'["127.0.0.1:{p.stage1}"]',
-            "ANTIPHON_SESSION_ADDRESS": f"127.0.0.1:{p.session}",
+            "ANTIPHON_SESSION_ADDRESS": self.session_target(),
             **self.extra_env,
         }
 
@@ -133,7 +152,8 @@ class LocalStack:
         p = self.ports
         self.spawn_grpc("stage0", "stage0", p.stage0, p.stage0_metrics)
         self.spawn_grpc("stage1", "stage1", p.stage1, p.stage1_metrics)
-        self.spawn_grpc("session", "session", p.session, p.session_metrics)
+        for k, name in enumerate(self.session_names):
+            self.spawn_grpc(name, "session", p.session + k, p.session_metrics + k)
         self.spawn_gateway("gateway", p.gateway)
         self.wait_ready(timeout_s)
 
