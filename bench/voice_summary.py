@@ -31,19 +31,42 @@ def llm_of(run: dict[str, Any]) -> str:
     return EMBEDDED if name in ("same", "") else name
 
 
+# The load issue 26 names: each session a turn every 8-12 s at its own phase.
+# A level whose first turns started spread over at least this long had it;
+# one spread over a single utterance (bench.load's default) was a burst.
+SPREAD_LOAD_S = 8.0
+
+
 def detector_of(run: dict[str, Any], level: dict[str, Any]) -> str:
     """server_vad, or semantic_vad with its eagerness (`auto` unless set), and
-    Smart Turn's engine where the run named one over its profile's; "+mps"
-    where the stack's processes shared the card through CUDA MPS (a layout of
-    its own, with a capacity of its own)."""
+    Smart Turn's engine where the run named one over its profile's; then the
+    layout and load where they differ from the first runs' (each a capacity
+    of its own, see `layout_of`)."""
     lane = str(level.get("lane") or run.get("lane", ""))
-    mps = "+mps" if run.get("machine", {}).get("gpu_sharing") == "mps" else ""
     if lane != "semantic_vad":
-        return lane + mps
+        return lane + layout_of(run, level)
     detection = level.get("turn_detection") or {}
     engine = run.get("env", {}).get("ANTIPHON_TURN_ENGINE")
     engine_part = f"/{engine}" if engine else ""
-    return f"semantic_vad/{detection.get('eagerness', 'auto')}{engine_part}{mps}"
+    eagerness = detection.get("eagerness", "auto")
+    return f"semantic_vad/{eagerness}{engine_part}{layout_of(run, level)}"
+
+
+def layout_of(run: dict[str, Any], level: dict[str, Any]) -> str:
+    """ "+mps": the stack's processes shared the card through CUDA MPS;
+    "+spread": the level had the issue's load (SPREAD_LOAD_S), not a burst;
+    "+sessions2": that many session replicas; "+vad_offload1": the stage0
+    setting `vad_offload_at` set by the run."""
+    tags = []
+    if run.get("machine", {}).get("gpu_sharing") == "mps":
+        tags.append("mps")
+    if (level.get("start_spread_s") or 0.0) >= SPREAD_LOAD_S:
+        tags.append("spread")
+    if (replicas := run.get("session_replicas", 1)) > 1:
+        tags.append(f"sessions{replicas}")
+    if offload := run.get("env", {}).get("ANTIPHON_VAD_OFFLOAD_AT"):
+        tags.append(f"vad_offload{offload}")
+    return "".join(f"+{t}" for t in tags)
 
 
 def _cpu(level: dict[str, Any]) -> dict[str, float]:
@@ -62,6 +85,7 @@ def row(source: str, run: dict[str, Any], level: dict[str, Any]) -> dict[str, An
         "llm": llm_of(run),
         "detector": detector_of(run, level),
         "sessions": level["sessions"],
+        "device": run.get("machine", {}).get("device"),
         "first_audio_ms_p50": first.get("p50"),
         "first_audio_ms_p95": first.get("p95"),
         "turns_completed": level.get("turns_completed", 0),

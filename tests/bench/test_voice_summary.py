@@ -10,7 +10,7 @@ from bench.voice_summary import EMBEDDED, summarize
 
 
 def _level(sessions: int, p95: float, *, completed: int | None = None, errors: int = 0,
-           eagerness: str | None = None) -> dict[str, Any]:  # fmt: skip
+           eagerness: str | None = None, spread_s: float = 2.2) -> dict[str, Any]:  # fmt: skip
     expected = sessions * 2
     level: dict[str, Any] = {
         "lane": "semantic_vad" if eagerness else "server_vad",
@@ -20,6 +20,7 @@ def _level(sessions: int, p95: float, *, completed: int | None = None, errors: i
         "turns_expected": expected,
         "errors": {"count": errors},
         "processes": {"stage0": {"cpu_pct": 120.0}, "stage1": {"cpu_pct": 40.0}},
+        "start_spread_s": spread_s,
     }
     if eagerness:
         level["turn_detection"] = {"type": "semantic_vad", "eagerness": eagerness}
@@ -27,10 +28,14 @@ def _level(sessions: int, p95: float, *, completed: int | None = None, errors: i
 
 
 def _run(tmp_path: Path, name: str, model: str, levels: list[dict[str, Any]],
-         sharing: str = "time-slicing", **env: str) -> Path:  # fmt: skip
+         sharing: str = "time-slicing", replicas: int | None = None,
+         **env: str) -> Path:  # fmt: skip
     path = tmp_path / name
     env = {"ANTIPHON_LLM_MODEL": model, **env}
-    path.write_text(json.dumps({"env": env, "machine": {"gpu_sharing": sharing}, "levels": levels}))
+    run = {"env": env, "machine": {"gpu_sharing": sharing, "device": "H"}, "levels": levels}
+    if replicas is not None:
+        run["session_replicas"] = replicas
+    path.write_text(json.dumps(run))
     return path
 
 
@@ -50,6 +55,13 @@ def test_capacity_is_the_largest_level_that_held_per_llm_and_detector(tmp_path: 
         # The card shared through CUDA MPS is a layout of its own.
         _run(tmp_path, "f.json", same, [_level(64, 442, eagerness="high"),
                                         _level(128, 1496, eagerness="high")], sharing="mps"),
+        # So are the load (first turns spread over a turn's period), more
+        # session replicas and a VAD offload set by the run; one replica is the default.
+        _run(tmp_path, "g.json", same, [_level(192, 523, eagerness="high", spread_s=10.0)],
+             sharing="mps", replicas=1),
+        _run(tmp_path, "h.json", same, [_level(320, 635, eagerness="high", spread_s=10.0),
+                                        _level(384, 1288, eagerness="high", spread_s=10.0)],
+             sharing="mps", replicas=2, ANTIPHON_VAD_OFFLOAD_AT="1"),
     ]  # fmt: skip
     summary = summarize(runs, 1000.0)
     assert summary["capacity_at_slo"] == {
@@ -59,11 +71,14 @@ def test_capacity_is_the_largest_level_that_held_per_llm_and_detector(tmp_path: 
             "semantic_vad/high": 128,
             "semantic_vad/auto/onnxruntime": 0,
             "semantic_vad/high+mps": 64,
+            "semantic_vad/high+mps+spread": 192,
+            "semantic_vad/high+mps+spread+sessions2+vad_offload1": 320,
         },
         "qwen2.5-7b": {"server_vad": 128},
     }
     rows = summary["levels"]
-    assert len(rows) == 12
-    missing_turns = next(r for r in rows if r["sessions"] == 384)
+    assert len(rows) == 15
+    missing_turns = next(r for r in rows if r["sessions"] == 384 and r["detector"] == "server_vad")
     assert missing_turns["held"] is False and missing_turns["file"] == "b.json"
     assert rows[0]["cpu_pct"] == {"stage0": 120.0, "stage1": 40.0}
+    assert rows[0]["device"] == "H"
