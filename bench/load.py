@@ -71,6 +71,10 @@ through level N: each one's raw samples go to /tmp/antiphon-profile-<out>-N/,
 and its busiest thread's functions (share of samples, inclusive and self) are
 printed and kept in the level's `profile`.
 
+`--session-replicas N` runs N session processes behind the gateway's
+round-robin channel, as a cluster's session pods are; their metrics are
+summed, their CPU is reported per replica (`session`, `session_1`, ...).
+
 `--barge-in` adds trials on the `server_vad` lane: the client speaks again
 as soon as the answer's first audio arrives and measures speech onset sent
 -> `response.done` (cancelled) and -> that response's last audio delta.

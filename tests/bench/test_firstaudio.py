@@ -39,17 +39,21 @@ def test_stage1s_first_audio_is_reported_with_its_parts_over_the_level_only(
     assert "250 = 200+10+40" in capsys.readouterr().out
 
 
-def test_the_preemptive_counters_are_every_front_ends(serve: Serve) -> None:
-    session = CollectorRegistry()
-    answers = Counter("antiphon_session_preemptive_answers", "", ["outcome"], registry=session)
+def test_the_preemptive_counters_are_every_front_ends_and_session_replicas(serve: Serve) -> None:
+    replicas = [CollectorRegistry() for _ in range(2)]
+    answers, other = (
+        Counter("antiphon_session_preemptive_answers", "", ["outcome"], registry=r)
+        for r in replicas
+    )
     front_ends = [CollectorRegistry() for _ in range(2)]
     pauses = [
         Counter("antiphon_stage0_utterance_pauses", "", ["outcome"], registry=r) for r in front_ends
     ]
-    preemptive = Preemptive(serve(session), [serve(r) for r in front_ends])
+    preemptive = Preemptive([serve(r) for r in replicas], [serve(r) for r in front_ends])
     preemptive.mark()
     answers.labels("started").inc(3)
-    answers.labels("used").inc(2)
+    answers.labels("used").inc()
+    other.labels("used").inc()
     answers.labels("speech_resumed").inc()
     pauses[0].labels("reported").inc()
     pauses[1].labels("reported").inc(2)
