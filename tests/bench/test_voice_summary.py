@@ -32,7 +32,11 @@ def _run(tmp_path: Path, name: str, model: str, levels: list[dict[str, Any]],
          **env: str) -> Path:  # fmt: skip
     path = tmp_path / name
     env = {"ANTIPHON_LLM_MODEL": model, **env}
-    run = {"env": env, "machine": {"gpu_sharing": sharing, "device": "H"}, "levels": levels}
+    run: dict[str, Any] = {
+        "env": env,
+        "machine": {"gpu_sharing": sharing, "device": "H"},
+        "levels": levels,
+    }
     if replicas is not None:
         run["session_replicas"] = replicas
     path.write_text(json.dumps(run))

@@ -23,7 +23,12 @@ from antiphon.client.load import (
     plot,
     print_table,
 )
-from antiphon.client.load.report import new_report, print_summary, summarize_level
+from antiphon.client.load.report import (
+    busiest_line,
+    new_report,
+    print_summary,
+    summarize_level,
+)
 
 OWN = {
     "loadgen": {"cpu_s": 1, "cpu_pct": 10, "cpu_pct_peak": 20, "rss_mib": 50, "peak_rss_mib": 60}
@@ -153,6 +158,22 @@ def test_a_run_that_measured_only_itself_prints_and_plots(
     report["levels"] = [lv]
     plot(report, tmp_path / "load.png")
     assert (tmp_path / "load.png").stat().st_size > 0
+
+
+def test_session_replicas_each_get_a_column_after_the_session(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lv = level([turn(0)])
+    usage = {"cpu_pct": 50.0, "cpu_pct_peak": 90.0, "peak_rss_mib": 150.0}
+    lv["processes"] |= {
+        name: {**usage, "busiest": [{"pid": 1, "name": "python3", "cpu_pct": 50.0 + k}]}
+        for k, name in enumerate(["session_1", "session", "gateway", "session_b"])
+    }
+    print_table("cascade", [lv], header=True)
+    header = capsys.readouterr().out.splitlines()[0]
+    # Replicas in order after their service; a name that is not a replica's is no column.
+    assert header.endswith("gateway session session_1 loadgen")
+    assert busiest_line(lv) == "gateway python3 52%, session python3 51%, session_1 python3 50%"
 
 
 def test_bench_main_says_so_when_the_server_is_unreachable(tmp_path: Path) -> None:

@@ -25,6 +25,19 @@ from antiphon.client.load.session import TurnResult
 SERVICES = ("gateway", "session", "stage0", "stage1", "redis", "loadgen")
 
 
+def service_names(levels: list[dict[str, Any]]) -> list[str]:
+    """The process trees the levels sampled, in SERVICES' order, each service's
+    replicas after it ("session", "session_1", ...: bench.load --session-replicas)."""
+    seen = {name for lv in levels for name in lv["processes"]}
+    return [
+        name
+        for service in SERVICES
+        for name in sorted(seen, key=lambda n: (len(n), n))
+        if name == service
+        or (name.startswith(f"{service}_") and name[len(service) + 1 :].isdigit())
+    ]
+
+
 def stats(values: Sequence[float], *ps: int) -> dict[str, float | int] | None:
     """Percentiles (linear interpolation), max and count; None without samples."""
     if not values:
@@ -203,7 +216,7 @@ def _fmt(s: dict[str, Any] | None, *keys: str) -> str:
 def print_table(backend: str, levels: list[dict[str, Any]], header: bool) -> None:
     """One line per level on stdout: latency, errors, CPU % and peak RSS per
     process (the services' when the run started them, else its own alone)."""
-    names = [p for p in SERVICES if any(p in lv["processes"] for lv in levels)]
+    names = service_names(levels)
     if header:
         print(
             f"{'backend':<10}{'lane':<13}{'sess':>5}{'open':>5}{'refused':>8}{'turns':>7}"
@@ -299,7 +312,7 @@ def busiest_line(level: dict[str, Any]) -> str:
     event loop is busy bounds the level, whatever the machine's other cores do
     (its other threads, onnxruntime's or torch's, may take it past 100)."""
     parts = []
-    for service in SERVICES:
+    for service in service_names([level]):
         top = (level["processes"].get(service) or {}).get("busiest") or []
         if top:
             parts.append(f"{service} {top[0]['name']} {top[0]['cpu_pct']:.0f}%")
