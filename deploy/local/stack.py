@@ -264,11 +264,22 @@ class LocalStack:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Run the whole Antiphon stack locally.")
     parser.add_argument("--port", type=int, default=8000, help="gateway port")
+    parser.add_argument(
+        "--session-replicas",
+        type=int,
+        default=1,
+        help="session processes behind the gateway (ports 50051 + k, metrics 9101 + k)",
+    )
     args = parser.parse_args()
     redis_url = os.environ.get("ANTIPHON_REDIS_URL", "")
     if not redis_url and shutil.which("redis-server") is None:
         raise SystemExit(REDIS_HINT)
-    stack = LocalStack(ports=Ports(gateway=args.port), redis_url=redis_url, run_dir=REPO / ".run")
+    stack = LocalStack(
+        ports=Ports(gateway=args.port),
+        redis_url=redis_url,
+        run_dir=REPO / ".run",
+        session_replicas=args.session_replicas,
+    )
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -286,7 +297,8 @@ def main() -> None:
             f"  realtime:  ws://127.0.0.1:{args.port}/v1/realtime\n"
             f"  readiness: {stack.gateway_url}/readyz\n"
             f"  metrics:   {stack.gateway_url}/metrics (gateway), "
-            f":{stack.ports.session_metrics} (session), :{stack.ports.stage0_metrics} (stage0), "
+            f"{', '.join(f':{port}' for port in stack.session_metrics_ports)} (session), "
+            f":{stack.ports.stage0_metrics} (stage0), "
             f":{stack.ports.stage1_metrics} (stage1)\n"
             f"Ctrl-C stops everything.",
             flush=True,
