@@ -53,10 +53,10 @@ def detector_of(run: dict[str, Any], level: dict[str, Any]) -> str:
 
 
 def layout_of(run: dict[str, Any], level: dict[str, Any]) -> str:
-    """ "+mps": the stack's processes shared the card through CUDA MPS;
-    "+spread": the level had the issue's load (SPREAD_LOAD_S), not a burst;
-    "+sessions2": that many session replicas; "+vad_offload1": the stage0
-    setting `vad_offload_at` set by the run."""
+    """A level's layout and load, as tags: `+mps`, the stack's processes shared
+    the card through CUDA MPS; `+spread`, the level had the issue's load
+    (SPREAD_LOAD_S), not a burst; `+sessions2`, that many session replicas;
+    `+vad_offload1`, the stage0 setting `vad_offload_at` set by the run."""
     tags = []
     if run.get("machine", {}).get("gpu_sharing") == "mps":
         tags.append("mps")
