@@ -320,11 +320,8 @@ def main() -> None:
                 [*sessions, bench.stack.ports.gateway],
             )
             spy = args.py_spy if n == args.profile_at else None
-            roots = {
-                name: proc.pid
-                for name, proc in bench.stack.procs.items()
-                if name.split("_")[0] in PROFILED
-            }
+            profiled = {*PROFILED, *bench.stack.session_names}
+            roots = {name: p.pid for name, p in bench.stack.procs.items() if name in profiled}
             # The raw samples stay in /tmp: a device call brings back few files.
             into = Path(tempfile.gettempdir()) / f"antiphon-profile-{out.stem}-{n}"
             with profiled_services(spy, roots, into) as files:

@@ -28,11 +28,11 @@ SERVICES = ("gateway", "session", "stage0", "stage1", "redis", "loadgen")
 def service_names(levels: list[dict[str, Any]]) -> list[str]:
     """The process trees the levels sampled, in SERVICES' order, each service's
     replicas after it ("session", "session_1", ...: bench.load --session-replicas)."""
-    seen = {name for lv in levels for name in lv["processes"]}
+    seen = sorted({name for lv in levels for name in lv["processes"]}, key=lambda n: (len(n), n))
     return [
         name
         for service in SERVICES
-        for name in sorted(seen, key=lambda n: (len(n), n))
+        for name in seen
         if name == service
         or (name.startswith(f"{service}_") and name[len(service) + 1 :].isdigit())
     ]
