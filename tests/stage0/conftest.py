@@ -21,11 +21,12 @@ import pytest
 
 from antiphon.common.assets import default_cache_dir
 from antiphon.stage0.assets import Stage0Assets, prepare
+from antiphon.stage0.cpu_choice import choose_for
 from antiphon.stage0.settings import Stage0Settings
 from tests.support import tiers
 
 if TYPE_CHECKING:
-    from antiphon.stage0.llm import LlmEngine
+    from antiphon.stage0.models import Llm
 
 SAMPLE_RATE = 16_000
 
@@ -40,21 +41,18 @@ def model_cache() -> Path:
 def assets(request: pytest.FixtureRequest, model_cache: Path) -> Stage0Assets:
     """The prepared models (converted on first use): what every model test starts from."""
     tiers.require(request, tiers.MODELS, "prepares the stage0 models")
-    return prepare(model_cache, Stage0Settings().llm_model)
+    settings = Stage0Settings()
+    return prepare(model_cache, settings.llm_model, choose_for(settings).engine)
 
 
 @pytest.fixture(scope="session")
-async def llm_engine(assets: Stage0Assets) -> AsyncIterator[LlmEngine]:
-    # Imported here: vLLM's import is slow and only the LLM tests need it.
-    from antiphon.stage0.engine_config import EngineConfig
-    from antiphon.stage0.llm import LlmEngine
-    from antiphon.stage0.models import decoding
+async def llm_engine(assets: Stage0Assets) -> AsyncIterator[Llm]:
+    """The LLM on the engine a worker with the default settings picks on this machine."""
+    # Imported here: the engines' imports are slow and only the LLM tests need them.
+    from antiphon.stage0.models import start_llm
 
-    # As a worker with the default settings runs it.
     settings = Stage0Settings()
-    engine = await LlmEngine.start(
-        assets.llm_model, threads=1, config=EngineConfig.of(settings), decoding=decoding(settings)
-    )
+    engine = await start_llm(settings, choose_for(settings), assets.llm_model)
     try:
         yield engine
     finally:

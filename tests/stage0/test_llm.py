@@ -1,4 +1,7 @@
-"""The vLLM engine: chat prompts, streamed deltas, metrics, abort and cancellation."""
+"""The LLM engine a worker picks on this machine (cpu_choice.py: llama.cpp on
+an AVX2 CPU, vLLM on AVX-512 BF16): chat prompts, streamed deltas, metrics,
+abort and cancellation, the loop stop, allowed tokens. Both engines keep this
+contract; test_llm_vllm.py runs vLLM's own on any CPU."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from antiphon.stage0.assets import Stage0Assets
-from antiphon.stage0.llm import LlmEngine, LlmOutput, PromptTooLongError
+from antiphon.stage0.generation import LlmOutput, PromptTooLongError
+from antiphon.stage0.models import Llm
 
 pytestmark = pytest.mark.models
 
@@ -21,20 +25,20 @@ def _rid() -> str:
     return f"test-{uuid.uuid4().hex[:8]}"
 
 
-async def _collect(engine: LlmEngine, prompt: str, max_tokens: int) -> list[LlmOutput]:
+async def _collect(engine: Llm, prompt: str, max_tokens: int) -> list[LlmOutput]:
     return [
         out async for out in engine.generate(_rid(), prompt, temperature=0.0, max_tokens=max_tokens)
     ]
 
 
-async def test_prompt_is_the_chat_template_with_system_first(llm_engine: LlmEngine) -> None:
+async def test_prompt_is_the_chat_template_with_system_first(llm_engine: Llm) -> None:
     prompt = llm_engine.build_prompt([("system", SYSTEM), ("user", "Hi"), ("assistant", "Hello")])
     assert prompt.startswith(f"<|im_start|>system\n{SYSTEM}<|im_end|>")
     assert prompt.index("Hi") < prompt.index("Hello")
     assert prompt.endswith("<|im_start|>assistant\n")
 
 
-async def test_answers_a_question_in_streamed_deltas_with_metrics(llm_engine: LlmEngine) -> None:
+async def test_answers_a_question_in_streamed_deltas_with_metrics(llm_engine: Llm) -> None:
     prompt = llm_engine.build_prompt(
         [("system", SYSTEM), ("user", "What is the capital of France?")]
     )
@@ -54,14 +58,14 @@ async def test_answers_a_question_in_streamed_deltas_with_metrics(llm_engine: Ll
     assert all(x >= 0 for x in metrics.itl_ms)
 
 
-async def test_greedy_is_deterministic(llm_engine: LlmEngine) -> None:
+async def test_greedy_is_deterministic(llm_engine: Llm) -> None:
     prompt = llm_engine.build_prompt([("system", SYSTEM), ("user", "Name three colors.")])
     first = "".join(o.text for o in await _collect(llm_engine, prompt, max_tokens=12))
     second = "".join(o.text for o in await _collect(llm_engine, prompt, max_tokens=12))
     assert first and first == second
 
 
-async def test_abort_stops_a_long_generation_early(llm_engine: LlmEngine) -> None:
+async def test_abort_stops_a_long_generation_early(llm_engine: Llm) -> None:
     prompt = llm_engine.build_prompt([("system", SYSTEM), ("user", "Write a very long story.")])
     request_id = _rid()
     outputs: list[LlmOutput] = []
@@ -75,7 +79,7 @@ async def test_abort_stops_a_long_generation_early(llm_engine: LlmEngine) -> Non
     assert llm_engine.num_active_requests == 0
 
 
-async def test_cancelling_the_consumer_aborts_the_request(llm_engine: LlmEngine) -> None:
+async def test_cancelling_the_consumer_aborts_the_request(llm_engine: Llm) -> None:
     prompt = llm_engine.build_prompt([("system", SYSTEM), ("user", "Write a very long story.")])
     first_delta = asyncio.Event()
 
@@ -95,7 +99,7 @@ async def test_cancelling_the_consumer_aborts_the_request(llm_engine: LlmEngine)
 
 
 async def test_a_prompt_over_max_model_len_is_refused_before_it_starts(
-    llm_engine: LlmEngine,
+    llm_engine: Llm,
 ) -> None:
     prompt = llm_engine.build_prompt([("user", "word " * llm_engine.max_model_len)])
     with pytest.raises(PromptTooLongError):
@@ -103,7 +107,7 @@ async def test_a_prompt_over_max_model_len_is_refused_before_it_starts(
     assert llm_engine.num_active_requests == 0
 
 
-async def test_a_response_that_loops_is_stopped_as_repetition(llm_engine: LlmEngine) -> None:
+async def test_a_response_that_loops_is_stopped_as_repetition(llm_engine: Llm) -> None:
     """The loop stop (the default settings' n-gram guard) ends it long before its limit."""
     prompt = llm_engine.build_prompt(
         [("system", SYSTEM), ("user", "Write the word la 300 times, separated by spaces.")]
@@ -115,22 +119,8 @@ async def test_a_response_that_loops_is_stopped_as_repetition(llm_engine: LlmEng
     assert llm_engine.num_active_requests == 0
 
 
-async def test_vllm_keeps_no_prometheus_metrics_of_its_own(llm_engine: LlmEngine) -> None:
-    """vLLM's Prometheus logger would observe its histograms for every request
-    at every step, on the worker's event loop, into the registry the worker's
-    /metrics serves: the engine runs without it (llm._QuietStats), and still
-    times its requests."""
-    from prometheus_client import REGISTRY
-
-    prompt = llm_engine.build_prompt([("system", SYSTEM), ("user", "Say hi.")])
-    last = (await _collect(llm_engine, prompt, max_tokens=4))[-1]
-    assert last.metrics is not None and last.metrics.ttft_ms > 0
-    vllm_metrics = [m.name for m in REGISTRY.collect() if m.name.startswith("vllm")]
-    assert vllm_metrics == []
-
-
 async def test_an_answer_held_to_allowed_tokens_uses_no_other(
-    llm_engine: LlmEngine, assets: Stage0Assets
+    llm_engine: Llm, assets: Stage0Assets
 ) -> None:
     """`llm_allowed_tokens_file` (bench/gpu/speakable.py): asked for code, the
     model still writes only the allowed words and punctuation."""

@@ -11,7 +11,9 @@ fails fast with a message naming the command that prepares what is missing.
   catalogue pins (a mismatch names the package), and dequantised by
   transformers into a safetensors folder (`<name>-instruct/`) vLLM loads; the
   folder records the GGUF's sha256, so a folder made from other weights is
-  rebuilt. A local folder or model id is used as it is.
+  rebuilt. For llama.cpp (cpu_choice.py) the joined GGUF is kept as it is,
+  beside the tokenizer transformers reads from it (`<name>-gguf/`), with no
+  conversion. A local folder or model id is used as it is.
 - Silero VAD's ONNX file is used where `silero-vad` installed it.
 - Smart Turn v3.2 (`semantic_vad`) and its numpy feature extractor are used
   where `pipecat-ai` installed them (`make install` adds the wheel alone,
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from antiphon.common.assets import MissingAssetError
 from antiphon.stage0 import llm_models
-from antiphon.stage0.llm_models import DEFAULT_LLM, PackagedLlm
+from antiphon.stage0.llm_models import DEFAULT_LLM, LlmEngineName, PackagedLlm
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,9 @@ _HF_FILES = ("config.json", "tokenizer_config.json")
 # which GGUF they were made from.
 _SOURCE_FILE = "antiphon-source.json"
 _LLM_FILES = (*_HF_FILES, "model.safetensors", "tokenizer.json", _SOURCE_FILE)
+# What llama.cpp's folder holds: the GGUF, and its tokenizer for the chat template.
+GGUF_FILE = "model.gguf"
+_GGUF_FILES = (GGUF_FILE, "tokenizer_config.json", "tokenizer.json", _SOURCE_FILE)
 # Saved weights: the GGUFs are 4-bit, so bf16 loses nothing and halves the folder.
 _SAVE_DTYPE = "bfloat16"
 _VAD_ONNX = "silero_vad.onnx"
@@ -79,8 +84,8 @@ class CorruptPackageError(RuntimeError):
 @dataclass(frozen=True)
 class Stage0Assets:
     whisper_dir: Path
-    # What vLLM loads: a prepared or local folder's path, or a model id in the
-    # local Hugging Face cache.
+    # What the LLM engine loads: a prepared or local folder's path, or a model
+    # id in the local Hugging Face cache; for llama.cpp the folder holds GGUF_FILE.
     llm_model: str
     vad_onnx: Path
     turn: TurnAssets
@@ -123,9 +128,9 @@ def _check_dir(path: Path, files: tuple[str, ...], what: str) -> Path:
     return path
 
 
-def _check_source(folder: Path, model: PackagedLlm) -> Path:
-    """A converted folder made from the GGUF the catalogue pins now."""
-    _check_dir(folder, _LLM_FILES, model.title)
+def _check_source(folder: Path, model: PackagedLlm, files: tuple[str, ...] = _LLM_FILES) -> Path:
+    """A prepared folder made from the GGUF the catalogue pins now."""
+    _check_dir(folder, files, model.title)
     try:
         made_from = json.loads((folder / _SOURCE_FILE).read_text()).get("gguf_sha256")
     except (ValueError, AttributeError):
@@ -135,8 +140,10 @@ def _check_source(folder: Path, model: PackagedLlm) -> Path:
     return folder
 
 
-def _locate_llm(cache_dir: Path, llm_model: str) -> str:
+def _locate_llm(cache_dir: Path, llm_model: str, engine: LlmEngineName) -> str:
     model = llm_models.packaged(llm_model)
+    if model is not None and engine == "llamacpp":
+        return str(_check_source(cache_dir / model.gguf_dirname, model, _GGUF_FILES))
     if model is not None:
         return str(_check_source(cache_dir / model.dirname, model))
     folder = llm_models.local_folder(llm_model)
@@ -146,11 +153,14 @@ def _locate_llm(cache_dir: Path, llm_model: str) -> str:
     return llm_model
 
 
-def locate(cache_dir: Path, llm_model: str = DEFAULT_LLM) -> Stage0Assets:
-    """The prepared assets under `cache_dir`; no work done. Raises `MissingAssetError`."""
+def locate(
+    cache_dir: Path, llm_model: str = DEFAULT_LLM, engine: LlmEngineName = "vllm"
+) -> Stage0Assets:
+    """The prepared assets under `cache_dir` for the LLM on `engine`; no work
+    done. Raises `MissingAssetError`."""
     return Stage0Assets(
         whisper_dir=_check_dir(cache_dir / WHISPER_DIRNAME, _WHISPER_FILES, "Whisper model"),
-        llm_model=_locate_llm(cache_dir, llm_model),
+        llm_model=_locate_llm(cache_dir, llm_model, engine),
         vad_onnx=_vad_onnx(),
         turn=locate_turn(),
     )
@@ -238,6 +248,24 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
+def _gguf_builder(model: PackagedLlm) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        # Imported here: only preparing needs transformers' GGUF reader.
+        from transformers import AutoTokenizer
+
+        join_gguf(model, out / GGUF_FILE)
+        tokenizer = AutoTokenizer.from_pretrained(out, gguf_file=GGUF_FILE, local_files_only=True)
+        tokenizer.save_pretrained(out)
+        _write_source(model, out)
+
+    return build
+
+
+def _write_source(model: PackagedLlm, out: Path) -> None:
+    source = {"gguf_sha256": model.sha256, "packages": model.requirements()}
+    (out / _SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
+
+
 def _llm_builder(model: PackagedLlm) -> Callable[[Path], None]:
     def build(out: Path) -> None:
         scratch = out / ".gguf"
@@ -246,8 +274,7 @@ def _llm_builder(model: PackagedLlm) -> Callable[[Path], None]:
         join_gguf(model, gguf)
         _convert_gguf(gguf, out)
         shutil.rmtree(scratch)
-        source = {"gguf_sha256": model.sha256, "packages": model.requirements()}
-        (out / _SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
+        _write_source(model, out)
 
     return build
 
@@ -263,8 +290,11 @@ def _prepare_one(
         _build_atomically(target, build)
 
 
-def prepare(cache_dir: Path, llm_model: str = DEFAULT_LLM) -> Stage0Assets:
-    """Make every stage0 asset under `cache_dir` that is not there yet; safe to rerun."""
+def prepare(
+    cache_dir: Path, llm_model: str = DEFAULT_LLM, engine: LlmEngineName = "vllm"
+) -> Stage0Assets:
+    """Make every stage0 asset under `cache_dir` that is not there yet, the LLM
+    as `engine` loads it; safe to rerun."""
     whisper = cache_dir / WHISPER_DIRNAME
     _prepare_one(
         whisper,
@@ -273,10 +303,18 @@ def prepare(cache_dir: Path, llm_model: str = DEFAULT_LLM) -> Stage0Assets:
         _build_whisper,
     )
     model = llm_models.packaged(llm_model)
-    if model is not None:
+    if model is not None and engine == "llamacpp":
+        target = cache_dir / model.gguf_dirname
+        _prepare_one(
+            target,
+            lambda: _check_source(target, model, _GGUF_FILES),
+            f"{model.title} for llama.cpp",
+            _gguf_builder(model),
+        )
+    elif model is not None:
         target = cache_dir / model.dirname
         _prepare_one(target, lambda: _check_source(target, model), model.title, _llm_builder(model))
-    return locate(cache_dir, llm_model)
+    return locate(cache_dir, llm_model, engine)
 
 
 def locate_vad() -> Path:

@@ -150,6 +150,46 @@ class ChatTokenizer:
         return joined == list(self._tokenizer.encode(text, add_special_tokens=False))
 
 
+class ChatPrompts:
+    """What every LLM engine answers from its chat tokenizer alone: prompts as
+    the model's template renders them, their lengths, and the context's size.
+    The engines (llm.py's vLLM, llm_llamacpp.py's llama.cpp) add generation."""
+
+    def __init__(self, chat: ChatTokenizer, max_model_len: int) -> None:
+        self._chat = chat
+        self._max_model_len = max_model_len
+
+    def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str:
+        """(role, content) pairs, system first, as the model's chat template renders them."""
+        return self._chat.build_prompt(messages)
+
+    def render_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """Chat messages and the functions the model may call, as its template renders them."""
+        return self._chat.render_chat(messages, tools)
+
+    @property
+    def takes_tools(self) -> bool:
+        """Whether the chat template renders `tools=` itself (Qwen2.5's does, SmolLM2's not)."""
+        return self._chat.takes_tools
+
+    def prepare(self, role: str, content: str) -> None:
+        """Encode ahead a message this worker produced for a later prompt."""
+        self._chat.prepare(role, content)
+
+    def count_tokens(self, prompt: str) -> int:
+        """The prompt's length in tokens: what its ids will be (the same cache) cost."""
+        return self._chat.count_tokens(prompt)
+
+    @property
+    def max_model_len(self) -> int:
+        """Prompt plus output tokens one request may hold; prompts must stay below it."""
+        return self._max_model_len
+
+
 def _cut_tokens(tokenizer: PreTrainedTokenizerBase) -> list[str]:
     """The added tokens at which the tokenizer itself first cuts any text (none: no cutting).
 

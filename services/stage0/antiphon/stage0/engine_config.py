@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from antiphon.stage0.cpu_choice import choose_for
 from antiphon.stage0.llm_models import LlmDtype, LoadFormat
 from antiphon.stage0.settings import Stage0Settings
 
@@ -34,8 +35,12 @@ class EngineConfig:
     load_format: LoadFormat = "auto"
 
     @classmethod
-    def of(cls, settings: Stage0Settings) -> EngineConfig:
-        """The worker's engine, as its settings size it."""
+    def of(cls, settings: Stage0Settings, dtype: LlmDtype | None = None) -> EngineConfig:
+        """The worker's engine, as its settings size it, in `dtype` (None: the
+        format cpu_choice.py picks for vLLM on this machine)."""
+        if dtype is None:
+            choice = choose_for(settings, engine="vllm")
+            dtype = "float32" if choice.format == "gguf" else choice.format
         return cls(
             max_model_len=settings.llm_max_model_len,
             kv_cache_gib=settings.llm_kv_cache_gib,
@@ -43,7 +48,7 @@ class EngineConfig:
             max_num_seqs=settings.llm_max_num_seqs,
             max_num_batched_tokens=settings.llm_max_num_batched_tokens,
             stream_interval=settings.llm_stream_interval,
-            dtype=settings.llm_dtype,
+            dtype=dtype,
             block_size=settings.llm_block_size,
             enforce_eager=settings.llm_enforce_eager,
             load_format=settings.llm_load_format,

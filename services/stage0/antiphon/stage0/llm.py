@@ -30,7 +30,7 @@ from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import PrometheusStatLogger
 
-from antiphon.stage0.chat_tokenizer import ChatTokenizer
+from antiphon.stage0.chat_tokenizer import ChatPrompts, ChatTokenizer
 from antiphon.stage0.engine_config import DEFAULT_ENGINE, EngineClient, EngineConfig
 from antiphon.stage0.generation import (
     PLAIN_DECODING,
@@ -235,7 +235,7 @@ def _async_llm(
     )
 
 
-class LlmEngine:
+class LlmEngine(ChatPrompts):
     """A thin owner of one `AsyncLLM` and its chat tokenizer (chat_tokenizer.py)."""
 
     def __init__(
@@ -245,9 +245,8 @@ class LlmEngine:
         max_model_len: int,
         decoding: Decoding = PLAIN_DECODING,
     ) -> None:
+        super().__init__(chat, max_model_len)
         self._engine = engine
-        self._chat = chat
-        self._max_model_len = max_model_len
         self._decoding = decoding
 
     def with_decoding(self, decoding: Decoding) -> LlmEngine:
@@ -280,23 +279,6 @@ class LlmEngine:
         engine = await asyncio.to_thread(_async_llm, str(model), threads, config, client)
         return cls(engine, chat, config.max_model_len, decoding)
 
-    def build_prompt(self, messages: Sequence[tuple[str, str]]) -> str:
-        """(role, content) pairs, system first, as the model's chat template renders them."""
-        return self._chat.build_prompt(messages)
-
-    def render_chat(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None = None,
-    ) -> str:
-        """Chat messages and the functions the model may call, as its template renders them."""
-        return self._chat.render_chat(messages, tools)
-
-    @property
-    def takes_tools(self) -> bool:
-        """Whether the chat template renders `tools=` itself (Qwen2.5's does, SmolLM2's not)."""
-        return self._chat.takes_tools
-
     async def first_token_odds(
         self, request_id: str, prompt: str, options: Sequence[str]
     ) -> dict[str, float]:
@@ -320,19 +302,6 @@ class LlmEngine:
                     if word in odds:
                         odds[word] += math.exp(logprob.logprob)
         return odds
-
-    def prepare(self, role: str, content: str) -> None:
-        """Encode ahead a message this worker produced for a later prompt (chat_tokenizer.py)."""
-        self._chat.prepare(role, content)
-
-    def count_tokens(self, prompt: str) -> int:
-        """The prompt's length in tokens: what its ids will be (the same cache) cost."""
-        return self._chat.count_tokens(prompt)
-
-    @property
-    def max_model_len(self) -> int:
-        """Prompt plus output tokens one request may hold; prompts must stay below it."""
-        return self._max_model_len
 
     @property
     def num_active_requests(self) -> int:

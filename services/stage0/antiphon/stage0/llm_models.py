@@ -24,6 +24,8 @@ LlmDtype = Literal["auto", "float32", "bfloat16", "float16"]
 # How vLLM loads the weights (`llm_load_format`); "dummy" makes random ones
 # from the folder's config.json (capacity benches: the compute cost is real).
 LoadFormat = Literal["auto", "dummy"]
+# What runs the LLM (cpu_choice.py picks one for `llm_engine` "auto").
+LlmEngineName = Literal["vllm", "llamacpp"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,11 @@ class PackagedLlm:
     def dirname(self) -> str:
         """Its converted folder under the model cache."""
         return f"{self.name}-instruct"
+
+    @property
+    def gguf_dirname(self) -> str:
+        """Its folder for llama.cpp under the model cache: the GGUF and its tokenizer."""
+        return f"{self.name}-gguf"
 
     def requirements(self) -> list[str]:
         return [f"{part.dist}=={self.version}" for part in self.parts]

