@@ -41,11 +41,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[gateway,session,stage0,stage1,client,dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q -e '.[gateway,session,stage0,stage1,client,dev]'
 	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0 $(MOSHI)
 	$(INSTALL_LLM)
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
+
+# llama-cpp-python compiles llama.cpp (about 6 minutes on 2 cores, once: pip
+# keeps the wheel it built). For any AVX2 CPU, not for this one alone: a wheel
+# built for an AVX-512 host would crash on the next machine that lacks it, and
+# cpu_choice.py gives llama.cpp to AVX2 CPUs only. No tests, examples or tools.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+	-DGGML_F16C=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF
 
 # The Moshi-architecture model code (stage0 `moshi`, stage1 `mimi`): pure
 # Python, installed --no-deps because it pins torch<2.10; what it really

@@ -13,7 +13,9 @@ from antiphon.common.assets import PREPARE_COMMAND, MissingAssetError
 from antiphon.stage0 import assets as stage0_assets
 from antiphon.stage0 import llm_models
 from antiphon.stage0.assets import CorruptPackageError, Stage0Assets, locate, prepare
+from antiphon.stage0.cpu_choice import choose_for
 from antiphon.stage0.llm_models import GgufPart, PackagedLlm
+from antiphon.stage0.settings import Stage0Settings
 
 
 def test_locate_on_empty_dir_raises_naming_the_prepare_command(tmp_path: Path) -> None:
@@ -52,9 +54,11 @@ def test_prepare_is_idempotent_and_locate_agrees(
         raise AssertionError(f"prepared {target} again")
 
     monkeypatch.setattr(stage0_assets, "_build_atomically", no_build)
-    again = prepare(model_cache)
+    settings = Stage0Settings()
+    engine = choose_for(settings).engine
+    again = prepare(model_cache, settings.llm_model, engine)
     # Nothing rebuilt: same folders, untouched, no conversion started.
-    assert again == assets == locate(model_cache)
+    assert again == assets == locate(model_cache, settings.llm_model, engine)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert not [p for p in model_cache.iterdir() if p.name.startswith(".")]
     assert (assets.whisper_dir / "model.bin").stat().st_size > 100_000_000
@@ -159,6 +163,31 @@ def test_prepare_converts_the_checked_gguf_and_records_its_source(
         "tokenizer.json",
         "tokenizer_config.json",
     ]
+
+
+def test_llamacpp_gets_the_checked_gguf_as_it_is_with_its_tokenizer_and_no_conversion(
+    parts_root: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _fake_model(parts_root, [b"a" * 8, b"b" * 4])
+    monkeypatch.setitem(llm_models.CATALOGUE, model.name, model)
+
+    def no_convert(gguf: Path, out: Path) -> None:
+        raise AssertionError("llama.cpp runs the GGUF: nothing to convert")
+
+    def tokenizer(folder: Path) -> None:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (folder / name).write_text("{}")
+
+    monkeypatch.setattr(stage0_assets, "_convert_gguf", no_convert)
+    monkeypatch.setattr(stage0_assets, "_save_gguf_tokenizer", tokenizer)
+    prepared = prepare(cache, model.name, "llamacpp")
+    folder = cache / model.gguf_dirname
+    assert prepared.llm_model == str(folder) == locate(cache, model.name, "llamacpp").llm_model
+    assert (folder / stage0_assets.GGUF_FILE).read_bytes() == b"a" * 8 + b"b" * 4
+    assert not (cache / model.dirname).exists()
+    # vLLM's folder is another asset: not there until prepared for vLLM.
+    with pytest.raises(MissingAssetError):
+        locate(cache, model.name, "vllm")
 
 
 def test_a_corrupt_package_stops_prepare_before_converting_and_leaves_nothing(

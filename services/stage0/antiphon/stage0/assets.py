@@ -248,14 +248,19 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
+def _save_gguf_tokenizer(folder: Path) -> None:
+    """The tokenizer and chat template inside `folder`'s GGUF, saved beside it."""
+    # Imported here: only preparing needs transformers' GGUF reader.
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE, local_files_only=True)
+    tokenizer.save_pretrained(folder)
+
+
 def _gguf_builder(model: PackagedLlm) -> Callable[[Path], None]:
     def build(out: Path) -> None:
-        # Imported here: only preparing needs transformers' GGUF reader.
-        from transformers import AutoTokenizer
-
         join_gguf(model, out / GGUF_FILE)
-        tokenizer = AutoTokenizer.from_pretrained(out, gguf_file=GGUF_FILE, local_files_only=True)
-        tokenizer.save_pretrained(out)
+        _save_gguf_tokenizer(out)
         _write_source(model, out)
 
     return build

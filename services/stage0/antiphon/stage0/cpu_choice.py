@@ -26,6 +26,7 @@ from typing import Literal
 from antiphon.stage0 import llm_models
 from antiphon.stage0.llm_models import LlmDtype, LlmEngineName
 from antiphon.stage0.settings import Stage0Settings
+
 # What the worker's LLM computes in: vLLM's dtype, or the GGUF's own quantisation.
 LlmFormat = LlmDtype | Literal["gguf"]
 

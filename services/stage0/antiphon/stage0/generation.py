@@ -21,6 +21,8 @@ class GenerationMetrics:
     itl_ms: list[float]
     num_prompt_tokens: int
     num_generation_tokens: int
+    # Prompt tokens whose KV cache an earlier request left (prefix reuse).
+    num_cached_tokens: int = 0
 
 
 class PromptTooLongError(ValueError):

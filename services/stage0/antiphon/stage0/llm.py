@@ -450,4 +450,5 @@ def _metrics(out: RequestOutput, num_prompt_tokens: int, timing: _Timing) -> Gen
         itl_ms=timing.inter_token_ms(),
         num_prompt_tokens=prompt_tokens,
         num_generation_tokens=generated,
+        num_cached_tokens=out.num_cached_tokens or 0,
     )
