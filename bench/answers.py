@@ -2,6 +2,7 @@
 
     python -m bench.answers                        # the default model, 1 and 2 sessions
     python -m bench.answers --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
+    python -m bench.answers --engines llamacpp,vllm    # the LLM's engines, one run
 
 For each model (`ANTIPHON_LLM_MODEL`) it starts a stack of the real models
 and asks every question of `bench/answers_questions.json` in two voices
@@ -30,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from antiphon.stage0.cpu_choice import CpuFeatures
 from antiphon.stage0.llm_models import DEFAULT_LLM
 from bench.lib.machine import peak_rss_mib
 from bench.lib.realtime import MANUAL, Event, RealtimeClient, audio_bytes, duplex_url, of_type
@@ -179,12 +181,14 @@ def stage0_peak_rss_mib(stack: LocalStack) -> dict[str, float]:
 
 
 def bench_model(
-    model: str, levels: list[int], questions: dict[str, Any], voices: list[Voice]
+    model: str, engine: str, levels: list[int], questions: dict[str, Any], voices: list[Voice]
 ) -> dict[str, Any]:
-    stack = LocalStack(ports=Ports.free(), extra_env={"ANTIPHON_LLM_MODEL": model})
-    print(f"{model}: starting the stack (logs in {stack.run_dir}) ...", flush=True)
+    """`model` on `engine` (`llm_engine`: auto, vllm or llamacpp) at each level."""
+    env = {"ANTIPHON_LLM_MODEL": model, "ANTIPHON_LLM_ENGINE": engine}
+    stack = LocalStack(ports=Ports.free(), extra_env=env)
+    print(f"{model} on {engine}: starting the stack (logs in {stack.run_dir}) ...", flush=True)
     items = [(item, voice) for voice in voices for item in questions["questions"]]
-    report: dict[str, Any] = {"model": model, "levels": {}}
+    report: dict[str, Any] = {"model": model, "engine": engine, "levels": {}}
     try:
         t0 = time.monotonic()
         stack.start(timeout_s=900)
@@ -206,6 +210,11 @@ def main() -> None:
         prog="python -m bench.answers", description=(__doc__ or "").splitlines()[0]
     )
     parser.add_argument("--models", default=DEFAULT_LLM, help="llm_model values, comma-separated")
+    parser.add_argument(
+        "--engines",
+        default="auto",
+        help="llm_engine values (auto, vllm, llamacpp), comma-separated",
+    )
     parser.add_argument("--sessions", default="1,2", help="levels, comma-separated")
     parser.add_argument("--voices", default=",".join(VOICES))
     parser.add_argument("--questions", type=Path, default=QUESTIONS)
@@ -222,8 +231,11 @@ def main() -> None:
         "command": command_line(),
         "instructions": questions["instructions"],
         "target": {"accuracy": TARGET_ACCURACY, "median_answer_audio_s_below": TARGET_MEDIAN_S},
+        "cpu": CpuFeatures.read().model,
         "models": [
-            bench_model(m.strip(), levels, questions, voices) for m in args.models.split(",")
+            bench_model(m.strip(), e.strip(), levels, questions, voices)
+            for m in args.models.split(",")
+            for e in args.engines.split(",")
         ],
     }
     write_json(args.out, report)
@@ -231,14 +243,14 @@ def main() -> None:
         for n, level in m["levels"].items():
             s = level["summary"]
             print(
-                f"{m['model']} x{n}: {s['accuracy']:.0%} correct {s['correct_by_voice']} "
+                f"{m['model']} ({m['engine']}) x{n}: {s['accuracy']:.0%} correct {s['correct_by_voice']} "
                 f"({s['accuracy_heard_right']:.0%} of the {s['heard_right']} heard right), "
                 f"median answer {s['answer_audio_s']['median']} s, first audio p50 "
                 f"{s['first_audio_ms']['p50']} / p95 {s['first_audio_ms']['p95']} ms, "
                 f"TTFT {s['stage0_ttft_ms_p50']} ms, TPOT {s['stage0_tpot_ms_p50']} ms, "
                 f"target {'met' if s['target_met'] else 'MISSED'}"
             )
-        print(f"{m['model']}: stage0 peak RSS {m['stage0_peak_rss_mib']} MiB")
+        print(f"{m['model']} ({m['engine']}): stage0 peak RSS {m['stage0_peak_rss_mib']} MiB")
     print(f"written to {args.out}")
 
 
