@@ -243,7 +243,8 @@ def main() -> None:
         for n, level in m["levels"].items():
             s = level["summary"]
             print(
-                f"{m['model']} ({m['engine']}) x{n}: {s['accuracy']:.0%} correct {s['correct_by_voice']} "
+                f"{m['model']} ({m['engine']}) x{n}: "
+                f"{s['accuracy']:.0%} correct {s['correct_by_voice']} "
                 f"({s['accuracy_heard_right']:.0%} of the {s['heard_right']} heard right), "
                 f"median answer {s['answer_audio_s']['median']} s, first audio p50 "
                 f"{s['first_audio_ms']['p50']} / p95 {s['first_audio_ms']['p95']} ms, "

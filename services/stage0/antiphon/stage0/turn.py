@@ -24,7 +24,8 @@ sooner (median 196 against 293 ms after the speech) and splits 6 more of
 The model and its feature extractor ship in the `pipecat-ai` wheel
 (installed without its dependencies). The extractor is loaded from its file:
 importing any `pipecat` package would run `__init__`s that need what was not
-installed.
+installed. Its int8 products are summed exactly on every x86 CPU, as VNNI
+sums them (exact_int8.py): AVX2's kernels saturate, and moved its answers.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from typing import Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
-from antiphon.stage0.vad import SAMPLE_RATE, Endpointer, SpeechStopped, cpu_session
+from antiphon.stage0.exact_int8 import exact_int8_session
+from antiphon.stage0.vad import SAMPLE_RATE, Endpointer, SpeechStopped
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +210,9 @@ class SmartTurn:
 
     def __init__(self, onnx_path: Path, features_path: Path, threads: int = 1) -> None:
         self._features = _load_features(features_path)
-        self._session = cpu_session(onnx_path, threads)
+        # Summed exactly on every x86 CPU: without VNNI its answers would be
+        # another model's (exact_int8.py).
+        self._session = exact_int8_session(onnx_path, threads)
         (inp,) = self._session.get_inputs()
         self._input = inp.name
         # v3.2's batch dimension is symbolic; a fixed one is run one window at a time.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,16 +236,20 @@ class VadStream:
         self.endpointer.reset()
 
 
-def cpu_session(onnx_path: Path, threads: int) -> ort.InferenceSession:
+def cpu_session(
+    model: Path | bytes, threads: int, entries: Mapping[str, str] | None = None
+) -> ort.InferenceSession:
     """An onnxruntime session on the CPU that stays on the threads it is given:
-    a stage0 worker shares a small CPU among the VAD, Smart Turn, ASR and the LLM."""
+    a stage0 worker shares a small CPU among the VAD, Smart Turn, ASR and the LLM.
+    `entries` are session config entries (exact_int8.py's)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(
-        str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
-    )
+    for key, value in (entries or {}).items():
+        options.add_session_config_entry(key, value)
+    source = model if isinstance(model, bytes) else str(model)
+    return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
 
 
 class SileroVad:
