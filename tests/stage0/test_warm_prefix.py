@@ -1,8 +1,9 @@
 """A cascade session prefills its system prompt when it opens (responder.py
 `warm`): the engine is asked, at once, for one token of the prompt that the
-session's first answer starts with, so that answer's TTFT pays only for the
-user's words. Again when the instructions change, never twice for the same,
-never with `llm_warm_prefix` off. The scripted LLM records what it was asked;
+session's first answer starts with, up to where the user's words go, so that
+answer's TTFT pays only for those words. Again when the instructions change,
+never twice for the same, never with `llm_warm_prefix` off; and after each
+answer, the next turn's prompt as far as it is known. The scripted LLM records what it was asked;
 the VAD and end-of-turn model are the real ones the session holds."""
 
 from __future__ import annotations
@@ -128,9 +129,50 @@ async def test_opening_prefills_the_prompt_its_first_answer_starts_with(
     )
     await _settle()
     answer = llm.asked[1]
-    # Everything of the warm prompt but its generation prompt is the answer's start.
-    system = warm.prompt.removesuffix("<assistant>")
-    assert system and answer.prompt.startswith(system)
+    # The whole warm prompt is the answer's start, the user's turn opened in it.
+    assert answer.prompt.startswith(warm.prompt)
+    assert answer.prompt[len(warm.prompt) :].startswith("Where is the treasure?")
+    await session.close()
+
+
+async def test_after_an_answer_the_next_turn_s_prompt_is_prefilled(
+    engines_parts: tuple[SileroVad, SmartTurn],
+) -> None:
+    session, llm, events = _session(engines_parts)
+    session.handle(_open("Answer like a pirate."))
+    system = cpb.ChatMessage(role="system", content="Answer like a pirate.")
+    asked = cpb.ChatMessage(role="user", content="Where is the treasure?")
+    session.handle(
+        pb.Stage0Request(
+            generate=pb.Generate(response_id="r1", messages=[system, asked], max_output_tokens=8)
+        )
+    )
+    for _ in range(100):
+        await _settle()
+        if len(llm.asked) == 3:
+            break
+    _open_warm, answer, ahead = llm.asked
+    assert ahead.max_tokens == 1 and ahead.request_id != _open_warm.request_id
+    said = "".join(e.delta.text for e in events if e.WhichOneof("kind") == "delta").strip()
+    assert said
+    assert ahead.prompt.startswith(answer.prompt) and said in ahead.prompt
+    # The next turn: the history, the answer as said, and the user's new words.
+    session.handle(
+        pb.Stage0Request(
+            generate=pb.Generate(
+                response_id="r2",
+                messages=[
+                    system,
+                    asked,
+                    cpb.ChatMessage(role="assistant", content=said),
+                    cpb.ChatMessage(role="user", content="And the map?"),
+                ],
+                max_output_tokens=8,
+            )
+        )
+    )
+    await _settle()
+    assert llm.asked[3].prompt.startswith(ahead.prompt)
     await session.close()
 
 

@@ -103,7 +103,7 @@ def choose_llm(
     if engine == "llamacpp":
         if not has_gguf:
             raise ValueError("llm_engine llamacpp needs a catalogue model (it runs their GGUF)")
-        return LlmChoice("llamacpp", "gguf", "llm_engine is llamacpp", _prefill_threads(cpu))
+        return LlmChoice("llamacpp", "gguf", "llm_engine is llamacpp", burst_threads(cpu))
     if engine == "vllm" or dtype is not None or gpu or not has_gguf:
         why = (
             "llm_engine is vllm"
@@ -123,15 +123,20 @@ def choose_llm(
             "llamacpp",
             "gguf",
             "AVX2 without BF16: vLLM would emulate bf16; 4-bit llama.cpp",
-            _prefill_threads(cpu),
+            burst_threads(cpu),
         )
     return LlmChoice("vllm", "float32", "no AVX2: llama.cpp's wheel needs it; vLLM in float32")
 
 
-def _prefill_threads(cpu: CpuFeatures) -> int:
-    # A prompt's prefill is compute-bound and short: two cores finish it in
-    # about half the time (bench/cpu_engines.py); more would take them from ASR
-    # and TTS on a small box. Decoding stays on `llm_threads`.
+def burst_threads(cpu: CpuFeatures) -> int:
+    """Threads for the compute-bound bursts between the end of a turn and its
+    first token: the utterance's last ASR pass and the prompt's prefill. They
+    run one after the other, with the cores otherwise idle: two finish each in
+    about half the time (a 14-token prefill of the 1.5B: 716 -> 370 ms; with
+    the ASR on two, a `server_vad` pause is transcribed before the turn ends,
+    and preemptive answers were used in 5 of 5 turns instead of 2). More would
+    take cores from the other sessions and from TTS. Decoding stays on
+    `llm_threads`: it is memory-bound, and shares the cores with Piper."""
     return min(2, cpu.cores)
 
 

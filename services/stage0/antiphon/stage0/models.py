@@ -17,7 +17,7 @@ import numpy as np
 from antiphon.common.binding import BoundSession
 from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import TurnAssets, locate
-from antiphon.stage0.cpu_choice import CpuFeatures, LlmChoice, choose_for
+from antiphon.stage0.cpu_choice import CpuFeatures, LlmChoice, burst_threads, choose_for
 from antiphon.stage0.engine_config import EngineClient, EngineConfig
 from antiphon.stage0.generation import Decoding
 from antiphon.stage0.metrics import Stage0Metrics
@@ -180,6 +180,7 @@ def load_asr(
 ) -> Transcriber:
     """The worker's Whisper, on the engine `asr_engine` names."""
     model_dir = settings.asr_model_dir or whisper_dir
+    threads = settings.asr_threads or burst_threads(CpuFeatures.read())
     if settings.asr_engine == "torch":
         # torch loads with this engine only.
         import torch
@@ -188,7 +189,7 @@ def load_asr(
         from antiphon.stage0.whisper_torch import TorchWhisper
 
         if not settings.asr_device.startswith("cuda"):
-            torch.set_num_threads(settings.asr_threads)
+            torch.set_num_threads(threads)
         model = TorchWhisper.load(model_dir, device=settings.asr_device)
         if settings.asr_cuda_graphs:
             from antiphon.stage0.whisper_graphs import DecodeGraphs
@@ -204,7 +205,7 @@ def load_asr(
         model.transcribe([_WARM_UP_CLIP])
         return BatchedAsr(model, max_batch=settings.asr_max_batch, observe_batch=observe_batch)
     return PooledWhisper(
-        WhisperAsr(model_dir, threads=settings.asr_threads, workers=settings.asr_workers),
+        WhisperAsr(model_dir, threads=threads, workers=settings.asr_workers),
         settings.asr_workers,
     )
 
@@ -242,7 +243,8 @@ class CascadeModels:
     ) -> CascadeModels:
         """The worker's models; its LLM on an engine core of its own, or with
         `client` on the one its pod's supervisor started (front_ends.py)."""
-        choice = choose_for(settings)
+        # Front ends share one vLLM engine core (front_ends.py): vLLM whatever the CPU.
+        choice = choose_for(settings, engine="vllm" if client else None)
         log.info(
             "LLM engine chosen",
             extra={"engine": choice.engine, "format": choice.format, "why": choice.reason},

@@ -34,7 +34,8 @@ class Stage0Settings(WorkerSettings):
     # loops spent half their time in inline calls at 32 sessions each
     # (2026-12-05, py-spy).
     vad_offload_at: int = Field(default=16, ge=1)
-    asr_threads: int = 1
+    # Unset: by the CPU (cpu_choice.burst_threads: 2 where there are 2 cores).
+    asr_threads: int | None = Field(default=None, ge=1)
     # Whisper transcriptions at once (each on `asr_threads` threads): 1 on a
     # shared CPU box; a GPU worker's host has cores for several.
     asr_workers: int = 1
