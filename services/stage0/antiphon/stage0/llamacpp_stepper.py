@@ -297,13 +297,6 @@ class Stepper:
         del slot.cached[keep:]
         request.todo = request.prompt[keep:]
         request.cached = keep
-        log.info(
-            "TMPDEBUG start %s seq=%d keep=%d prompt=%d",
-            request.id,
-            slot.seq,
-            keep,
-            len(request.prompt),
-        )
         slot.request = request
         slot.used = time.monotonic()
 
