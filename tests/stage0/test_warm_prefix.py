@@ -198,3 +198,39 @@ async def test_with_warming_off_nothing_is_asked_at_open(
     await _settle()
     assert llm.asked == []
     await session.close()
+
+
+async def test_a_history_cut_to_the_context_is_warmed_as_the_next_turn_cuts_it(
+    engines_parts: tuple[SileroVad, SmartTurn],
+) -> None:
+    """Past the context, the warmed prompt is fitted as the next request's is
+    (the oldest turns gone, the same reserve): still its start, never too long."""
+    session, llm, events = _session(engines_parts, llm_max_model_len=400)
+    session.handle(_open("Be brief."))
+    history = [cpb.ChatMessage(role="system", content="Be brief.")]
+    for i in range(30):
+        history.append(cpb.ChatMessage(role="user", content=f"question {i} " + "word " * 8))
+        history.append(cpb.ChatMessage(role="assistant", content=f"answer {i} " + "word " * 8))
+    first = pb.Generate(
+        response_id="r1",
+        messages=[*history, cpb.ChatMessage(role="user", content="Which way?")],
+        max_output_tokens=8,
+        retention_ratio=0.8,
+    )
+    session.handle(pb.Stage0Request(generate=first))
+    for _ in range(100):
+        await _settle()
+        if len(llm.asked) == 3:
+            break
+    answer, ahead = llm.asked[1:]
+    assert "question 0 " not in answer.prompt  # the oldest turns left
+    said = "".join(e.delta.text for e in events if e.WhichOneof("kind") == "delta").strip()
+    second = pb.Generate(response_id="r2", max_output_tokens=8, retention_ratio=0.8)
+    second.messages.extend(first.messages)
+    second.messages.add(role="assistant", content=said)
+    second.messages.add(role="user", content="And then?")
+    session.handle(pb.Stage0Request(generate=second))
+    await _settle()
+    assert llm.asked[3].prompt.startswith(ahead.prompt)
+    assert len(ahead.prompt.split()) < 400
+    await session.close()

