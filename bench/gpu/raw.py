@@ -33,7 +33,7 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
     s = Stage0Settings()
     config = EngineConfig.of(s)
     target = llm.detected_platform()
-    llm._configure_process_env(s.llm_threads, target)
+    llm._configure_process_env(s.llm_threads or 1, target)
     kwargs = llm.supported_kwargs(llm.engine_kwargs(llm_model, config, target))
     tokenizer = AutoTokenizer.from_pretrained(llm_model, local_files_only=True)
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[llm._QuietStats])

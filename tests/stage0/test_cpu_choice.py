@@ -41,10 +41,10 @@ def test_each_cpu_gets_the_engine_measured_fast_there(
     assert choice.reason
 
 
-def test_llamacpp_prefills_on_every_core_it_has_up_to_two() -> None:
-    assert choose_llm(cpu("epyc-zen2-avx2", cores=2)).prefill_threads == 2
-    assert choose_llm(cpu("epyc-zen2-avx2", cores=1)).prefill_threads == 1
-    assert choose_llm(cpu("epyc-zen2-avx2", cores=32)).prefill_threads == 2
+def test_llamacpp_prefills_and_decodes_on_every_core_it_has_up_to_two() -> None:
+    for cores, threads in ((1, 1), (2, 2), (32, 2)):
+        choice = choose_llm(cpu("epyc-zen2-avx2", cores=cores))
+        assert (choice.prefill_threads, choice.decode_threads) == (threads, threads)
 
 
 def test_settings_override_the_cpu() -> None:

@@ -83,8 +83,10 @@ class LlmChoice:
     engine: LlmEngineName
     format: LlmFormat
     reason: str
-    # llama.cpp: threads of a step that prefills a prompt.
+    # llama.cpp: threads of a step that prefills a prompt, and of one that
+    # decodes answers.
     prefill_threads: int = 1
+    decode_threads: int = 1
 
     @property
     def key(self) -> tuple[LlmEngineName, LlmFormat]:
@@ -104,7 +106,7 @@ def choose_llm(
     if engine == "llamacpp":
         if not has_gguf:
             raise ValueError("llm_engine llamacpp needs a catalogue model (it runs their GGUF)")
-        return LlmChoice("llamacpp", "gguf", "llm_engine is llamacpp", burst_threads(cpu))
+        return LlmChoice("llamacpp", "gguf", "llm_engine is llamacpp", *_llamacpp_threads(cpu))
     reasons = {
         "llm_engine is vllm": engine == "vllm",
         f"llm_dtype is {dtype}": dtype is not None,
@@ -121,7 +123,7 @@ def choose_llm(
             "llamacpp",
             "gguf",
             "AVX2 without BF16: vLLM would emulate bf16; 4-bit llama.cpp",
-            burst_threads(cpu),
+            *_llamacpp_threads(cpu),
         )
     return LlmChoice("vllm", "float32", "no AVX2: llama.cpp's wheel needs it; vLLM in float32")
 
@@ -133,9 +135,17 @@ def burst_threads(cpu: CpuFeatures) -> int:
     about half the time (a 14-token prefill of the 1.5B: 716 -> 370 ms; with
     the ASR on two, a `server_vad` pause is transcribed before the turn ends,
     and preemptive answers were used in 5 of 5 turns instead of 2). More would
-    take cores from the other sessions and from TTS. Decoding stays on
-    `llm_threads`: it is memory-bound, and shares the cores with Piper."""
+    take cores from the other sessions and from TTS."""
     return min(2, cpu.cores)
+
+
+def _llamacpp_threads(cpu: CpuFeatures) -> tuple[int, int]:
+    """Prefill and decode threads. Decoding reads every weight per token and
+    shares the cores with Piper speaking the answer: in the stack on a 2-core
+    Zen 2, two threads gave a TPOT of 90-97 ms against one's 133-138, the
+    first audio unchanged (its first words come sooner, Piper's first phrase
+    later)."""
+    return burst_threads(cpu), min(2, cpu.cores)
 
 
 def _vllm_dtype(cpu: CpuFeatures, gpu: bool) -> LlmDtype:

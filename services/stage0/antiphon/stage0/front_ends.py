@@ -72,7 +72,7 @@ def supervise(settings: Stage0Settings, serve: Serve) -> None:
     assets = locate(settings.model_cache, settings.llm_model)
     engine_host.serve(
         str(assets.llm_model),
-        settings.llm_threads,
+        settings.llm_threads or 1,
         EngineConfig.of(settings),
         settings.llm_front_ends,
         run_front_end,

