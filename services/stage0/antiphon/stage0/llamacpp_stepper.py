@@ -178,10 +178,6 @@ class Stepper:
         return max(1, budget // (per_token * config.max_model_len))
 
     @property
-    def sequences(self) -> int:
-        return len(self._slots)
-
-    @property
     def active(self) -> int:
         """Requests neither finished nor aborted (an aborted one leaves at the next step)."""
         with self._wake:

@@ -177,10 +177,11 @@ def load_asr(
     whisper_dir: Path,
     observe_batch: Callable[[int], None],
     observe_graph_run: Callable[[str], None] = lambda _how: None,
+    cpu: CpuFeatures | None = None,
 ) -> Transcriber:
     """The worker's Whisper, on the engine `asr_engine` names."""
     model_dir = settings.asr_model_dir or whisper_dir
-    threads = settings.asr_threads or burst_threads(CpuFeatures.read())
+    threads = settings.asr_threads or burst_threads(cpu or CpuFeatures.read())
     if settings.asr_engine == "torch":
         # torch loads with this engine only.
         import torch
@@ -244,12 +245,14 @@ class CascadeModels:
         """The worker's models; its LLM on an engine core of its own, or with
         `client` on the one its pod's supervisor started (front_ends.py)."""
         # Front ends share one vLLM engine core (front_ends.py): vLLM whatever the CPU.
-        choice = choose_for(settings, engine="vllm" if client else None)
+        # Read once: the LLM's choice, its metric label and the ASR's threads.
+        cpu = CpuFeatures.read()
+        choice = choose_for(settings, engine="vllm" if client else None, cpu=cpu)
         log.info(
             "LLM engine chosen",
             extra={"engine": choice.engine, "format": choice.format, "why": choice.reason},
         )
-        metrics.llm_engine.labels(choice.engine, choice.format, CpuFeatures.read().isa).set(1)
+        metrics.llm_engine.labels(choice.engine, choice.format, cpu.isa).set(1)
         assets = locate(settings.model_cache, settings.llm_model, choice.engine)
         t0 = time.perf_counter()
         vad = SileroVad(assets.vad_onnx, threads=settings.vad_threads)
@@ -259,6 +262,7 @@ class CascadeModels:
             assets.whisper_dir,
             metrics.asr_batch_size.observe,
             lambda how: metrics.asr_graph_batches.labels(how).inc(),
+            cpu,
         )
         t1 = time.perf_counter()
         llm = await start_llm(settings, choice, assets.llm_model, client)
