@@ -30,6 +30,14 @@ INSTALL_LLM = pkgs="$$($(PY) -m antiphon.stage0.prepare --packages)"; \
 
 install: $(VENV)/.installed
 
+# One distribution per tier, each beside its code (its pyproject.toml); the
+# images install only their own. `.venv` holds them all, editable, with the
+# stage0 CPU engines and the root pyproject's dev group. (The uninstall
+# removes the single `antiphon` distribution a checkout from before the split
+# may still have.)
+DISTRIBUTIONS := services/common services/gateway services/session services/stage0 \
+	services/stage1 client
+
 # torch first, from the local CPU wheel: vLLM would otherwise pull a CUDA
 # build of several GB. The asset packages go in with --no-deps (silero-vad's
 # declared torchaudio is unused; pipecat-ai is there for its Smart Turn ONNX
@@ -37,11 +45,13 @@ install: $(VENV)/.installed
 # nothing needed), and the
 # torchvision/torchaudio/torchcodec that vLLM drags in are removed because
 # they are built for another torch and break imports.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(DISTRIBUTIONS))
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip uninstall -y -q antiphon 2>/dev/null || true
 	$(PY) -m pip install -q torch==2.13.0
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q -e '.[gateway,session,stage0,stage1,client,dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q --group dev \
+		$(foreach d,$(DISTRIBUTIONS),-e '$(d)$(if $(filter services/stage0,$(d)),[cpu])')
 	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0 $(MOSHI)
 	$(INSTALL_LLM)
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds a Python 3.11 base image (Debian bookworm) from Debian's packages,
+# for a machine that cannot pull from an image registry. The Dockerfiles take
+# it as PYTHON_IMAGE in place of python:3.11-slim-bookworm.
+#
+#   deploy/docker/base-image.sh [TAG]        (root; debootstrap and docker)
+#
+# The image trusts the CA bundle this machine's pip trusts (a proxy that
+# re-signs TLS needs it), and where this machine's pip finds wheels in a local
+# folder (find-links: a torch wheel that no index here serves), the image
+# carries that folder and its pip looks there too.
+set -euo pipefail
+
+tag=${1:-antiphon/python:3.11-bookworm}
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+
+debootstrap --variant=minbase \
+  --include=python3,python3-venv,python-is-python3,ca-certificates \
+  bookworm "$root" "$mirror" >/dev/null
+
+pip_value() { python3 -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.$1='\(.*\)'$/\1/p" | head -n1; }
+cert=$(pip_value cert)
+find_links=$(pip_value find-links)
+{
+  echo "[global]"
+  if [ -n "$cert" ] && [ -f "$cert" ]; then
+    cp "$cert" "$root/etc/ssl/certs/antiphon-host-ca.crt"
+    echo "cert = /etc/ssl/certs/antiphon-host-ca.crt"
+  fi
+  if [ -n "$find_links" ] && [ -d "$find_links" ]; then
+    mkdir -p "$root/opt/wheels"
+    cp "$find_links"/*.whl "$root/opt/wheels/" 2>/dev/null || true
+    echo "find-links = /opt/wheels"
+  fi
+} >"$root/etc/pip.conf"
+# What the slim image has and the Dockerfiles rely on: apt lists are fetched
+# by the RUN that needs them, nothing cached in the layer.
+rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin
+
+tar -C "$root" -c . | docker import \
+  --change 'ENV LANG=C.UTF-8' \
+  --change 'CMD ["python3"]' \
+  - "$tag" >/dev/null
+echo "$tag"
