@@ -6,9 +6,9 @@
 #   deploy/docker/base-image.sh [TAG]        (root; debootstrap and docker)
 #
 # The image trusts the CA bundle this machine's pip trusts (a proxy that
-# re-signs TLS needs it), and where this machine's pip finds wheels in a local
-# folder (find-links: a torch wheel that no index here serves), the image
-# carries that folder and its pip looks there too.
+# re-signs TLS needs it). It carries no wheels: a build that needs a wheel
+# only this machine has gets it over HTTP (services/stage0/Dockerfile,
+# TORCH_FIND_LINKS), so no image holds it.
 set -euo pipefail
 
 tag=${1:-antiphon/python:3.11-bookworm}
@@ -22,17 +22,11 @@ debootstrap --variant=minbase \
 
 pip_value() { python3 -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.$1='\(.*\)'$/\1/p" | head -n1; }
 cert=$(pip_value cert)
-find_links=$(pip_value find-links)
 {
   echo "[global]"
   if [ -n "$cert" ] && [ -f "$cert" ]; then
     cp "$cert" "$root/etc/ssl/certs/antiphon-host-ca.crt"
     echo "cert = /etc/ssl/certs/antiphon-host-ca.crt"
-  fi
-  if [ -n "$find_links" ] && [ -d "$find_links" ]; then
-    mkdir -p "$root/opt/wheels"
-    cp "$find_links"/*.whl "$root/opt/wheels/" 2>/dev/null || true
-    echo "find-links = /opt/wheels"
   fi
 } >"$root/etc/pip.conf"
 # What the slim image has and the Dockerfiles rely on: apt lists are fetched

@@ -29,6 +29,8 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import functools
+import http.server
 import json
 import os
 import re
@@ -36,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -115,20 +118,48 @@ def image_bytes(tag: str) -> int:
     return int(run("docker", "image", "inspect", "-f", "{{.Size}}", tag, capture=True).strip())
 
 
-def build(service: str, base: str, port: int) -> Built:
+def build(service: str, base: str, port: int, wheels: str | None) -> Built:
     """`docker compose build` of one service with the legacy builder (BuildKit
     would pull its own frontend image), timed."""
     env = {"PYTHON_IMAGE": base, "DOCKER_BUILDKIT": "0"}
-    if base == DEFAULT_BASE:
-        # torch from the base image's pip (base-image.sh), not the PyTorch
-        # index, which this machine cannot reach. A user's build without it
-        # uses the index.
-        env["TORCH_INDEX_URL"] = ""
+    if wheels:
+        # torch's CPU build from this machine's wheels, not PyTorch's index,
+        # which cannot be reached here. A user's build without them uses the index.
+        env |= {"TORCH_INDEX_URL": "", "TORCH_FIND_LINKS": wheels}
     start = time.monotonic()
     compose("build", service, port=port, capture=True, env=env)
     seconds = time.monotonic() - start
     tag = compose("config", "--images", service, port=port, capture=True).strip()
     return Built(tag, seconds, image_bytes(tag))
+
+
+@contextlib.contextmanager
+def wheels_served() -> Iterator[str | None]:
+    """The wheel folder this machine's pip finds torch in (its find-links),
+    served over HTTP on Docker's bridge for the builds' containers: its URL,
+    or None where pip names no folder with a torch wheel."""
+    listed = run(sys.executable, "-m", "pip", "config", "list", capture=True)
+    found = re.search(r"find-links='([^']+)'", listed)
+    folder = Path(found.group(1)) if found else None
+    if folder is None or not any(folder.glob("torch-*.whl")):
+        yield None
+        return
+    address = run("ip", "-4", "-o", "addr", "show", "docker0", capture=True)
+    bridge = address.split("inet ", 1)[1].split("/", 1)[0]
+    handler = functools.partial(QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer((bridge, 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{bridge}:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 def heavy_files(tag: str) -> tuple[int, list[str]]:
@@ -380,9 +411,10 @@ def main() -> int:
                 built.append(Built(base, time.monotonic() - start, image_bytes(base)))
             elif not image_exists(base):
                 raise CheckFailed(f"PYTHON_IMAGE={base} is not an image here")
-        for service in BUILT:
-            with step(f"docker compose build {service}"):
-                built.append(build(service, base, args.port))
+        with wheels_served() as wheels:
+            for service in BUILT:
+                with step(f"docker compose build {service}"):
+                    built.append(build(service, base, args.port, wheels))
         log(
             "    images: "
             + ", ".join(f"{b.tag} {b.bytes / 1e6:.0f} MB in {b.seconds:.0f} s" for b in built)

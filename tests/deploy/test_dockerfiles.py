@@ -32,6 +32,12 @@ DOCKERFILES = {
     "stage0-cuda": REPO / "services" / "stage0" / "Dockerfile.cuda",
     "stage1": REPO / "services" / "stage1" / "Dockerfile",
 }
+# What deploy/docker-compose.local.yml builds where Redis and Prometheus
+# cannot be pulled: linted as the tiers' Dockerfiles are.
+LOCAL_DOCKERFILES = {
+    "local-redis": REPO / "deploy" / "docker" / "local" / "redis.Dockerfile",
+    "local-prometheus": REPO / "deploy" / "docker" / "local" / "prometheus.Dockerfile",
+}
 GRPC_SETTINGS: dict[str, type[ServiceSettings]] = {
     "session": SessionSettings,
     "stage0": Stage0Settings,
@@ -111,7 +117,7 @@ def test_dockerfile_is_multi_stage_non_root_health_checked(name: str) -> None:
     assert env_of(final).get("PYTHONDONTWRITEBYTECODE") == "1"
 
 
-@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+@pytest.mark.parametrize("name", sorted(DOCKERFILES | LOCAL_DOCKERFILES))
 def test_dockerfile_passes_hadolint(name: str) -> None:
     """hadolint parses the file as Docker does and checks the usual mistakes
     (shell-form entrypoints, apt caches left behind, missing -y, cd in RUN, ...)."""
@@ -121,7 +127,7 @@ def test_dockerfile_passes_hadolint(name: str) -> None:
             "--no-color",
             "--config",
             str(HADOLINT_CONFIG),
-            str(DOCKERFILES[name]),
+            str((DOCKERFILES | LOCAL_DOCKERFILES)[name]),
         ],
         capture_output=True,
         text=True,
