@@ -5,22 +5,24 @@ builder, which needs no image but the base):
 
 1. the base image: `PYTHON_IMAGE` when set, else `antiphon/python:3.11-bookworm`,
    built from Debian's packages by deploy/docker/base-image.sh when missing;
-2. the four tiers' images, and Redis and Prometheus from Debian's packages
-   for what cannot be pulled here (deploy/docker-compose.local.yml), timed
-   and measured;
+2. every image, with `docker compose build`: the four tiers', and Redis and
+   Prometheus from Debian's packages for what cannot be pulled here
+   (deploy/docker-compose.local.yml), timed and measured; the stage0 build
+   gets torch's CPU wheel from this machine's pip folder, over HTTP;
 3. the gateway and session images listed file by file: no torch, vLLM,
-   llama.cpp or model weights in them;
+   llama.cpp or model weights in them, no other tier's code;
 4. `docker compose up` with two stage1 workers, then `/readyz`;
 5. one spoken turn through the gateway with the stock `openai` SDK, the
    question streamed in real time (200 ms every 200 ms, then live silence);
 6. every tier's `/metrics`, scraped by the stack's own Prometheus;
 7. `docker kill` of the stage1 worker the session is bound to: the next
-   spoken turn on the same connection is answered, and Redis shows the
-   session bound to the other worker;
-8. `docker compose down`.
+   spoken turn (another voice) on the same connection is answered, and Redis
+   shows the session bound to the other worker;
+8. `docker compose stop`: every tier drains on SIGTERM and exits 0; then
+   `docker compose down`.
 
-It stops at the first step that fails and says which. The log is what the
-closing note of issue 45 quotes.
+It stops at the first step that fails and says which, with the containers'
+last log lines.
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ def build(service: str, base: str, port: int, wheels: str | None) -> Built:
     start = time.monotonic()
     compose("build", service, port=port, capture=True, env=env)
     seconds = time.monotonic() - start
-    tag = compose("config", "--images", service, port=port, capture=True).strip()
+    tag = compose_config(port)["services"][service]["image"]
     return Built(tag, seconds, image_bytes(tag))
 
 
@@ -212,6 +214,13 @@ def compose_command() -> list[str]:
 def compose(*args: str, port: int, capture: bool = False, env: dict[str, str] | None = None) -> str:
     full = {**os.environ, **(env or {}), "ANTIPHON_PORT": str(port)}
     return run(*compose_command(), *args, env=full, capture=capture)
+
+
+def compose_config(port: int) -> dict[str, Any]:
+    config: dict[str, Any] = json.loads(
+        compose("config", "--format", "json", port=port, capture=True)
+    )
+    return config
 
 
 def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -423,7 +432,7 @@ def main() -> int:
             with step(f"list the {tier} image: no torch, vLLM or weights"):
                 check_front_tier(f"antiphon/{tier}:latest", tier)
         with step("docker compose up (two stage1 workers)"):
-            compose("up", "-d", "--no-build", "--scale", "stage1=2", port=args.port)
+            compose("up", "-d", "--no-build", "--scale", "stage1=2", port=args.port, capture=True)
         with step("wait for the gateway's /readyz"):
             log(f"    ready after {wait_ready(args.port, args.ready_timeout):.0f} s")
         asyncio.run(conversation(args.port))
