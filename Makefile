@@ -11,7 +11,8 @@ STUBS_DIR := services/common
 # The stubs of $(PROTOS), generated under the folder $(1) (as $(1)/antiphon/v1).
 PROTOC = $(PY) -m grpc_tools.protoc -I protos --python_out=$(1) --pyi_out=$(1) \
 	--grpc_python_out=$(1) $(PROTOS)
-# The LLM stage0 serves (services/stage0/antiphon/stage0/llm_models.py): a
+# The LLM stage0 serves (its catalogue:
+# services/stage0/antiphon/stage0/backends/cascade/llm/llm_models.py): a
 # catalogue name (qwen2.5-coder-1.5b, the default and installed by `make
 # install`; qwen2.5-coder-0.5b; smollm2-135m), a local Hugging Face folder, or
 # a model id in the local Hugging Face cache. `make models LLM_MODEL=...`
@@ -119,8 +120,14 @@ test: install models clients lint
 test-fast: install
 	$(PY) -m pytest -q --fast
 
+# The whole stack on this machine, on the profile in ANTIPHON_PROFILE (default
+# deploy/profiles/local.yaml: the cascade); it prints the profile and each
+# stage's backend once ready. E.g. a Moshi-architecture model:
+#   ANTIPHON_PROFILE=deploy/profiles/duplex.yaml ANTIPHON_DUPLEX_CHECKPOINT=... make run
+# RUN_ARGS goes to deploy/local/stack.py (--port, --free-ports, --run-dir).
+RUN_ARGS ?=
 run: install models
-	$(PY) deploy/local/stack.py
+	$(PY) deploy/local/stack.py $(RUN_ARGS)
 
 clean:
 	rm -rf $(VENV) $(CLIENTS_VENV) .run .pytest_cache .mypy_cache .ruff_cache
@@ -152,8 +159,9 @@ bench: install models
 	$(PY) -m bench.webrtc --calls 1,10,50
 
 # 30 minutes at 200 synthetic sessions, then 30 at the cascade's measured
-# capacity: RSS slope per service and errors (bench/results/soak-*.json).
-# Not part of `bench`: an hour of wall clock.
+# capacity (bench/results/load-cascade.json, which `make bench` writes; the soak
+# stops and says so without it): RSS slope per service and errors
+# (bench/results/soak-*.json). Not part of `bench`: an hour of wall clock.
 soak: install models
 	$(PY) -m bench.soak --backend synthetic --sessions 200 --minutes 30
 	$(PY) -m bench.soak --backend cascade --minutes 30

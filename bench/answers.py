@@ -5,7 +5,7 @@
     python -m bench.answers --engines llamacpp,vllm    # the LLM's engines, one run
 
 For each model (`ANTIPHON_LLM_MODEL`) it starts a stack of the real models
-and asks every question of `bench/answers_questions.json` in two voices
+and asks every question of `bench/fixtures/answers_questions.json` in two voices
 (Piper, and espeak-ng's formant speech), each in a fresh duplex session with
 the question set's voice-agent instructions (a persona, "keep answers
 short"): the audio, a commit, `response.create`. At each level of concurrent
@@ -31,8 +31,8 @@ from typing import Any
 
 import psutil
 
-from antiphon.stage0.cpu_choice import CpuFeatures
-from antiphon.stage0.llm_models import DEFAULT_LLM
+from antiphon.stage0.backends.cascade.llm.cpu_choice import CpuFeatures
+from antiphon.stage0.backends.cascade.llm.llm_models import DEFAULT_LLM
 from bench.lib.machine import peak_rss_mib
 from bench.lib.realtime import MANUAL, Event, RealtimeClient, audio_bytes, duplex_url, of_type
 from bench.lib.results import REPO, RESULTS, command_line, write_json
@@ -40,7 +40,7 @@ from bench.lib.speech import VOICES, Voice, spoken
 from bench.lib.stats import pct
 from deploy.local.stack import LocalStack, Ports
 
-QUESTIONS = REPO / "bench" / "answers_questions.json"
+QUESTIONS = REPO / "bench" / "fixtures" / "answers_questions.json"
 RATE = 24000
 TARGET_ACCURACY = 0.85
 TARGET_MEDIAN_S = 8.0

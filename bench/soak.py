@@ -17,7 +17,8 @@ code, turns that did not complete by status, and sockets lost.
 
 `--backend cascade` without `--sessions` runs at the capacity the last
 cascade load run measured (`capacity.sessions` of
-`bench/results/load-cascade.json`), else 2. Results go to
+`bench/results/load-cascade.json`, which `make bench` writes); without that
+file it stops and says so. Results go to
 `bench/results/soak-<backend>.json`.
 """
 
@@ -161,6 +162,10 @@ def report(samples: list[dict[str, Any]], soak: Soak, warmup_s: float) -> dict[s
     }
 
 
+# make bench's cascade load line: it writes bench/results/load-cascade.json.
+CAPACITY_RUN = "python -m bench.load --backend cascade --sessions 1,2,4 --turns 3 --slo-ms 2500"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.soak", description=(__doc__ or "").splitlines()[0]
@@ -218,13 +223,23 @@ def main() -> None:
     print(f"written to {out}")
 
 
-def cascade_capacity() -> int:
-    """The capacity the last cascade load run measured, else 2."""
-    path = RESULTS / "load-cascade.json"
+def cascade_capacity(path: Path = RESULTS / "load-cascade.json") -> int:
+    """The capacity the last cascade load run measured (`capacity.sessions`, at least 1).
+
+    Without that run there is no capacity to soak at: this says so and how to get
+    one, rather than guessing a number."""
+    if not path.is_file():
+        raise SystemExit(
+            f"{path} is not there: measure the cascade's capacity first (`{CAPACITY_RUN}`, "
+            "a line of `make bench`) or pass --sessions N"
+        )
     try:
-        return int(json.loads(path.read_text())["capacity"]["sessions"]) or 2
-    except (OSError, KeyError, ValueError, TypeError):
-        return 2
+        sessions = int(json.loads(path.read_text())["capacity"]["sessions"])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise SystemExit(
+            f"{path} holds no capacity.sessions ({exc!r}): run `{CAPACITY_RUN}`"
+        ) from exc
+    return max(sessions, 1)
 
 
 if __name__ == "__main__":

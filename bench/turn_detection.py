@@ -37,13 +37,13 @@ from typing import Any
 import numpy as np
 
 from antiphon.stage0.assets import locate_turn, locate_vad
-from antiphon.stage0.turn import (
+from antiphon.stage0.backends.cascade.listening.turn import (
     EAGERNESS,
     WINDOW_SAMPLES,
     SemanticEndpointer,
     SmartTurn,
 )
-from antiphon.stage0.vad import (
+from antiphon.stage0.backends.cascade.listening.vad import (
     FRAME_SAMPLES,
     EndpointerConfig,
     SileroVad,

@@ -17,10 +17,10 @@ import ast
 import re
 from pathlib import Path
 
-from antiphon.gateway import native
+from antiphon.gateway.dialects import native
+from antiphon.gateway.dialects.projector import _PROJECTIONS
 from antiphon.gateway.errors import ClientError
-from antiphon.gateway.projector import _PROJECTIONS
-from antiphon.gateway.translator import Translator, canonical_type
+from antiphon.gateway.translate.translator import Translator, canonical_type
 from antiphon.v1 import session_pb2 as spb
 from tests.support import golden, reference
 

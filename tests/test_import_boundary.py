@@ -73,7 +73,13 @@ def test_importing_every_module_loads_no_model_library(package: str) -> None:
 def test_a_synthetic_stage0_worker_loads_neither_vllm_nor_torch() -> None:
     """The synthetic backend (load and fault tests) starts in a second: the LLM
     engine and its libraries load only with the cascade's models."""
-    worker = ["antiphon.stage0.main", "antiphon.stage0.service", "antiphon.stage0.synthetic"]
+    worker = [
+        "antiphon.stage0.main",
+        "antiphon.stage0.service",
+        "antiphon.stage0.backends.synthetic.backend",
+        "antiphon.stage0.backends.synthetic.engines",
+        "antiphon.stage0.backends.cascade.worker",
+    ]
     assert _loaded(("torch", "vllm", "transformers"), worker) == []
 
 

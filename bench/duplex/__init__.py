@@ -5,7 +5,7 @@
     python -m bench.duplex --checkpoint random:tiny --device cpu --levels 1,2 --window-s 3
     python -m bench.duplex --table bench/results/duplex-h200.json
 
-First the reference loop alone (bench/duplex_reference.py: moshi's own Mimi
+First the reference loop alone (bench/duplex/moshi_loop.py: moshi's own Mimi
 encode + LMGen.step + Mimi decode of B rows in lockstep, same shape, context
 and dtype), then both workers as real gRPC processes (`python -m
 antiphon.stage0.main` / `antiphon.stage1.main`, configured by a profile file
@@ -13,7 +13,7 @@ written beside --out, no Redis: each is dialled at its address), capacity
 the largest level. Per level, N sessions act as the session service does:
 a Stage0Service.Bind stream (Stage0Open in the native lane, then 80 ms of
 PCM16 at the worker's input rate every 80 ms on the wall clock, paced
-against deadlines, from bench/gpu_speech.npz resampled) and a
+against deadlines, from bench/fixtures/gpu_speech.npz resampled) and a
 Stage1Service.Bind stream (Stage1Open at 24 kHz) to which every ModelFrame
 received is forwarded as a DecodeFrame of one response, so every frame
 comes back as audio. The sessions run in client processes of their own.

@@ -70,7 +70,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def check(args: argparse.Namespace) -> dict[str, Any]:
     """What the run needs: the workers' imports, moshi, and the settings they declare."""
     report: dict[str, Any] = {"device": device_name(), "python": sys.version.split()[0]}
-    backends = ("antiphon.stage0.duplex_engines", "antiphon.stage1.mimi_lockstep")
+    backends = ("antiphon.stage0.backends.moshi.engines", "antiphon.stage1.backends.mimi.lockstep")
     for module in ("moshi.models", STAGE0[0], STAGE1[0], *backends):
         try:
             __import__(module)

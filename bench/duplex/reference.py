@@ -1,4 +1,4 @@
-"""The reference loop alone (bench/duplex_reference.py, in a process of its own), and
+"""The reference loop alone (bench/duplex/moshi_loop.py, in a process of its own), and
 the workers' step over it."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from bench.lib.results import REPO
 
 
 def run_reference(args: argparse.Namespace, result: dict[str, Any], deadline: float) -> None:
-    """bench/duplex_reference.py in a process of its own (its GPU memory is freed
+    """bench/duplex/moshi_loop.py in a process of its own (its GPU memory is freed
     before the workers start); its JSON lines as it prints them."""
     steps = args.reference_steps or (100 if args.device.startswith("cuda") else 8)
     cmd = [
         sys.executable,
         "-m",
-        "bench.duplex_reference",
+        "bench.duplex.moshi_loop",
         f"--checkpoint={args.checkpoint}",
         f"--device={args.device}",
         f"--dtype={args.dtype}",

@@ -9,7 +9,7 @@ from collections import Counter
 
 import redis.asyncio as aioredis
 
-from antiphon.session import keys
+from antiphon.session.state import keys
 from bench.lib.cluster import Cluster
 from bench.lib.tcpproxy import TcpProxy
 from deploy.local.stack import LocalStack, Ports, free_port

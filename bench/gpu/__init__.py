@@ -24,7 +24,7 @@ received, queueing included), the VAD's batch sizes (the worker's Prometheus
 histogram), GPU memory (nvidia-smi), completed and expected turns; and
 `capacity_at_slo`, the largest N whose TTFT p95 is within 150 ms with every
 turn completed. `--raw-vllm` runs the same prompts (same engine arguments,
-through antiphon.stage0.llm's builder) on vLLM's AsyncLLM in this process, no
+through antiphon.stage0.backends.cascade.llm.llm's builder) on vLLM's AsyncLLM in this process, no
 worker and no gRPC, each turn timed from its burst's start (every prompt's ids
 ready) to its first text, as the worker's clients time theirs; `--with-raw`
 does that after the worker run and adds the ratio. `--profile-at N` samples the
@@ -33,6 +33,6 @@ another checkout's services/ (an A/B in one device session). `--dummy SHAPE`
 serves random weights (`llm_load_format: dummy`) from a config.json written
 beside `--model`'s tokenizer: compute cost is the real one.
 
-The speech is `bench/gpu_speech.npz` (made here once by `--make-speech`, with
+The speech is `bench/fixtures/gpu_speech.npz` (made here once by `--make-speech`, with
 Piper): the GPU machine has no voice to make it with.
 """

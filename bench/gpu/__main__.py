@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import bench.gpu
-from antiphon.stage0 import llm_models
+from antiphon.stage0.backends.cascade.llm import llm_models
 from bench.gpu.check import check
 from bench.gpu.levels import SLO_MS, capacity_at_slo, run_worker_levels
 from bench.gpu.models import SHAPES, resolve_model

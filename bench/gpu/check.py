@@ -36,7 +36,8 @@ def check(args: argparse.Namespace, llm_model: str) -> dict[str, Any]:
     import torch
 
     import antiphon.stage0.main  # noqa: F401  (every import the worker makes)
-    from antiphon.stage0 import assets, llm
+    from antiphon.stage0 import assets
+    from antiphon.stage0.backends.cascade.llm import llm
     from antiphon.stage0.settings import Stage0Settings
 
     report["av"] = str(av.__file__)

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from antiphon.stage0 import llm_models
+from antiphon.stage0.backends.cascade.llm import llm_models
 from bench.gpu.speakable import write_speakable
 
 # Hidden sizes of the dummy models (`--dummy`). The 8B class: Qwen2.5-7B and

@@ -8,7 +8,11 @@ import asyncio
 import time
 from typing import Any
 
-from antiphon.stage0.prompt import VOICE_PREAMBLE, VOICE_REMINDER, with_preamble
+from antiphon.stage0.backends.cascade.llm.prompt import (
+    VOICE_PREAMBLE,
+    VOICE_REMINDER,
+    with_preamble,
+)
 from bench.gpu.levels import prefill_by_turn, summarize, turns_at_level
 from bench.gpu.sessions import instructions
 from bench.lib.machine import MemoryPeaks, now
@@ -26,7 +30,7 @@ async def raw_levels(args: argparse.Namespace, llm_model: str) -> list[dict[str,
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    from antiphon.stage0 import llm
+    from antiphon.stage0.backends.cascade.llm import llm
     from antiphon.stage0.engine_config import EngineConfig
     from antiphon.stage0.settings import Stage0Settings
 

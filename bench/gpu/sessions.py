@@ -251,7 +251,7 @@ async def _ask(s: BenchSession, t: Turn, history: list[cpb.ChatMessage], args: A
     """Generate with the instructions and every earlier turn; the turn joins the history."""
     if t.error:
         return
-    # Stripped, as the session service sends every message (session/items.py).
+    # Stripped, as the session service sends every message (session/conversation/items.py).
     user = cpb.ChatMessage(role="user", content=t.transcript.strip())
     system = cpb.ChatMessage(role="system", content=instructions(s.index))
     try:

@@ -16,7 +16,7 @@ import grpc
 import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from antiphon.session import keys
+from antiphon.session.state import keys
 from bench.lib.realtime import duplex_url
 from deploy.local.stack import LocalStack, Ports, free_port
 

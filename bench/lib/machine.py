@@ -99,7 +99,7 @@ def device_name() -> str:
 
 def gpu_sharing() -> str | None:
     """How the machine's processes share its GPU: "mps" when they are CUDA MPS
-    clients (bench/voice_gpu.sh --mps exports the daemon's pipe), else the
+    clients (bench/recipes/voice_gpu.sh --mps exports the daemon's pipe), else the
     driver's time slices; None without a GPU."""
     if not gpu_query("name"):
         return None

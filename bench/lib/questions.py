@@ -23,7 +23,7 @@ QUESTIONS = (
 # A question whose answer is long enough to interrupt (load's barge-in trials).
 LONG_ANSWER = "Tell me a long story about a brave knight and a dragon."
 
-RECORDED = REPO / "bench" / "gpu_speech.npz"
+RECORDED = REPO / "bench" / "fixtures" / "gpu_speech.npz"
 RECORDED_QUESTIONS = (
     "What is the capital of France?",
     "How far away is the moon?",

@@ -18,8 +18,8 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 from antiphon.common.audio import resample_pcm16
-from antiphon.stage1.assets import locate
-from antiphon.stage1.tts import PiperTts
+from antiphon.stage1.backends.piper.assets import locate
+from antiphon.stage1.backends.piper.tts import PiperTts
 
 Voice = Literal["piper", "espeak"]
 VOICES: tuple[Voice, ...] = ("piper", "espeak")

@@ -18,7 +18,7 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from antiphon.gateway.call_audio import Speaker
+from antiphon.gateway.calls.call_audio import Speaker
 
 Event = dict[str, Any]
 

@@ -4,6 +4,11 @@
 start it once per test session. Each service is its own process, started
 exactly as a container would start it (`python -m antiphon.<tier>.main`)
 and configured through the same `ANTIPHON_*` environment.
+
+Which profile the services read: `LocalStack.profile`, local.yaml unless the
+caller names another. Only `make run` (`main`) takes the user's
+`ANTIPHON_PROFILE`; a `LocalStack` built in a test never does, so a profile
+left in the shell does not change every test's stack.
 """
 
 from __future__ import annotations
@@ -187,6 +192,28 @@ class LocalStack:
         self.procs[name] = proc
         return proc
 
+    def backends(self) -> dict[str, str]:
+        """Each stage's backend and what it is, as its worker reports it
+        (`Describe`), e.g. {"stage0": "moshi (model_native_duplex, 80 ms chunks)"}."""
+        import grpc
+
+        from antiphon.v1 import stage_pb2, stage_pb2_grpc
+
+        found: dict[str, str] = {}
+        stages = (
+            ("stage0", self.ports.stage0, stage_pb2_grpc.Stage0ServiceStub),
+            ("stage1", self.ports.stage1, stage_pb2_grpc.Stage1ServiceStub),
+        )
+        for name, port, stub in stages:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+                info = stub(ch).Describe(stage_pb2.DescribeRequest(), timeout=10)
+            caps = info.capabilities
+            traits = [caps.implementation_level] if caps.implementation_level else []
+            if caps.chunk_period_ms:
+                traits.append(f"{caps.chunk_period_ms} ms chunks")
+            found[name] = f"{info.backend} ({', '.join(traits)})" if traits else info.backend
+        return found
+
     def wait_grpc_ready(self, port: int, service: str, timeout_s: float = 180.0) -> None:
         """Until a gRPC service reports `service` SERVING (e.g. a worker done loading)."""
         import grpc
@@ -261,9 +288,33 @@ class LocalStack:
         self.stop()
 
 
+def user_profile() -> tuple[Path, str]:
+    """The profile `make run` serves: the user's ANTIPHON_PROFILE (relative
+    to where they ran it) if set, else local.yaml; and where it came from."""
+    named = os.environ.get("ANTIPHON_PROFILE", "")
+    if not named:
+        return DEFAULT_PROFILE, "the default"
+    profile = Path(named).expanduser().resolve()
+    if not profile.is_file():
+        raise SystemExit(f"ANTIPHON_PROFILE={named}: no such file")
+    return profile, "from ANTIPHON_PROFILE"
+
+
+def shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Run the whole Antiphon stack locally.")
     parser.add_argument("--port", type=int, default=8000, help="gateway port")
+    parser.add_argument(
+        "--free-ports",
+        action="store_true",
+        help="every port but the gateway's picked free (Redis's too), not the defaults",
+    )
+    parser.add_argument(
+        "--run-dir", type=Path, default=REPO / ".run", help="where the logs go (.run)"
+    )
     parser.add_argument(
         "--session-replicas",
         type=int,
@@ -274,10 +325,14 @@ def main() -> None:
     redis_url = os.environ.get("ANTIPHON_REDIS_URL", "")
     if not redis_url and shutil.which("redis-server") is None:
         raise SystemExit(REDIS_HINT)
+    ports = Ports.free() if args.free_ports else Ports()
+    ports.gateway = args.port
+    profile, origin = user_profile()
     stack = LocalStack(
-        ports=Ports(gateway=args.port),
+        ports=ports,
         redis_url=redis_url,
-        run_dir=REPO / ".run",
+        run_dir=args.run_dir,
+        profile=profile,
         session_replicas=args.session_replicas,
     )
     stopping = False
@@ -288,11 +343,17 @@ def main() -> None:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    print(f"starting Antiphon (logs in {stack.run_dir}) ...", flush=True)
+    print(
+        f"starting Antiphon with profile {shown(profile)} ({origin}; logs in {stack.run_dir}) ...",
+        flush=True,
+    )
     try:
         stack.start()
+        backends = stack.backends()
         print(
             f"Antiphon is ready\n"
+            f"  profile:   {shown(profile)}\n"
+            f"  backends:  stage0 {backends['stage0']}, stage1 {backends['stage1']}\n"
             f"  demo:      {stack.gateway_url}/\n"
             f"  realtime:  ws://127.0.0.1:{args.port}/v1/realtime\n"
             f"  readiness: {stack.gateway_url}/readyz\n"

@@ -1,4 +1,4 @@
-"""bench.asr_gpu keeps working where the tests run: on this CPU, a tiny
+"""bench.probes.asr_gpu keeps working where the tests run: on this CPU, a tiny
 shape, both ways at each level, written as the GPU run writes it. (Its
 numbers mean something on a GPU only: bench/results/asr-h200-*.json.)"""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.asr_gpu import measure
+from bench.probes.asr_gpu import measure
 
 
 @pytest.mark.parametrize("graphs", [False, True])

@@ -1,6 +1,6 @@
 """bench/ stands on its own: no module reaches into tests/ or splices sys.path, none is
 over 500 lines, and what the GPU benchmarks import at load time travels in the carried
-tree (bench/GPU.md: services/common, stage0 and stage1 on PYTHONPATH, no deploy/,
+tree (bench/recipes/GPU.md: services/common, stage0 and stage1 on PYTHONPATH, no deploy/,
 no session or gateway service, no client package)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 MODULES = sorted(BENCH.rglob("*.py"))
-# Not on the GPU machine's PYTHONPATH (bench/GPU.md), or not carried at all.
+# Not on the GPU machine's PYTHONPATH (bench/recipes/GPU.md), or not carried at all.
 NOT_CARRIED = ("tests", "deploy", "antiphon.session", "antiphon.gateway", "antiphon.client")
 
 

@@ -10,7 +10,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from antiphon.common.assets import default_cache_dir
-from antiphon.stage0.models import allowed_tokens, decoding
+from antiphon.stage0.backends.cascade.models import allowed_tokens, decoding
 from antiphon.stage0.settings import Stage0Settings
 from bench.gpu.models import make_dummy
 from bench.gpu.speakable import PUNCTUATION, WORDS

@@ -1,4 +1,4 @@
-"""bench.tts_gpu keeps working where the tests run: on this CPU, the shipped
+"""bench.probes.tts_gpu keeps working where the tests run: on this CPU, the shipped
 voice, two small levels, written as the GPU run writes it. (Its numbers mean
 something on a GPU only: bench/results/tts-h200.json.)"""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.tts_gpu import CLAUSES, measure
+from bench.probes.tts_gpu import CLAUSES, measure
 from tests.support import tiers
 
 
@@ -19,7 +19,7 @@ def test_the_tts_bench_voices_every_level_and_piper_as_it_comes(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     tiers.require(request, tiers.MODELS, "loads the Piper voice")
-    from antiphon.stage1.assets import locate
+    from antiphon.stage1.backends.piper.assets import locate
 
     out = tmp_path / "tts.json"
     args = argparse.Namespace(

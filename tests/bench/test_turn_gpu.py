@@ -1,4 +1,4 @@
-"""bench.turn_gpu keeps working where the tests run: on this CPU, the shipped
+"""bench.probes.turn_gpu keeps working where the tests run: on this CPU, the shipped
 Smart Turn, two small levels, written as the GPU run writes it. (Its numbers
 mean something on a GPU only.)"""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.lib.questions import RECORDED_QUESTIONS
-from bench.turn_gpu import CUTS, measure
+from bench.probes.turn_gpu import CUTS, measure
 
 
 @pytest.mark.models

@@ -1,4 +1,4 @@
-"""bench.voice_summary: capacity at the SLO from the stack's runs."""
+"""bench.recipes.voice_summary: capacity at the SLO from the stack's runs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.voice_summary import EMBEDDED, summarize
+from bench.recipes.voice_summary import EMBEDDED, summarize
 
 
 def _level(sessions: int, p95: float, *, completed: int | None = None, errors: int = 0,

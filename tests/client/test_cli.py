@@ -14,8 +14,8 @@ from stack import LocalStack, free_port
 from antiphon.client import audio
 from antiphon.common.assets import default_cache_dir
 from antiphon.common.audio import resample_pcm16
-from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
+from antiphon.stage0.backends.cascade.asr.asr import WhisperAsr
 from tests.support.speech import Voice, spoken
 
 pytestmark = pytest.mark.stack

@@ -50,7 +50,7 @@ from typing import Any, Final
 
 from openai import AsyncOpenAI
 
-from antiphon.session import keys
+from antiphon.session.state import keys
 from bench.lib.speech import Voice, silence, spoken
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from stack import LocalStack, Ports, free_port
 
 from antiphon.common.workers import TTL_HEARTBEATS, WorkerInfo, WorkerRegistry, index_key
-from antiphon.session import keys
+from antiphon.session.state import keys
 from tests.support import tiers
 from tests.support.polling import eventually, redis_now_ms
 from tests.support.realtime import MANUAL, Event, RealtimeClient, of_type

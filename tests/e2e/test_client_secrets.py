@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from stack import LocalStack
 from websockets.typing import Subprotocol
 
-from antiphon.gateway.client_secrets import SecretSigner, signing_key
-from antiphon.gateway.credentials import key_hash, key_id
+from antiphon.gateway.edge.client_secrets import SecretSigner, signing_key
+from antiphon.gateway.edge.credentials import key_hash, key_id
 from tests.support import auth
 from tests.support.polling import eventually
 from tests.support.realtime import RealtimeClient, realtime_url

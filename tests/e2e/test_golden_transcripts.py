@@ -22,7 +22,7 @@ import pytest
 import redis.asyncio as aioredis
 from stack import LocalStack
 
-from antiphon.session import keys
+from antiphon.session.state import keys
 from tests.support import golden, openai_models, reference
 from tests.support.realtime import MANUAL, RealtimeClient, ask, duplex_url, of_type
 from tests.support.speech import silence, spoken, weather_question

@@ -2,7 +2,7 @@
 
 At the user's first pause the server asks for the answer and holds it; the
 turn's end uses it, speech resuming drops it (services/session/antiphon/
-session/preemption.py). Judged here from the client's side and the
+session/assistant/preemption.py). Judged here from the client's side and the
 services' counters:
 
 - a question with a mid-sentence pause shorter than server_vad's silence

@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 from stack import LocalStack
 
-from antiphon.session import keys
+from antiphon.session.state import keys
 from antiphon.v1 import session_pb2 as spb
 from tests.support.realtime import (
     MANUAL,

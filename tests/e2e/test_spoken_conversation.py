@@ -19,8 +19,8 @@ from stack import LocalStack
 
 from antiphon.common.assets import default_cache_dir
 from antiphon.common.audio import resample_pcm16
-from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import locate
+from antiphon.stage0.backends.cascade.asr.asr import WhisperAsr
 from tests.support.history import stored_items
 from tests.support.realtime import RealtimeClient, audio_bytes, duplex_url, of_type
 from tests.support.speech import silence, spoken

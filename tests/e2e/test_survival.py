@@ -18,7 +18,7 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from antiphon.session import keys
+from antiphon.session.state import keys
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import session_pb2_grpc
 from bench.lib.cluster import Cluster, running_cluster

@@ -16,7 +16,7 @@ from openai.types.realtime import RealtimeClientEventParam, SessionUpdateEvent
 
 from antiphon.common.audio import float32_to_pcm16
 from antiphon.gateway.errors import ClientError
-from antiphon.gateway.translator import Translator
+from antiphon.gateway.translate.translator import Translator
 from antiphon.v1 import common_pb2 as cpb
 
 

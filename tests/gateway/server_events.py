@@ -10,7 +10,7 @@ from google.protobuf.message import Message
 from openai._models import construct_type_unchecked
 from openai.types.realtime import RealtimeServerEvent
 
-from antiphon.gateway import openai_dialect as od
+from antiphon.gateway.dialects import openai_dialect as od
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from tests.support.protos import with_fields

@@ -12,8 +12,8 @@ import pytest
 from antiphon.common import audio_formats as formats
 from antiphon.common import g711
 from antiphon.common.audio import float32_to_pcm16
-from antiphon.gateway import audio_formats as af
-from antiphon.gateway.translator import Translator
+from antiphon.gateway.translate import audio_formats as af
+from antiphon.gateway.translate.translator import Translator
 from antiphon.v1 import common_pb2 as cpb
 from tests.gateway import client_events as client
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from antiphon.gateway.client_close import client_gone, is_last
+from antiphon.gateway.connection.client_close import client_gone, is_last
 
 
 @pytest.mark.parametrize("code", [1000, 1001])

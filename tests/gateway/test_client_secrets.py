@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from antiphon.gateway.client_secrets import (
+from antiphon.gateway.edge.client_secrets import (
     DEFAULT_TTL_S,
     MAX_SECRET_CHARS,
     ClientSecretError,

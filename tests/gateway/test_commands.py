@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from antiphon.gateway.errors import ClientError
-from antiphon.gateway.translator import Translator
+from antiphon.gateway.translate.translator import Translator
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import client_events as client
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from antiphon.gateway.connection_state import (
+from antiphon.gateway.connection.connection_state import (
     TRANSITIONS,
     ConnectionState,
     IllegalTransition,

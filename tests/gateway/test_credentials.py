@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from antiphon.gateway.credentials import KeyFileError, KeyRing, key_hash, key_id, presented
+from antiphon.gateway.edge.credentials import KeyFileError, KeyRing, key_hash, key_id, presented
 
 
 def test_a_key_matches_by_its_hash_and_nothing_else_does(tmp_path: Path) -> None:

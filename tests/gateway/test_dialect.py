@@ -8,9 +8,9 @@ import json
 import pytest
 
 from antiphon.common.event_kinds import EventKind, kind_of
-from antiphon.gateway import openai_dialect as od
-from antiphon.gateway.dialect import DUPLEX, NATIVE, OPENAI, Dialect, realtime_dialect
-from antiphon.gateway.translator import Translator
+from antiphon.gateway.dialects import openai_dialect as od
+from antiphon.gateway.dialects.dialect import DUPLEX, NATIVE, OPENAI, Dialect, realtime_dialect
+from antiphon.gateway.translate.translator import Translator
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import server_events as server
 

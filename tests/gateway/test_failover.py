@@ -18,8 +18,8 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from antiphon.gateway.client_close import client_gone
-from antiphon.gateway.failover import FailOver, Retry, SessionCall, SessionUnavailable
+from antiphon.gateway.connection.client_close import client_gone
+from antiphon.gateway.connection.failover import FailOver, Retry, SessionCall, SessionUnavailable
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.v1 import session_pb2 as spb
 

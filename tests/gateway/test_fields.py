@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from antiphon.gateway.translator import Translator
+from antiphon.gateway.translate.translator import Translator
 from tests.gateway import client_events as client
 
 

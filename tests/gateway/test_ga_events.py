@@ -8,7 +8,7 @@ import typing
 import pytest
 from google.protobuf.message import Message
 
-from antiphon.gateway.projector import project
+from antiphon.gateway.dialects.projector import project
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import server_events as server

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from antiphon.gateway.client_secrets import SecretSigner, signing_key
-from antiphon.gateway.credentials import KeyRing
-from antiphon.gateway.gate import Gate, Refusal
-from antiphon.gateway.key_limits import KeyLimits
+from antiphon.gateway.edge.client_secrets import SecretSigner, signing_key
+from antiphon.gateway.edge.credentials import KeyRing
+from antiphon.gateway.edge.gate import Gate, Refusal
+from antiphon.gateway.edge.key_limits import KeyLimits
 
 SUB = "openai-insecure-api-key."
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from antiphon.common import g711
-from antiphon.gateway.fields import INT32_MAX
-from antiphon.gateway.translator import Translator
+from antiphon.gateway.translate.fields import INT32_MAX
+from antiphon.gateway.translate.translator import Translator
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import client_events as client

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from antiphon.gateway.key_limits import KeyLimits, LimitExceeded
+from antiphon.gateway.edge.key_limits import KeyLimits, LimitExceeded
 
 
 class Clock:

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from google.protobuf.message import Message
 
-from antiphon.gateway import native
-from antiphon.gateway.dialect import DUPLEX, NATIVE
-from antiphon.gateway.projector import project
-from antiphon.gateway.translator import Translator
+from antiphon.gateway.dialects import native
+from antiphon.gateway.dialects.dialect import DUPLEX, NATIVE
+from antiphon.gateway.dialects.projector import project
+from antiphon.gateway.translate.translator import Translator
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import server_events as server

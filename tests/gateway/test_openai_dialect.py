@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from google.protobuf.message import Message
 
-from antiphon.gateway import openai_dialect as od
-from antiphon.gateway.dialect import DUPLEX, OPENAI
-from antiphon.gateway.openai_dialect import project_openai
-from antiphon.gateway.projector import project
+from antiphon.gateway.dialects import openai_dialect as od
+from antiphon.gateway.dialects.dialect import DUPLEX, OPENAI
+from antiphon.gateway.dialects.openai_dialect import project_openai
+from antiphon.gateway.dialects.projector import project
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import server_events as server

@@ -6,8 +6,8 @@ import json
 
 from prometheus_client import CollectorRegistry
 
+from antiphon.gateway.connection.outbox import Outbox
 from antiphon.gateway.metrics import GatewayMetrics
-from antiphon.gateway.outbox import Outbox
 
 
 def frame(n: int) -> dict[str, str]:

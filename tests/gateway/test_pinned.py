@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from antiphon.common.audio_formats import G711_ULAW
+from antiphon.gateway.edge.pinned import PinnedConfig
 from antiphon.gateway.errors import ClientError
-from antiphon.gateway.pinned import PinnedConfig
-from antiphon.gateway.translator import Translator
+from antiphon.gateway.translate.translator import Translator
 
 MINTED: dict[str, Any] = {
     "type": "realtime",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from antiphon.common.event_kinds import kind_of
-from antiphon.gateway.replay_cursor import ReplayCursor
+from antiphon.gateway.connection.replay_cursor import ReplayCursor
 from antiphon.v1 import session_pb2 as spb
 
 

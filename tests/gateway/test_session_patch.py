@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from antiphon.gateway.errors import ClientError
-from antiphon.gateway.translator import Translator
-from antiphon.session import session_config
+from antiphon.gateway.translate.translator import Translator
+from antiphon.session.config import session_config
 from antiphon.v1 import common_pb2 as cpb
 from tests.gateway import client_events as client
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad
 
-from antiphon.gateway.projector import project
+from antiphon.gateway.dialects.projector import project
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import server_events as server

@@ -11,10 +11,10 @@ import pytest
 from openai._utils import maybe_transform
 from openai.types.realtime import RealtimeClientEventParam, ResponseCreateEvent
 
-from antiphon.gateway.native import project_native
-from antiphon.gateway.openai_dialect import project_openai
-from antiphon.gateway.projector import project
-from antiphon.gateway.translator import Translator
+from antiphon.gateway.dialects.native import project_native
+from antiphon.gateway.dialects.openai_dialect import project_openai
+from antiphon.gateway.dialects.projector import project
+from antiphon.gateway.translate.translator import Translator
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import client_events as client

@@ -10,8 +10,8 @@ import pytest
 
 from antiphon.common import g711
 from antiphon.gateway.errors import ClientError
-from antiphon.gateway.translator import ALIASES, HANDLERS, Translator, metric_label
-from antiphon.session import session_config
+from antiphon.gateway.translate.translator import ALIASES, HANDLERS, Translator, metric_label
+from antiphon.session.config import session_config
 from antiphon.v1 import common_pb2 as cpb
 from tests.gateway import client_events as client
 

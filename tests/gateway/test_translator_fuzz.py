@@ -16,10 +16,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from antiphon.gateway import native
+from antiphon.gateway.dialects import native
+from antiphon.gateway.dialects.openai_dialect import CLIENT_TYPES
 from antiphon.gateway.errors import ClientError
-from antiphon.gateway.openai_dialect import CLIENT_TYPES
-from antiphon.gateway.translator import Translator, metric_label
+from antiphon.gateway.translate.translator import Translator, metric_label
 from antiphon.v1 import session_pb2 as spb
 from tests.support.fuzz import ERROR_TYPES, FUZZ, client_events, examples
 

@@ -19,14 +19,15 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from antiphon.session import mail, session_config
-from antiphon.session.actor import SessionActor
-from antiphon.session.attachment import Outbound
+from antiphon.session.actor import mail
+from antiphon.session.actor.actor import SessionActor
+from antiphon.session.actor.attachment import Outbound
+from antiphon.session.config import session_config
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.settings import SessionSettings
-from antiphon.session.snapshot import Snapshot
-from antiphon.session.stages import Binding, StageResult, StreamEnded
-from antiphon.session.store import SessionStore
+from antiphon.session.stage.stages import Binding, StageResult, StreamEnded
+from antiphon.session.state.snapshot import Snapshot
+from antiphon.session.state.store import SessionStore
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2

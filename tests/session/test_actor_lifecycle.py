@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from antiphon.session import mail
-from antiphon.session.errors import Rejection
-from antiphon.session.snapshot import Snapshot
+from antiphon.session.actor import mail
+from antiphon.session.actor.errors import Rejection
+from antiphon.session.state.snapshot import Snapshot
 from antiphon.v1 import session_pb2 as spb
 from tests.session.harness import MANUAL, SID, Session, session
 

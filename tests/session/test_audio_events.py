@@ -7,7 +7,7 @@ import numpy as np
 
 from antiphon.common import g711
 from antiphon.common.audio import float32_to_pcm16
-from antiphon.session.responses import ResponseOptions, ResponseState
+from antiphon.session.assistant.responses import ResponseOptions, ResponseState
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 

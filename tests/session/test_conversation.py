@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from antiphon.session import policy, session_config
-from antiphon.session.conversation import Conversation, ItemNotFound
-from antiphon.session.store import NotOwnerError, SessionStore
+from antiphon.session.config import policy, session_config
+from antiphon.session.conversation.conversation import Conversation, ItemNotFound
+from antiphon.session.state.store import NotOwnerError, SessionStore
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from antiphon.session import session_config
-from antiphon.session.current_config import CurrentConfig
-from antiphon.session.errors import Rejection
+from antiphon.session.actor.errors import Rejection
+from antiphon.session.config import session_config
+from antiphon.session.config.current_config import CurrentConfig
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2

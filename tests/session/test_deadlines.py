@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from antiphon.session.deadlines import Deadlines
+from antiphon.session.actor.deadlines import Deadlines
 
 
 class Clock:

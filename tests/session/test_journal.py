@@ -9,12 +9,12 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from antiphon.session import keys
-from antiphon.session.attachment import Attachment, Outbound
-from antiphon.session.event_kinds import server_event
-from antiphon.session.journal import Emitter, replay
+from antiphon.session.actor.attachment import Attachment, Outbound
+from antiphon.session.actor.event_kinds import server_event
+from antiphon.session.actor.journal import Emitter, replay
 from antiphon.session.metrics import SessionMetrics
-from antiphon.session.store import Journal, NotOwnerError, SessionStore
+from antiphon.session.state import keys
+from antiphon.session.state.store import Journal, NotOwnerError, SessionStore
 from antiphon.v1 import session_pb2 as spb
 from tests.support.redis_dbs import flushed
 

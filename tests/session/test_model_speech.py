@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import pytest
 import redis.asyncio as aioredis
 
-from antiphon.session import session_config
-from antiphon.session.conversation import Conversation
-from antiphon.session.response_control import ResponseControl
-from antiphon.session.stage_links import StageLinks
-from antiphon.session.store import SessionStore
+from antiphon.session.assistant.response_control import ResponseControl
+from antiphon.session.config import session_config
+from antiphon.session.conversation.conversation import Conversation
+from antiphon.session.stage.stage_links import StageLinks
+from antiphon.session.state.store import SessionStore
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2

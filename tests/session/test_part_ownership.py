@@ -191,7 +191,9 @@ def foreign_writes(
 
 
 def test_no_session_part_writes_another_parts_attributes() -> None:
-    sources = {path.name: path.read_text() for path in sorted(SESSION.glob("*.py"))}
+    sources = {
+        str(path.relative_to(SESSION)): path.read_text() for path in sorted(SESSION.rglob("*.py"))
+    }
     handed = part_types(list(sources.values()))
     assert {"Turns", "StageLinks", "ResponseControl", "InputBuffer"} <= handed
     found: list[str] = []
@@ -256,11 +258,12 @@ def test_the_check_catches_each_kind_of_write_through_a_peer_and_only_those() ->
 @pytest.mark.parametrize(
     "line",
     [
-        "self._turns.last_item_id = item_id",  # edits.py and response_control.py, before
-        "self._turns.text.append(text)",  # actor.py, before
-        "self._turns.text.clear()",  # listening.py, before
-        "self._turns.pending.clear()",  # stage_events.py, before
-        "self._links.unbound.clear()",  # actor.py, before
+        # conversation/edits.py and assistant/response_control.py, before:
+        "self._turns.last_item_id = item_id",
+        "self._turns.text.append(text)",  # actor/actor.py, before
+        "self._turns.text.clear()",  # user/listening.py, before
+        "self._turns.pending.clear()",  # stage/stage_events.py, before
+        "self._links.unbound.clear()",  # actor/actor.py, before
     ],
 )
 def test_the_writes_issue_28_found_would_fail_the_check(line: str) -> None:

@@ -14,15 +14,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from antiphon.common import stage_audio
-from antiphon.session import policy, session_config
-from antiphon.session.attachment import Attachment
-from antiphon.session.errors import Rejection
-from antiphon.session.input_buffer import InputBuffer, to_stage0
-from antiphon.session.journal import Emitter
+from antiphon.session.actor.attachment import Attachment
+from antiphon.session.actor.errors import Rejection
+from antiphon.session.actor.journal import Emitter
+from antiphon.session.config import policy, session_config
 from antiphon.session.metrics import SessionMetrics
-from antiphon.session.stage_links import StageLinks, capabilities
-from antiphon.session.store import NotOwnerError
-from antiphon.session.turns import Turns
+from antiphon.session.stage.stage_links import StageLinks, capabilities
+from antiphon.session.state.store import NotOwnerError
+from antiphon.session.user.input_buffer import InputBuffer, to_stage0
+from antiphon.session.user.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from antiphon.session.playback import Ledger, Ledgers
+from antiphon.session.assistant.playback import Ledger, Ledgers
 from antiphon.v1 import common_pb2 as cpb
 
 

@@ -9,8 +9,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from antiphon.session import mail
-from antiphon.session.preemption import MAX_HELD
+from antiphon.session.actor import mail
+from antiphon.session.assistant.preemption import MAX_HELD
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2

@@ -15,14 +15,14 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from antiphon.session import keys
-from antiphon.session.attachment import Outbound
-from antiphon.session.errors import Rejection
+from antiphon.session.actor.attachment import Outbound
+from antiphon.session.actor.errors import Rejection
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.registry import SessionRegistry
 from antiphon.session.settings import SessionSettings
-from antiphon.session.stages import Binding, WorkerFullError
-from antiphon.session.store import SessionStore
+from antiphon.session.stage.stages import Binding, WorkerFullError
+from antiphon.session.state import keys
+from antiphon.session.state.store import SessionStore
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from antiphon.common.audio_formats import PCM_INPUT_RATES
-from antiphon.gateway.translator import Translator
-from antiphon.session import session_config
-from antiphon.session.session_config import (
+from antiphon.gateway.translate.translator import Translator
+from antiphon.session.config import session_config
+from antiphon.session.config.session_config import (
     AUTO_RETENTION,
     ConfigError,
     defaults,

@@ -9,10 +9,10 @@ from typing import Any, cast
 
 import pytest
 
-from antiphon.session import mail
-from antiphon.session.oneof_routes import Routes
-from antiphon.session.stage_events import GENERATION_EVENTS, SPEECH_EVENTS
-from antiphon.session.stages import Binding, StageResult
+from antiphon.session.actor import mail
+from antiphon.session.stage.oneof_routes import Routes
+from antiphon.session.stage.stage_events import GENERATION_EVENTS, SPEECH_EVENTS
+from antiphon.session.stage.stages import Binding, StageResult
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2

@@ -13,9 +13,9 @@ from redis.crc import key_slot
 
 from antiphon.common.ids import new_id
 from antiphon.gateway.errors import ClientError
-from antiphon.gateway.translator import Translator
-from antiphon.session import keys
-from antiphon.session.store import NotOwnerError, SessionStore
+from antiphon.gateway.translate.translator import Translator
+from antiphon.session.state import keys
+from antiphon.session.state.store import NotOwnerError, SessionStore
 from tests.support.redis_dbs import db_url, flushed
 
 DB = 5  # this module's own database on the shared test Redis

@@ -10,17 +10,18 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
-from antiphon.session import items, policy, session_config
-from antiphon.session.conversation import Conversation
-from antiphon.session.current_config import CurrentConfig
-from antiphon.session.errors import Rejection
-from antiphon.session.journal import Emitter
+from antiphon.session.actor.errors import Rejection
+from antiphon.session.actor.journal import Emitter
+from antiphon.session.assistant.preemption import Preemption
+from antiphon.session.assistant.response_control import ResponseControl
+from antiphon.session.assistant.responses import Event
+from antiphon.session.config import policy, session_config
+from antiphon.session.config.current_config import CurrentConfig
+from antiphon.session.conversation import items
+from antiphon.session.conversation.conversation import Conversation
 from antiphon.session.metrics import SessionMetrics
-from antiphon.session.preemption import Preemption
-from antiphon.session.response_control import ResponseControl
-from antiphon.session.responses import Event
-from antiphon.session.store import SessionStore
-from antiphon.session.turns import Turns
+from antiphon.session.state.store import SessionStore
+from antiphon.session.user.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2

@@ -3,7 +3,7 @@ which turns stage0 owes a transcript, the text waiting for a commit."""
 
 from __future__ import annotations
 
-from antiphon.session.turns import Turns
+from antiphon.session.user.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 
 

@@ -21,12 +21,12 @@ import pytest
 
 from antiphon.common.assets import default_cache_dir
 from antiphon.stage0.assets import Stage0Assets, prepare
-from antiphon.stage0.cpu_choice import choose_for
+from antiphon.stage0.backends.cascade.llm.cpu_choice import choose_for
 from antiphon.stage0.settings import Stage0Settings
 from tests.support import tiers
 
 if TYPE_CHECKING:
-    from antiphon.stage0.models import Llm
+    from antiphon.stage0.backends.cascade.models import Llm
 
 SAMPLE_RATE = 16_000
 
@@ -49,7 +49,7 @@ def assets(request: pytest.FixtureRequest, model_cache: Path) -> Stage0Assets:
 async def llm_engine(assets: Stage0Assets) -> AsyncIterator[Llm]:
     """The LLM on the engine a worker with the default settings picks on this machine."""
     # Imported here: the engines' imports are slow and only the LLM tests need them.
-    from antiphon.stage0.models import start_llm
+    from antiphon.stage0.backends.cascade.models import start_llm
 
     settings = Stage0Settings()
     engine = await start_llm(settings, choose_for(settings), assets.llm_model)

@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from antiphon.common import moshi_checkpoint
 from antiphon.common.moshi_checkpoint import FRAME_SAMPLES, SAMPLE_RATE
-from antiphon.stage0.duplex_model import DuplexModel, Sampling
-from antiphon.stage0.duplex_prompt import ForcedFrame, Prompter
-from antiphon.stage0.duplex_rows import FRAME_BYTES
+from antiphon.stage0.backends.moshi.model import DuplexModel, Sampling
+from antiphon.stage0.backends.moshi.prompt import ForcedFrame, Prompter
+from antiphon.stage0.backends.moshi.rows import FRAME_BYTES
 from antiphon.stage0.metrics import Stage0Metrics
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from moshi.models.compression import MimiModel
     from moshi.models.lm import LMModel
 
-    from antiphon.stage0.duplex_lockstep import Lockstep
+    from antiphon.stage0.backends.moshi.lockstep import Lockstep
 
 SEED = 1234
 GREEDY = Sampling(temp=0.0, temp_text=0.0, top_k=250, top_k_text=25)
@@ -56,7 +56,7 @@ def tiny_lockstep(
     quiet_frames: int = 12,
     prompter: Prompter | None = None,
 ) -> Lockstep:
-    from antiphon.stage0.duplex_lockstep import Lockstep
+    from antiphon.stage0.backends.moshi.lockstep import Lockstep
 
     lm, mimi = tiny_parts(dtype)
     return Lockstep(

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from antiphon.stage0.asr import WhisperAsr
 from antiphon.stage0.assets import Stage0Assets
+from antiphon.stage0.backends.cascade.asr.asr import WhisperAsr
 
 
 @pytest.fixture(scope="module")

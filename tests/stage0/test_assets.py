@@ -11,10 +11,10 @@ import pytest
 
 from antiphon.common.assets import PREPARE_COMMAND, MissingAssetError
 from antiphon.stage0 import assets as stage0_assets
-from antiphon.stage0 import llm_models
 from antiphon.stage0.assets import CorruptPackageError, Stage0Assets, locate, prepare
-from antiphon.stage0.cpu_choice import choose_for
-from antiphon.stage0.llm_models import GgufPart, PackagedLlm
+from antiphon.stage0.backends.cascade.llm import llm_models
+from antiphon.stage0.backends.cascade.llm.cpu_choice import choose_for
+from antiphon.stage0.backends.cascade.llm.llm_models import GgufPart, PackagedLlm
 from antiphon.stage0.settings import Stage0Settings
 
 

@@ -22,16 +22,21 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from antiphon.stage0.asr import WhisperAsr
-from antiphon.stage0.asr_batch import BatchedAsr
 from antiphon.stage0.assets import Stage0Assets
-from antiphon.stage0.cascade import CascadeSession
+from antiphon.stage0.backends.cascade.asr.asr import WhisperAsr
+from antiphon.stage0.backends.cascade.asr.asr_batch import BatchedAsr
+from antiphon.stage0.backends.cascade.listening.turn import SmartTurn, TurnBatcher
+from antiphon.stage0.backends.cascade.listening.vad import SileroVad, VadBatcher
+from antiphon.stage0.backends.cascade.models import (
+    PooledWhisper,
+    TextGenerator,
+    Transcriber,
+    load_asr,
+)
+from antiphon.stage0.backends.cascade.session import CascadeSession
+from antiphon.stage0.backends.synthetic.engines import ScriptedLlm
 from antiphon.stage0.metrics import Stage0Metrics
-from antiphon.stage0.models import PooledWhisper, TextGenerator, Transcriber, load_asr
 from antiphon.stage0.settings import Stage0Settings
-from antiphon.stage0.synthetic import ScriptedLlm
-from antiphon.stage0.turn import SmartTurn, TurnBatcher
-from antiphon.stage0.vad import SileroVad, VadBatcher
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 from tests.support.speech import VOICES, Voice, spoken, spoken_paused

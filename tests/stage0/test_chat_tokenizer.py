@@ -11,10 +11,10 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from antiphon.stage0 import history, tool_prompt
 from antiphon.stage0.assets import Stage0Assets
-from antiphon.stage0.chat_tokenizer import ChatTokenizer
-from antiphon.stage0.prompt import preamble_for, with_preamble
+from antiphon.stage0.backends.cascade.llm import history, tool_prompt
+from antiphon.stage0.backends.cascade.llm.chat_tokenizer import ChatTokenizer
+from antiphon.stage0.backends.cascade.llm.prompt import preamble_for, with_preamble
 from antiphon.v1 import common_pb2 as cpb
 
 Message = tuple[str, str]

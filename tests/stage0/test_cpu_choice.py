@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from antiphon.stage0.cpu_choice import CpuFeatures, choose_for, choose_llm
+from antiphon.stage0.backends.cascade.llm.cpu_choice import CpuFeatures, choose_for, choose_llm
 from antiphon.stage0.settings import Stage0Settings
 
 CPUINFO = Path(__file__).parent / "cpuinfo"

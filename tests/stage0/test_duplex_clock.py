@@ -12,8 +12,8 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from antiphon.stage0.duplex_clock import LockstepClock
-from antiphon.stage0.duplex_lockstep import Batch
+from antiphon.stage0.backends.moshi.clock import LockstepClock
+from antiphon.stage0.backends.moshi.lockstep import Batch
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.v1 import stage_pb2 as pb
 from tests.stage0.duplex_reference import tiny_lockstep

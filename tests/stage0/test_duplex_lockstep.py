@@ -10,8 +10,8 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from antiphon.stage0.duplex_lockstep import Lockstep, NoFreeRowError
-from antiphon.stage0.duplex_rows import FRAME_BYTES, Row
+from antiphon.stage0.backends.moshi.lockstep import Lockstep, NoFreeRowError
+from antiphon.stage0.backends.moshi.rows import FRAME_BYTES, Row
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.v1 import stage_pb2 as pb
 from tests.stage0.duplex_reference import reference, tiny_lockstep, voice

@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 
 from antiphon.common import moshi_checkpoint
 from antiphon.common.moshi_checkpoint import FRAME_MS
-from antiphon.stage0.duplex_lockstep import Lockstep
-from antiphon.stage0.duplex_prompt import (
+from antiphon.stage0.backends.moshi.lockstep import Lockstep
+from antiphon.stage0.backends.moshi.prompt import (
     SILENCE_FRAMES,
     Prompter,
     Streams,
@@ -27,8 +27,8 @@ from antiphon.stage0.duplex_prompt import (
     prompt_format,
     read_voice,
 )
-from antiphon.stage0.duplex_rows import FRAME_BYTES, Row
-from antiphon.stage0.duplex_session import DuplexSession
+from antiphon.stage0.backends.moshi.rows import FRAME_BYTES, Row
+from antiphon.stage0.backends.moshi.session import DuplexSession
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.v1 import stage_pb2 as pb
 from tests.stage0.duplex_reference import reference, tiny_lockstep, tiny_parts, voice
@@ -166,7 +166,7 @@ def test_a_voice_clip_is_read_at_any_rate_encoded_once_and_prefilled(
     assert voiced.agent[: len(codes)] == codes
     assert voiced.text[: len(codes)] == [prompter.text_pad] * len(codes)
     assert set(voiced.user) == {prompter.sine}
-    with caplog.at_level(logging.WARNING, logger="antiphon.stage0.duplex_prompt"):
+    with caplog.at_level(logging.WARNING, logger="antiphon.stage0.backends.moshi.prompt"):
         for name in ("alloy", "alloy", "../anna", "anna/"):
             assert prompter.streams(INSTRUCTIONS, name) == bare
     assert [r.message for r in caplog.records].count("no voice clip: no voice prompt") == 3
@@ -192,7 +192,7 @@ def test_auto_prompts_only_personaplex_shaped_weights() -> None:
 
 
 def test_a_worker_set_to_personaplex_loads_its_voices_at_start(tmp_path: Path) -> None:
-    from antiphon.stage0.duplex_model import DuplexModel
+    from antiphon.stage0.backends.moshi.model import DuplexModel
     from antiphon.stage0.settings import Stage0Settings
 
     write_wav(tmp_path / "bob.wav", 24_000, 1, 0.4)

@@ -4,7 +4,7 @@ once quiet, a cancel muted until the model has gone quiet)."""
 
 from __future__ import annotations
 
-from antiphon.stage0.duplex_rows import BYTES_PER_MS, FRAME_BYTES, JitterBuffer, Speaking
+from antiphon.stage0.backends.moshi.rows import BYTES_PER_MS, FRAME_BYTES, JitterBuffer, Speaking
 from antiphon.v1 import stage_pb2 as pb
 
 LISTEN, SPEAK = pb.DECISION_LISTEN, pb.DECISION_SPEAK

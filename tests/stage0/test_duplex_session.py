@@ -9,8 +9,8 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from antiphon.stage0.duplex_lockstep import Lockstep
-from antiphon.stage0.duplex_session import DuplexSession
+from antiphon.stage0.backends.moshi.lockstep import Lockstep
+from antiphon.stage0.backends.moshi.session import DuplexSession
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.v1 import stage_pb2 as pb
 from tests.stage0.duplex_reference import tiny_lockstep, voice

@@ -9,12 +9,12 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from antiphon.stage0.cascade import CascadeSession
+from antiphon.stage0.backends.cascade.listening.turn import TurnBatcher
+from antiphon.stage0.backends.cascade.listening.vad import VadBatcher
+from antiphon.stage0.backends.cascade.session import CascadeSession
+from antiphon.stage0.backends.synthetic.engines import SyntheticEngines
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.settings import Stage0Settings
-from antiphon.stage0.synthetic import SyntheticEngines
-from antiphon.stage0.turn import TurnBatcher
-from antiphon.stage0.vad import VadBatcher
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 

@@ -7,7 +7,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from antiphon.stage0.history import HistoryTooLongError, Message, fit, fit_prompt
+from antiphon.stage0.backends.cascade.llm.history import (
+    HistoryTooLongError,
+    Message,
+    fit,
+    fit_prompt,
+)
 
 SYSTEM: Message = ("system", "be brief " * 10)  # 20 tokens
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from antiphon.stage0.assets import Stage0Assets
-from antiphon.stage0.generation import LlmOutput, PromptTooLongError
-from antiphon.stage0.models import Llm
+from antiphon.stage0.backends.cascade.llm.generation import LlmOutput, PromptTooLongError
+from antiphon.stage0.backends.cascade.models import Llm
 
 pytestmark = pytest.mark.models
 
@@ -126,7 +126,7 @@ async def test_an_answer_held_to_allowed_tokens_uses_no_other(
     model still writes only the allowed words and punctuation."""
     from tokenizers import Tokenizer
 
-    from antiphon.stage0.generation import Decoding
+    from antiphon.stage0.backends.cascade.llm.generation import Decoding
 
     tokenizer = Tokenizer.from_file(str(Path(assets.llm_model) / "tokenizer.json"))
     words = (" the", " sun", " is", " blue", " and", ".", ",")

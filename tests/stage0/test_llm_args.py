@@ -8,7 +8,7 @@ import logging
 import pytest
 from vllm.engine.arg_utils import AsyncEngineArgs
 
-from antiphon.stage0.llm import EngineConfig, engine_kwargs, supported_kwargs
+from antiphon.stage0.backends.cascade.llm.llm import EngineConfig, engine_kwargs, supported_kwargs
 from antiphon.stage0.settings import Stage0Settings
 
 MODEL = "/models/some-model"
@@ -88,7 +88,7 @@ def test_a_stream_interval_below_one_is_refused(monkeypatch: pytest.MonkeyPatch)
 def test_an_argument_this_vllm_lacks_is_left_out_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="antiphon.stage0.llm"):
+    with caplog.at_level(logging.WARNING, logger="antiphon.stage0.backends.cascade.llm.llm"):
         kept = supported_kwargs({"model": MODEL, "no_such_engine_argument": 1})
     assert kept == {"model": MODEL}
     assert "no_such_engine_argument" in caplog.text

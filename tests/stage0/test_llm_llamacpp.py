@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from antiphon.stage0.assets import prepare
-from antiphon.stage0.generation import Guided, LlmOutput
+from antiphon.stage0.backends.cascade.llm.generation import Guided, LlmOutput
 from antiphon.stage0.settings import Stage0Settings
 
 if TYPE_CHECKING:
-    from antiphon.stage0.llm_llamacpp import LlamaCppEngine
-    from antiphon.stage0.models import Llm
+    from antiphon.stage0.backends.cascade.llm.llm_llamacpp import LlamaCppEngine
+    from antiphon.stage0.backends.cascade.models import Llm
 
 pytestmark = pytest.mark.models
 
@@ -29,9 +29,9 @@ SYSTEM = "You are a helpful assistant. Answer briefly."
 @pytest.fixture(scope="module")
 async def engine(llm_engine: Llm, model_cache: Path) -> AsyncIterator[LlamaCppEngine]:
     """The worker's engine where it is llama.cpp (an AVX2 CPU), else one of its own."""
-    from antiphon.stage0.cpu_choice import choose_for
-    from antiphon.stage0.llm_llamacpp import LlamaCppEngine
-    from antiphon.stage0.models import start_llm
+    from antiphon.stage0.backends.cascade.llm.cpu_choice import choose_for
+    from antiphon.stage0.backends.cascade.llm.llm_llamacpp import LlamaCppEngine
+    from antiphon.stage0.backends.cascade.models import start_llm
 
     if isinstance(llm_engine, LlamaCppEngine):
         yield llm_engine

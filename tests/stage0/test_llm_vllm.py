@@ -11,18 +11,18 @@ from typing import TYPE_CHECKING
 import pytest
 
 from antiphon.stage0.assets import prepare
-from antiphon.stage0.cpu_choice import choose_for
+from antiphon.stage0.backends.cascade.llm.cpu_choice import choose_for
 from antiphon.stage0.settings import Stage0Settings
 
 if TYPE_CHECKING:
-    from antiphon.stage0.models import Llm
+    from antiphon.stage0.backends.cascade.models import Llm
 
 pytestmark = pytest.mark.models
 
 
 @pytest.fixture(scope="module")
 async def vllm_engine(request: pytest.FixtureRequest, model_cache: Path) -> AsyncIterator[Llm]:
-    from antiphon.stage0.models import start_llm
+    from antiphon.stage0.backends.cascade.models import start_llm
 
     settings = Stage0Settings()
     choice = choose_for(settings, engine="vllm")

@@ -3,7 +3,7 @@ whose text is both; anything else stays a message of its own."""
 
 from __future__ import annotations
 
-from antiphon.stage0.responder import merge_deltas
+from antiphon.stage0.backends.cascade.responder import merge_deltas
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 

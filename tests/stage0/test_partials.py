@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from antiphon.stage0.partials import Partials, agreed
-from antiphon.stage0.vad import Endpointer, SpeechStopped
+from antiphon.stage0.backends.cascade.listening.partials import Partials, agreed
+from antiphon.stage0.backends.cascade.listening.vad import Endpointer, SpeechStopped
 from tests.stage0.vad_frames import CONFIG, FRAME, QUIET, SPEECH, frames
 
 EVERY_MS = 400

@@ -9,9 +9,9 @@ from collections.abc import Iterable
 
 import pytest
 
-from antiphon.stage0.pauses import Pause, Pauses
-from antiphon.stage0.transcript import PendingText
-from antiphon.stage0.vad import Endpointer, SpeechStopped
+from antiphon.stage0.backends.cascade.asr.transcript import PendingText
+from antiphon.stage0.backends.cascade.listening.pauses import Pause, Pauses
+from antiphon.stage0.backends.cascade.listening.vad import Endpointer, SpeechStopped
 from tests.stage0.vad_frames import CONFIG, FRAME, QUIET, SPEECH, frames
 
 AFTER_MS = 120

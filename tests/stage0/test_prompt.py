@@ -3,7 +3,7 @@ then the reminder."""
 
 from __future__ import annotations
 
-from antiphon.stage0.prompt import (
+from antiphon.stage0.backends.cascade.llm.prompt import (
     VOICE_PREAMBLE,
     VOICE_REMINDER,
     VOICE_STYLE,

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from antiphon.stage0.repetition import LoopGuard
+from antiphon.stage0.backends.cascade.llm.repetition import LoopGuard
 
 
 def _first_loop(guard: LoopGuard, tokens: list[int], step: int = 1) -> int | None:

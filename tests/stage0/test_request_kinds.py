@@ -8,7 +8,8 @@ from types import ModuleType
 
 import pytest
 
-from antiphon.stage0 import cascade, duplex_session
+from antiphon.stage0.backends.cascade import session as cascade
+from antiphon.stage0.backends.moshi import session as duplex_session
 from antiphon.v1 import stage_pb2 as pb
 from tests.support.request_kinds import (
     assert_each_handler_gets_its_own_message,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from antiphon.stage0.generation import LlmOutput
-from antiphon.stage0.synthetic import ScriptedLlm, StepClock
+from antiphon.stage0.backends.cascade.llm.generation import LlmOutput
+from antiphon.stage0.backends.synthetic.engines import ScriptedLlm, StepClock
 
 QUESTION = " ".join(f"w{i}" for i in range(40))
 PROMPT = f"<system>Repeat.\n<user>{QUESTION}\n<assistant>"

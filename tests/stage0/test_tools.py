@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from antiphon.stage0 import tool_calls, tool_prompt, tools
-from antiphon.stage0.generation import GenerationMetrics, Guided, LlmOutput
+from antiphon.stage0.backends.cascade.llm import tool_calls, tool_prompt, tools
+from antiphon.stage0.backends.cascade.llm.generation import GenerationMetrics, Guided, LlmOutput
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 

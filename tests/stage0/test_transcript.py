@@ -8,10 +8,14 @@ import re
 import numpy as np
 import pytest
 
-from antiphon.stage0.asr import WhisperAsr
-from antiphon.stage0.asr_text import drop_repeats
 from antiphon.stage0.assets import Stage0Assets
-from antiphon.stage0.transcript import BYTES_PER_MS, StreamingTranscript, pause_cut
+from antiphon.stage0.backends.cascade.asr.asr import WhisperAsr
+from antiphon.stage0.backends.cascade.asr.asr_text import drop_repeats
+from antiphon.stage0.backends.cascade.asr.transcript import (
+    BYTES_PER_MS,
+    StreamingTranscript,
+    pause_cut,
+)
 from tests.support.speech import spoken
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from antiphon.stage0.transcript import BYTES_PER_MS, StreamingTranscript
+from antiphon.stage0.backends.cascade.asr.transcript import BYTES_PER_MS, StreamingTranscript
 from tests.stage0.test_transcript import Heard, quiet, speak_into, tone
 
 # A piece cut in the pause at ~2.55 s, then a tail long enough to stand alone.

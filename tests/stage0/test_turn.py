@@ -24,11 +24,9 @@ from pydantic import ValidationError
 from antiphon.common.assets import MissingAssetError
 from antiphon.stage0 import assets as stage0_assets
 from antiphon.stage0.assets import Stage0Assets
-from antiphon.stage0.cpu_choice import CpuFeatures
-from antiphon.stage0.exact_int8 import exact_int8_session, sums_exactly
-from antiphon.stage0.models import load_turn
-from antiphon.stage0.settings import Stage0Settings
-from antiphon.stage0.turn import (
+from antiphon.stage0.backends.cascade.asr.whisper_torch import mel_filters
+from antiphon.stage0.backends.cascade.listening.exact_int8 import exact_int8_session, sums_exactly
+from antiphon.stage0.backends.cascade.listening.turn import (
     EAGERNESS,
     FIRST_CHECK_MS,
     RECHECK_MS,
@@ -41,8 +39,8 @@ from antiphon.stage0.turn import (
     eagerness,
     window,
 )
-from antiphon.stage0.turn_torch import TorchSmartTurn, features
-from antiphon.stage0.vad import (
+from antiphon.stage0.backends.cascade.listening.turn_torch import TorchSmartTurn, features
+from antiphon.stage0.backends.cascade.listening.vad import (
     FRAME_MS,
     Endpointer,
     EndpointerConfig,
@@ -50,9 +48,11 @@ from antiphon.stage0.vad import (
     SpeechStopped,
     VadEvent,
 )
-from antiphon.stage0.whisper_torch import mel_filters
+from antiphon.stage0.backends.cascade.llm.cpu_choice import CpuFeatures
+from antiphon.stage0.backends.cascade.models import load_turn
+from antiphon.stage0.settings import Stage0Settings
 from bench.lib.results import REPO
-from bench.turn_gpu import fixture_clips, logit
+from bench.probes.turn_gpu import fixture_clips, logit
 from tests.support.speech import Voice, silence, spoken, spoken_cut
 
 SPEECH, QUIET = 0.9, 0.0
@@ -426,7 +426,7 @@ def test_torch_engine_answers_as_onnxruntime_does(
 
 @pytest.mark.models
 def test_onnxruntime_answers_as_on_the_hosts_the_benchmarks_ran_on(onnx_turn: SmartTurn) -> None:
-    """The recorded questions, whole and broken off (bench/turn_gpu.py), score
+    """The recorded questions, whole and broken off (bench/probes/turn_gpu.py), score
     what onnxruntime gave on the hosts of turn-cpu.json, whatever this CPU's
     int8 kernels: on AVX2 without exact sums one scored 0.704 for 0.967."""
     recorded = json.loads((REPO / "bench" / "results" / "turn-cpu.json").read_text())

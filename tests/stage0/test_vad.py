@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from antiphon.stage0.assets import Stage0Assets
-from antiphon.stage0.vad import (
+from antiphon.stage0.backends.cascade.listening.vad import (
     FRAME_MS,
     Endpointer,
     EndpointerConfig,

@@ -16,13 +16,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from antiphon.stage0.assets import locate_turn, locate_vad
-from antiphon.stage0.cascade import CascadeSession
-from antiphon.stage0.generation import Guided, LlmOutput
+from antiphon.stage0.backends.cascade.listening.turn import SmartTurn, TurnBatcher
+from antiphon.stage0.backends.cascade.listening.vad import SileroVad, VadBatcher
+from antiphon.stage0.backends.cascade.llm.generation import Guided, LlmOutput
+from antiphon.stage0.backends.cascade.session import CascadeSession
+from antiphon.stage0.backends.synthetic.engines import ScriptedLlm
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.settings import Stage0Settings
-from antiphon.stage0.synthetic import ScriptedLlm
-from antiphon.stage0.turn import SmartTurn, TurnBatcher
-from antiphon.stage0.vad import SileroVad, VadBatcher
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 

@@ -14,13 +14,13 @@ import torch
 from faster_whisper.feature_extractor import FeatureExtractor
 from pydantic import ValidationError
 
-from antiphon.stage0.asr import WhisperAsr
-from antiphon.stage0.asr_batch import BatchedAsr
 from antiphon.stage0.assets import Stage0Assets
+from antiphon.stage0.backends.cascade.asr.asr import WhisperAsr
+from antiphon.stage0.backends.cascade.asr.asr_batch import BatchedAsr
+from antiphon.stage0.backends.cascade.asr.whisper_graphs import DecodeGraphs
+from antiphon.stage0.backends.cascade.asr.whisper_torch import TorchWhisper, log_mel, mel_filters
+from antiphon.stage0.backends.cascade.asr.whisper_weights import read_ct2
 from antiphon.stage0.settings import Stage0Settings
-from antiphon.stage0.whisper_graphs import DecodeGraphs
-from antiphon.stage0.whisper_torch import TorchWhisper, log_mel, mel_filters
-from antiphon.stage0.whisper_weights import read_ct2
 from tests.support.speech import Voice, spoken
 
 pytestmark = pytest.mark.models

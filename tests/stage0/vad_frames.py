@@ -3,7 +3,7 @@ tests of the parts that watch it (pauses, partial transcripts) feed it."""
 
 from __future__ import annotations
 
-from antiphon.stage0.vad import EndpointerConfig
+from antiphon.stage0.backends.cascade.listening.vad import EndpointerConfig
 
 FRAME = 20  # ms a frame
 SPEECH, QUIET = 0.9, 0.0

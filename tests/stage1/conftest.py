@@ -11,23 +11,24 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from antiphon.stage1.metrics import Stage1Metrics
-from antiphon.stage1.scheduler import SynthesisScheduler
-from antiphon.stage1.synthesis import SynthesisSession, Voice
+from antiphon.stage1.speech.scheduler import SynthesisScheduler
+from antiphon.stage1.speech.synthesis import SynthesisSession
+from antiphon.stage1.speech.voice import Voice
 from tests.stage1.speaking import Heard, Speaker
 from tests.support import tiers
 
 if TYPE_CHECKING:
     from moshi.models.compression import MimiModel
 
-    from antiphon.stage1.tts import PiperTts
+    from antiphon.stage1.backends.piper.tts import PiperTts
 
 
 @pytest.fixture(scope="session")
 def piper_tts(request: pytest.FixtureRequest) -> PiperTts:
     tiers.require(request, tiers.MODELS, "loads the Piper voice")
     # Imported here so that collecting the model-free tests needs no Piper.
-    from antiphon.stage1.assets import locate
-    from antiphon.stage1.tts import PiperTts
+    from antiphon.stage1.backends.piper.assets import locate
+    from antiphon.stage1.backends.piper.tts import PiperTts
 
     assets = locate()
     return PiperTts(assets.voice_onnx, assets.voice_config, threads=1, out_rate=24000)
@@ -111,7 +112,7 @@ def voice_model(request: pytest.FixtureRequest) -> bytes:
     import onnx
     from piper.patch_voice_with_alignment import add_alignment_output
 
-    from antiphon.stage1.assets import locate
+    from antiphon.stage1.backends.piper.assets import locate
 
     model = onnx.load(str(locate().voice_onnx))
     add_alignment_output(model)
@@ -124,7 +125,7 @@ def sentences() -> list[list[int]]:
     as Piper's do: a padded neighbour's decoder then reaches no audible sample)."""
     from piper import PiperVoice
 
-    from antiphon.stage1.assets import locate
+    from antiphon.stage1.backends.piper.assets import locate
 
     voice = PiperVoice.load(locate().voice_onnx)
     text = "Sure. The store opens at nine, and it closes at five. Goodbye! Is there more?"

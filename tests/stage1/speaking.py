@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from antiphon.stage1.synthesis import SynthesisSession
+from antiphon.stage1.speech.synthesis import SynthesisSession
 from antiphon.v1 import stage_pb2 as pb
 
 # A session on the test's scheduler and voice thread; keywords are

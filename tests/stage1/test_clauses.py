@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from antiphon.stage1.clauses import ClauseSplitter
+from antiphon.stage1.speech.clauses import ClauseSplitter
 
 TEXTS = [
     "Hello there. How are you? I am fine, thanks for asking!",

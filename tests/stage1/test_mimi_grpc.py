@@ -12,7 +12,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from antiphon.stage1.main import MIMI_CAPABILITIES, mimi_backend
+from antiphon.stage1 import backends
 from antiphon.stage1.metrics import Stage1Metrics
 from antiphon.stage1.settings import Stage1Settings
 from antiphon.v1 import stage_pb2 as pb
@@ -35,9 +35,11 @@ async def worker() -> AsyncIterator[Worker]:
     registry = CollectorRegistry()
     stage_metrics = Stage1Metrics(registry)
     failed = asyncio.Event()
+    backend = backends.load("mimi")
+    context = backends.BackendContext(settings, stage_metrics, registry, failed.set)
     async with (
-        mimi_backend(settings, stage_metrics, registry, failed.set) as sessions,
-        serving(settings, sessions, MIMI_CAPABILITIES, stage_metrics) as stub,
+        backend.open(context) as sessions,
+        serving(settings, sessions, backend.capabilities, stage_metrics) as stub,
     ):
         yield Worker(stub, failed)
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from antiphon.stage1.backends.mimi.lockstep import MimiLockstep, Pcm, load
 from antiphon.stage1.metrics import DuplexMetrics
-from antiphon.stage1.mimi_lockstep import MimiLockstep, Pcm, load
 from antiphon.stage1.settings import Stage1Settings
 from tests.support.polling import eventually
 

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from antiphon.common.audio import duration_ms, float32_to_pcm16
+from antiphon.stage1.backends.mimi.lockstep import MimiLockstep
+from antiphon.stage1.backends.mimi.session import MimiSession
 from antiphon.stage1.metrics import Stage1Metrics
-from antiphon.stage1.mimi_lockstep import MimiLockstep
-from antiphon.stage1.mimi_session import MimiSession
 from antiphon.v1 import stage_pb2 as pb
 
 if TYPE_CHECKING:

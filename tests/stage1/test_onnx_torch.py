@@ -182,8 +182,8 @@ def test_piper_on_the_torch_engine_says_what_onnxruntime_says(
 ) -> None:
     """The whole voice, text in: same chunks, texts and marks either way."""
     tiers.require(request, tiers.MODELS, "loads the Piper voice")
-    from antiphon.stage1.assets import locate
-    from antiphon.stage1.tts import Batched, PiperTts
+    from antiphon.stage1.backends.piper.assets import locate
+    from antiphon.stage1.backends.piper.tts import Batched, PiperTts
 
     assets = locate()
     sizes: list[int] = []

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from antiphon.stage1.main import TEXT_CAPABILITIES, text_backend
+from antiphon.stage1 import backends
 from antiphon.stage1.metrics import Stage1Metrics
 from antiphon.stage1.settings import Stage1Settings
 from antiphon.v1 import stage_pb2_grpc
@@ -35,9 +35,11 @@ async def worker(request: pytest.FixtureRequest) -> AsyncIterator[Worker]:
     settings = Stage1Settings(tts_engine="torch", tts_device="cpu", tts_max_batch=8, capacity=4)
     registry = CollectorRegistry()
     stage_metrics = Stage1Metrics(registry)
+    backend = backends.load("piper")
+    context = backends.BackendContext(settings, stage_metrics, registry, lambda: None)
     async with (
-        text_backend(settings, stage_metrics) as sessions,
-        serving(settings, sessions, TEXT_CAPABILITIES, stage_metrics) as stub,
+        backend.open(context) as sessions,
+        serving(settings, sessions, backend.capabilities, stage_metrics) as stub,
     ):
         yield Worker(stub, registry)
 

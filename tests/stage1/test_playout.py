@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
-from antiphon.stage1.clauses import ClauseSplitter
-from antiphon.stage1.synthesis import SynthesisSession
-from antiphon.stage1.synthetic import SyntheticTts
+from antiphon.stage1.backends.synthetic.voice import SyntheticTts
+from antiphon.stage1.speech.clauses import ClauseSplitter
+from antiphon.stage1.speech.synthesis import SynthesisSession
 from tests.stage1.speaking import Heard, Speaker, text
 from tests.stage1.test_synthesis import RATE
 

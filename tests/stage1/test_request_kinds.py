@@ -8,7 +8,8 @@ from types import ModuleType
 
 import pytest
 
-from antiphon.stage1 import mimi_session, synthesis
+from antiphon.stage1.backends.mimi import session as mimi_session
+from antiphon.stage1.speech import synthesis
 from antiphon.v1 import stage_pb2 as pb
 from tests.support.request_kinds import (
     assert_each_handler_gets_its_own_message,

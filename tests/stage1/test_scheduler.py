@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from antiphon.stage1.scheduler import SynthesisScheduler, voicing_first
+from antiphon.stage1.speech.scheduler import SynthesisScheduler, voicing_first
 
 Make = Callable[[int], SynthesisScheduler]
 

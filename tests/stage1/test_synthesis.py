@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 from prometheus_client import Histogram
 
+from antiphon.stage1.backends.synthetic.voice import SyntheticTts
 from antiphon.stage1.metrics import Stage1Metrics
-from antiphon.stage1.synthetic import SyntheticTts
-from antiphon.stage1.tts import SpeechChunk
+from antiphon.stage1.speech.voice import SpeechChunk
 from antiphon.v1 import stage_pb2 as pb
 from tests.stage1.speaking import Heard, Speaker, text
 

@@ -9,16 +9,16 @@ import pytest
 
 from antiphon.common.assets import MissingAssetError
 from antiphon.common.audio import duration_ms, pcm16_to_float32
-from antiphon.stage1 import assets
-from antiphon.stage1.tts import (
+from antiphon.stage1.backends.piper import assets
+from antiphon.stage1.backends.piper.tts import (
     PiperTts,
-    SpeechChunk,
     chunk_marks,
     phoneme_weight,
     sound_ends,
     split_text,
     text_words,
 )
+from antiphon.stage1.speech.voice import SpeechChunk
 
 TEXTS = [
     "Hello there, how are you?",

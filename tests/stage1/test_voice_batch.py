@@ -23,7 +23,7 @@ pytestmark = pytest.mark.models
 def test_sentences_voiced_together_sound_as_each_does_alone(
     voice_model: bytes, sentences: list[list[int]]
 ) -> None:
-    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+    from antiphon.stage1.backends.piper.voice_batch import BatchedVoiceGraph
 
     assert len({len(s) for s in sentences}) == 4
     alone = TorchGraph(voice_model)
@@ -74,7 +74,7 @@ class Slow(TorchGraph):
 def test_a_sentence_behind_a_batch_waits_its_run_and_both_are_observed(
     voice_model: bytes, sentences: list[list[int]]
 ) -> None:
-    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+    from antiphon.stage1.backends.piper.voice_batch import BatchedVoiceGraph
 
     graph = Slow(voice_model, seconds=0.3)
     waits: list[float] = []
@@ -112,7 +112,7 @@ class ScarceMemory(TorchGraph):
 def test_a_batch_too_large_for_the_device_is_voiced_in_halves(
     voice_model: bytes, sentences: list[list[int]]
 ) -> None:
-    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+    from antiphon.stage1.backends.piper.voice_batch import BatchedVoiceGraph
 
     graph = ScarceMemory(voice_model, rows=1)
     batched = BatchedVoiceGraph(graph, hop=256, max_batch=8)
@@ -133,7 +133,7 @@ def test_a_batch_too_large_for_the_device_is_voiced_in_halves(
 def test_only_a_sentence_the_device_cannot_hold_alone_fails(
     voice_model: bytes, sentences: list[list[int]]
 ) -> None:
-    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+    from antiphon.stage1.backends.piper.voice_batch import BatchedVoiceGraph
 
     longest = max(map(len, sentences))
     graph = ScarceMemory(voice_model, rows=2, longest=longest - 1)
@@ -188,8 +188,8 @@ def _in_threads(calls: list[Callable[[], object]]) -> list[threading.Thread]:
 def test_a_first_clause_joins_a_batch_ahead_of_later_clauses(
     voice_model: bytes, sentences: list[list[int]]
 ) -> None:
-    from antiphon.stage1.scheduler import voicing
-    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+    from antiphon.stage1.backends.piper.voice_batch import BatchedVoiceGraph
+    from antiphon.stage1.speech.scheduler import voicing
 
     longest, *others = sorted(sentences, key=len, reverse=True)
     graph = Held(voice_model, held_from=len(longest))
@@ -222,7 +222,7 @@ def test_a_first_clause_joins_a_batch_ahead_of_later_clauses(
 def test_with_replayed_graphs_a_short_clause_never_waits_behind_a_long_one(
     voice_model: bytes, sentences: list[list[int]]
 ) -> None:
-    from antiphon.stage1.voice_batch import BatchedVoiceGraph, Replayed
+    from antiphon.stage1.backends.piper.voice_batch import BatchedVoiceGraph, Replayed
 
     longest, *short = sorted(sentences, key=len, reverse=True)
     graph = Held(voice_model, held_from=len(longest))
@@ -258,7 +258,7 @@ def test_with_replayed_graphs_a_short_clause_never_waits_behind_a_long_one(
 
 
 def test_a_closed_batch_fails_its_callers_at_once(voice_model: bytes) -> None:
-    from antiphon.stage1.voice_batch import BatchedVoiceGraph
+    from antiphon.stage1.backends.piper.voice_batch import BatchedVoiceGraph
 
     batched = BatchedVoiceGraph(TorchGraph(voice_model), hop=256, max_batch=4)
     batched.close()

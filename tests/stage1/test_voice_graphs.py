@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from antiphon.common.onnx_torch import TorchGraph
-from antiphon.stage1.voice_graphs import FRAME_STEP, PHONEME_STEP, GraphedVoice
+from antiphon.stage1.backends.piper.voice_graphs import FRAME_STEP, PHONEME_STEP, GraphedVoice
 from tests.support import tiers
 
 pytestmark = pytest.mark.models
@@ -21,8 +21,8 @@ HOP = 256
 @pytest.fixture(scope="module")
 def voice_model(request: pytest.FixtureRequest) -> onnx.ModelProto:
     tiers.require(request, tiers.MODELS, "loads the Piper voice")
-    from antiphon.stage1.assets import locate
-    from antiphon.stage1.voice_batch import with_durations
+    from antiphon.stage1.backends.piper.assets import locate
+    from antiphon.stage1.backends.piper.voice_batch import with_durations
 
     return with_durations(onnx.load(str(locate().voice_onnx)))
 
@@ -31,7 +31,7 @@ def voice_model(request: pytest.FixtureRequest) -> onnx.ModelProto:
 def sentences() -> list[list[int]]:
     from piper import PiperVoice
 
-    from antiphon.stage1.assets import locate
+    from antiphon.stage1.backends.piper.assets import locate
 
     voice = PiperVoice.load(locate().voice_onnx)
     text = "Sure. The store opens at nine, and it closes at five. Is there more?"

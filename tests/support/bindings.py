@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from antiphon.session.stage_links import StageLinks
-from antiphon.session.stages import Binding
+from antiphon.session.stage.stage_links import StageLinks
+from antiphon.session.stage.stages import Binding
 from antiphon.v1 import stage_pb2
 
 

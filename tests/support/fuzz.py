@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from antiphon.gateway import native
-from antiphon.gateway.translator import ALIASES, HANDLERS
+from antiphon.gateway.dialects import native
+from antiphon.gateway.translate.translator import ALIASES, HANDLERS
 from tests.support import tiers
 
 # OpenAI's error types (its `error.type`); a refusal of a client event is the client's.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from antiphon.session import keys
+from antiphon.session.state import keys
 from antiphon.v1 import common_pb2 as cpb
 
 

@@ -8,15 +8,15 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from antiphon.session.attachment import Attachment
-from antiphon.session.conversation import Conversation
-from antiphon.session.current_config import CurrentConfig
-from antiphon.session.journal import Emitter
+from antiphon.session.actor.attachment import Attachment
+from antiphon.session.actor.journal import Emitter
+from antiphon.session.assistant.preemption import Preemption
+from antiphon.session.assistant.response_control import ResponseControl
+from antiphon.session.config.current_config import CurrentConfig
+from antiphon.session.conversation.conversation import Conversation
 from antiphon.session.metrics import SessionMetrics
-from antiphon.session.preemption import Preemption
-from antiphon.session.response_control import ResponseControl
-from antiphon.session.stage_links import StageLinks
-from antiphon.session.turns import Turns
+from antiphon.session.stage.stage_links import StageLinks
+from antiphon.session.user.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 
 

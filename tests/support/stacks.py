@@ -35,7 +35,7 @@ async def bound_worker(stack: LocalStack, session_id: str, stage: str) -> str:
     """The process name of the worker of `stage` a session is bound to."""
     import redis.asyncio as aioredis
 
-    from antiphon.session import keys
+    from antiphon.session.state import keys
 
     r = aioredis.Redis.from_url(stack.redis_url)
     try:

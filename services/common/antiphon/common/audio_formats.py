@@ -3,7 +3,7 @@
 One table for every tier: the gateway refuses a format outside it at the
 edge, the session validates the whole configuration against it, and both
 name the encodings by these constants. Between the tiers audio is PCM16
-mono; the gateway decodes what clients send (`antiphon.gateway.audio_formats`),
+mono; the gateway decodes what clients send (`antiphon.gateway.translate.audio_formats`),
 and the session encodes each audio delta in its output format (`encode`), so
 the bytes it journals are the bytes the client hears.
 """

@@ -17,15 +17,15 @@ from starlette.websockets import WebSocket
 from antiphon.common import loop_lag
 from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
-from antiphon.gateway.connection import ClientSocket, Connection, WebSocketClient
-from antiphon.gateway.dialect import NATIVE, Dialect, realtime_dialect
+from antiphon.gateway.connection.connection import ClientSocket, Connection, WebSocketClient
+from antiphon.gateway.dialects.dialect import NATIVE, Dialect, realtime_dialect
 from antiphon.gateway.drain import Drain
-from antiphon.gateway.edge import Admitted, Edge
+from antiphon.gateway.edge.edge import Admitted, Edge
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.settings import GatewaySettings
 
 if TYPE_CHECKING:
-    from antiphon.gateway.calls import Calls
+    from antiphon.gateway.calls.calls import Calls
 
 SESSION_SERVICE = "antiphon.v1.SessionService"
 STATIC = Path(__file__).parent / "static"
@@ -119,7 +119,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
     calls: Calls | None = None
     if settings.webrtc_calls:
         # aiortc (and PyAV's codecs) load with the WebRTC edge only.
-        from antiphon.gateway.calls import Calls
+        from antiphon.gateway.calls.calls import Calls
 
         # WebRTC calls speak OpenAI's dialect, as OpenAI's own do; `?duplex=1` on
         # the offer's URL gives the duplex extensions (a new call resumes a session).

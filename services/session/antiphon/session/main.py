@@ -17,8 +17,8 @@ from antiphon.session.metrics import SessionMetrics
 from antiphon.session.registry import SessionRegistry
 from antiphon.session.service import SessionService
 from antiphon.session.settings import SessionSettings
-from antiphon.session.stages import StagePool
-from antiphon.session.store import SessionStore
+from antiphon.session.stage.stages import StagePool
+from antiphon.session.state.store import SessionStore
 from antiphon.v1 import session_pb2_grpc
 
 SERVICE_NAME = "antiphon.v1.SessionService"

@@ -20,15 +20,16 @@ from typing import Any, Protocol
 import grpc
 
 from antiphon.common.ids import new_id, valid_session_id
-from antiphon.session import errors, mail, session_config
-from antiphon.session.actor import SessionActor
-from antiphon.session.attachment import Outbound
-from antiphon.session.errors import Rejection
+from antiphon.session.actor import errors, mail
+from antiphon.session.actor.actor import SessionActor
+from antiphon.session.actor.attachment import Outbound
+from antiphon.session.actor.errors import Rejection
+from antiphon.session.config import session_config
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.settings import SessionSettings
-from antiphon.session.snapshot import Snapshot, resumes
-from antiphon.session.stages import BindError, Binding
-from antiphon.session.store import SessionStore
+from antiphon.session.stage.stages import BindError, Binding
+from antiphon.session.state.snapshot import Snapshot, resumes
+from antiphon.session.state.store import SessionStore
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 

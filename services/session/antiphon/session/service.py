@@ -18,9 +18,9 @@ from opentelemetry import trace
 
 from antiphon.common import tracing
 from antiphon.common.ids import new_id
-from antiphon.session import mail
-from antiphon.session.actor import SessionActor
-from antiphon.session.errors import Rejection, invalid
+from antiphon.session.actor import mail
+from antiphon.session.actor.actor import SessionActor
+from antiphon.session.actor.errors import Rejection, invalid
 from antiphon.session.registry import Attached, SessionRegistry
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import session_pb2_grpc

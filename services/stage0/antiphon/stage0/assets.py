@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from antiphon.common.assets import MissingAssetError
-from antiphon.stage0 import llm_models
-from antiphon.stage0.llm_models import DEFAULT_LLM, LlmEngineName, PackagedLlm
+from antiphon.stage0.backends.cascade.llm import llm_models
+from antiphon.stage0.backends.cascade.llm.llm_models import DEFAULT_LLM, LlmEngineName, PackagedLlm
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from antiphon.stage0.cpu_choice import choose_for
-from antiphon.stage0.llm_models import LlmDtype, LoadFormat
+from antiphon.stage0.backends.cascade.llm.cpu_choice import choose_for
+from antiphon.stage0.backends.cascade.llm.llm_models import LlmDtype, LoadFormat
 from antiphon.stage0.settings import Stage0Settings
 
 

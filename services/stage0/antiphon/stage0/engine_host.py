@@ -23,8 +23,8 @@ from vllm.v1.engine import utils as engine_utils
 from vllm.v1.executor import Executor
 from vllm.v1.utils import APIServerProcessManager, wait_for_completion_or_failure
 
+from antiphon.stage0.backends.cascade.llm.llm import vllm_config
 from antiphon.stage0.engine_config import EngineClient, EngineConfig
-from antiphon.stage0.llm import vllm_config
 
 log = logging.getLogger(__name__)
 

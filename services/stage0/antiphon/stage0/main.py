@@ -8,13 +8,12 @@ from collections.abc import Callable
 from antiphon.common import bootstrap, config, loop_lag, metrics, workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
-from antiphon.stage0 import front_ends
+from antiphon.stage0 import backends, front_ends
+from antiphon.stage0.backend import Stage0Engines
 from antiphon.stage0.engine_config import EngineClient
 from antiphon.stage0.metrics import Stage0Metrics
-from antiphon.stage0.models import CascadeModels, Stage0Engines
 from antiphon.stage0.service import Stage0Service
 from antiphon.stage0.settings import Stage0Settings
-from antiphon.stage0.synthetic import SyntheticEngines
 from antiphon.v1 import stage_pb2_grpc
 
 SERVICE_NAME = "antiphon.v1.Stage0Service"
@@ -27,20 +26,11 @@ async def load_engines(
     *,
     on_failure: Callable[[], None] = lambda: None,
 ) -> Stage0Engines:
-    """The backend's engines; `on_failure`: called if they die while serving
+    """The engines of the backend the settings name, imported and loaded now
+    (backends/__init__.py); `on_failure`: called if they die while serving
     (the worker then stops, so that its sessions move to another)."""
-    if settings.backend == "cascade":
-        return await CascadeModels.load(settings, metrics, client)
-    if settings.backend == "synthetic":
-        return SyntheticEngines(settings)
-    if settings.backend == "moshi":
-        # Imported here: torch and moshi load with this backend only.
-        from antiphon.stage0.duplex_engines import DuplexEngines
-
-        return await DuplexEngines.load(settings, metrics, on_failure=on_failure)
-    raise SystemExit(
-        f"unknown stage0 backend {settings.backend!r}; use cascade, moshi or synthetic"
-    )
+    backend = backends.get(settings.backend)
+    return await backend.load(settings, metrics, client, on_failure)
 
 
 async def serve(settings: Stage0Settings, client: EngineClient | None = None) -> None:
@@ -50,14 +40,18 @@ async def serve(settings: Stage0Settings, client: EngineClient | None = None) ->
     stage_metrics = Stage0Metrics(registry)
     stage_metrics.capacity.set(settings.capacity)
     metrics.serve(registry, settings.metrics_port)
+    # Its backend's declarations (an unknown name stops the worker here).
+    backend = backends.get(settings.backend)
     app = GrpcApp(SERVICE_NAME, settings.listen)
     active = ActiveSessions(stage_metrics.sessions_active, capacity=settings.capacity)
-    service = Stage0Service(settings=settings, metrics=stage_metrics, active=active)
+    service = Stage0Service(
+        settings=settings, metrics=stage_metrics, active=active, backend=backend
+    )
     stage_pb2_grpc.add_Stage0ServiceServicer_to_server(service, app.server)
     # Alive (and answering health checks) while the models load; ready after.
     await app.start()
     # A dead lockstep strands every session bound here: stop, so they move.
-    models = await load_engines(settings, stage_metrics, client, on_failure=app.stopping.set)
+    models = await backend.load(settings, stage_metrics, client, app.stopping.set)
     service.models = models
     await app.set_ready(True)
     try:

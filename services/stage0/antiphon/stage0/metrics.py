@@ -133,7 +133,7 @@ class Stage0Metrics:
             "Generations the engine runs together now (vLLM continuous batching)",
             registry=registry,
         )
-        # The `moshi` backend's lockstep clock (duplex_lockstep.py).
+        # The `moshi` backend's lockstep clock (backends/moshi/lockstep.py).
         self.duplex_step = Histogram(
             "antiphon_stage0_duplex_step_seconds",
             "One lockstep step of every row (Mimi encode and the LM), in its worker thread",

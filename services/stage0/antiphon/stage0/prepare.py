@@ -20,8 +20,8 @@ from pathlib import Path
 
 from antiphon.common.assets import MissingAssetError
 from antiphon.stage0 import assets as stage0_assets
-from antiphon.stage0 import llm_models
-from antiphon.stage0.cpu_choice import choose_for
+from antiphon.stage0.backends.cascade.llm import llm_models
+from antiphon.stage0.backends.cascade.llm.cpu_choice import choose_for
 from antiphon.stage0.settings import Stage0Settings
 
 
@@ -50,7 +50,7 @@ def main() -> None:
     prepared = stage0_assets.prepare(cache, settings.llm_model, choice.engine)
     print(f"stage0 assets ready in {time.perf_counter() - t0:.1f}s: {prepared}")
     try:
-        from antiphon.stage1 import assets as stage1_assets
+        from antiphon.stage1.backends.piper import assets as stage1_assets
     except ImportError:
         return  # a stage0-only image
     try:

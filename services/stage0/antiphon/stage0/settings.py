@@ -9,8 +9,13 @@ from pydantic import Field, model_validator
 
 from antiphon.common.assets import default_cache_dir
 from antiphon.common.workers import WorkerSettings
-from antiphon.stage0.llm_models import DEFAULT_LLM, LlmDtype, LoadFormat, tool_check_threshold
-from antiphon.stage0.prompt import VOICE_PREAMBLE, VOICE_REMINDER, VOICE_STYLE
+from antiphon.stage0.backends.cascade.llm.llm_models import (
+    DEFAULT_LLM,
+    LlmDtype,
+    LoadFormat,
+    tool_check_threshold,
+)
+from antiphon.stage0.backends.cascade.llm.prompt import VOICE_PREAMBLE, VOICE_REMINDER, VOICE_STYLE
 
 DuplexDtype = Literal["auto", "bfloat16", "float16", "float32"]
 DuplexPromptFormat = Literal["auto", "none", "personaplex"]
@@ -21,8 +26,9 @@ class Stage0Settings(WorkerSettings):
 
     listen: str = "0.0.0.0:50061"
     metrics_port: int = 9111
-    # "cascade" (real models), "moshi" (a model-native duplex model,
-    # duplex_lockstep.py) or "synthetic" (scripted; load and fault tests only).
+    # A name in the backend registry (backends/__init__.py): "cascade" (real
+    # models), "moshi" (a model-native duplex model, backends/moshi/) or
+    # "synthetic" (scripted; load and fault tests only).
     backend: str = "cascade"
     model_cache: Path = Field(default_factory=default_cache_dir)
     # One thread per engine: two under contention on a shared 2-core box ran
@@ -165,7 +171,7 @@ class Stage0Settings(WorkerSettings):
     synthetic_token_ms: float = 20.0
     synthetic_asr_ms: float = 30.0
     # Its words on one step clock for all sessions, as a batching engine's
-    # (synthetic.py); off: each answer's next word `synthetic_token_ms` after
+    # (backends/synthetic/engines.py); off: each answer's next word `synthetic_token_ms` after
     # its last was taken, so a busy worker also slows its answers.
     synthetic_step_clock: bool = False
     # Text deltas of one response that wait unsent on a session's stream are
@@ -182,7 +188,7 @@ class Stage0Settings(WorkerSettings):
     asr_segment_s: float = 6.0
     # Longest utterance kept for transcription; older audio is dropped.
     max_utterance_s: float = 30.0
-    # `moshi` backend (duplex_lockstep.py): the Moshi-architecture model it
+    # `moshi` backend (backends/moshi/lockstep.py): the Moshi-architecture model it
     # serves, a local checkpoint folder, `random:7b` or `random:tiny`
     # (common/moshi_checkpoint.py). No default: a worker must say which.
     duplex_checkpoint: str = ""
@@ -213,7 +219,7 @@ class Stage0Settings(WorkerSettings):
     # moshi's torch.compile of its hot functions: some 30 s at the first step
     # on a CPU; off unless measured to pay.
     duplex_compile: bool = False
-    # What a row hears before its call (duplex_prompt.py): "personaplex" (the
+    # What a row hears before its call (backends/moshi/prompt.py): "personaplex" (the
     # session's voice clip and instructions, as PersonaPlex was trained),
     # "none" (Moshi: nothing), "auto" (personaplex for PersonaPlex-shaped
     # weights, else none).

@@ -3,7 +3,7 @@
 Why: a worker is one interpreter, and everything its sessions cost outside the
 device runs under that one lock: the gRPC streams, Piper's phonemizer, each
 clause's resampling, and the batch loop's own dispatch of the voice graph's
-operators (voice_batch.py), which on a GPU is most of a batch's time. On an
+operators (backends/piper/voice_batch.py), which on a GPU is most of a batch's time. On an
 H200 at 128 sessions one worker's process used a core while the card idled
 between batches (docs/performance.md, "The whole stack on one H200"). K
 processes dispatch K batches at once.

@@ -1,6 +1,6 @@
 """The stage1 gRPC servicer: one `Bind` stream per session binding.
 
-What a binding's session is depends on the backend (main.py builds the
+What a binding's session is depends on the backend (backends/ builds the
 factory): text synthesis for Piper and the synthetic voice, a decoder row
 for `mimi`.
 """

@@ -15,15 +15,16 @@ class Stage1Settings(WorkerSettings):
 
     listen: str = "0.0.0.0:50071"
     metrics_port: int = 9121
-    # "piper" (real voice), "synthetic" (a tone; load and fault tests only) or
-    # "mimi" (decodes a Moshi-architecture model's audio tokens: duplex only).
+    # A name in the backend registry (backends/__init__.py): "piper" (real
+    # voice), "synthetic" (a tone; load and fault tests only) or "mimi"
+    # (decodes a Moshi-architecture model's audio tokens: duplex only).
     backend: str = "piper"
     # One thread: two under contention on a shared 2-core box ran far slower.
     tts_threads: int = 1
     # What runs the Piper voice. `onnxruntime`: on the CPU, one sentence at a
     # time. `torch` (onnx_torch.py): the same graph in torch on `tts_device`,
     # the sentences of every session of the worker in shared batches
-    # (voice_batch.py); for a GPU (on a CPU it is slower than onnxruntime).
+    # (backends/piper/voice_batch.py); for a GPU (on a CPU it is slower than onnxruntime).
     tts_engine: Literal["onnxruntime", "torch"] = "onnxruntime"
     # torch's device: "cpu", "cuda" or "cuda:N".
     tts_device: str = "cpu"
@@ -33,7 +34,7 @@ class Stage1Settings(WorkerSettings):
     # (docs/performance.md, "Piper on one GPU").
     tts_max_batch: int = Field(default=128, ge=1)
     # `torch` on a CUDA device: replay the voice's network as CUDA graphs
-    # (voice_graphs.py), one launch per part of a batch instead of 2,755.
+    # (backends/piper/voice_graphs.py), one launch per part of a batch instead of 2,755.
     tts_cuda_graphs: bool = False
     # Workers in this pod, each a whole stage1 worker at `listen`'s port + i
     # with its share of `capacity`, sharing the device (processes.py): one
@@ -47,7 +48,7 @@ class Stage1Settings(WorkerSettings):
     first_clause_words: int = 2
     # When the listener will run out of a response's audio within this many
     # ms and no clause is ready, the words already written are spoken
-    # (playout.py): no silence at a join while the LLM writes at about the
+    # (speech/playout.py): no silence at a join while the LLM writes at about the
     # pace of speech. 0: clauses only.
     underrun_guard_ms: int = 400
     # `synthetic` backend: audio length per character and compute cost ratio.

@@ -1,0 +1,63 @@
+"""The JSON dialects a socket may speak over the same typed session stream.
+
+- `OPENAI`: `/v1/realtime` with no opt-in, exactly OpenAI's GA protocol
+  (`openai_dialect`): the session opens as the socket is accepted, and only
+  OpenAI's types and shapes cross the wire.
+- `DUPLEX`: `/v1/realtime?duplex=1`, the reference's contract: OpenAI's names
+  plus the duplex extensions (`projector`); the session opens on the first
+  `session.update` (or `session.resume`).
+- `NATIVE`: `/v1/duplex`, the runner's own names (`native`), opening as `DUPLEX`.
+
+The session service never knows which one a client speaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from antiphon.gateway.dialects import native
+from antiphon.gateway.dialects.openai_dialect import CLIENT_TYPES, OpenAIProjector
+from antiphon.gateway.dialects.projector import project
+from antiphon.gateway.dialects.shapes import Json
+from antiphon.gateway.translate.session_patch import query_flag
+from antiphon.v1 import session_pb2 as spb
+
+# A typed event as this dialect's frames: usually one; none where the dialect
+# has no event for it; a frame held back may come out with a later event.
+Projector = Callable[[spb.ServerEvent], list[Json]]
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one route speaks: inbound renames and types, opening, outbound projection."""
+
+    name: str
+    # Client event -> the event the translator validates (identity but for native).
+    normalize: Callable[[Json], Json]
+    # A fresh projector per connection, so a projector may keep per-socket state.
+    projector: Callable[[], Projector]
+    # Open the session as the socket is accepted (OpenAI sends `session.created`
+    # on connect), not on the client's first `session.update`.
+    opens_on_connect: bool = False
+    # The client event types it takes, as sent; None: all the translator knows.
+    client_types: frozenset[str] | None = None
+
+
+def _same(event: Json) -> Json:
+    return event
+
+
+def _one(project: Callable[[spb.ServerEvent], Json]) -> Callable[[], Projector]:
+    """A projector of one frame per event, with no per-socket state."""
+    return lambda: lambda ev: [project(ev)]
+
+
+OPENAI = Dialect("openai", _same, OpenAIProjector, opens_on_connect=True, client_types=CLIENT_TYPES)
+DUPLEX = Dialect("duplex", _same, _one(project))
+NATIVE = Dialect("native", native.normalize, _one(native.project_native))
+
+
+def realtime_dialect(query: Mapping[str, str]) -> Dialect:
+    """`/v1/realtime`'s dialect: the duplex extensions with `?duplex=1`, else OpenAI's."""
+    return DUPLEX if query_flag(query.get("duplex", "")) else OPENAI

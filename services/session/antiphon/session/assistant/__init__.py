@@ -1,0 +1,1 @@
+"""The assistant's side: responses, their playback, and the preemptive answer."""

@@ -1,0 +1,1 @@
+"""The conversation history, its items, and the edits a client asks for."""

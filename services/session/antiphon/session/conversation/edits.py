@@ -1,0 +1,150 @@
+"""Edits to the conversation a client asks for, and its playback reports.
+
+`conversation.item.create` / `retrieve` / `delete` / `truncate`, and
+`output_audio.playback_ack`: what the client heard of an answer decides
+what the next prompt holds (truncation cuts an assistant item to the words
+whose audio was played).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from antiphon.common.ids import new_id
+from antiphon.session.actor.errors import Rejection, invalid, unsupported
+from antiphon.session.actor.journal import Emitter
+from antiphon.session.assistant.response_control import ResponseControl
+from antiphon.session.config.current_config import CurrentConfig
+from antiphon.session.conversation import items
+from antiphon.session.conversation.conversation import Conversation, ItemNotFound
+from antiphon.session.stage.stage_links import StageLinks
+from antiphon.session.user.listening import Listening
+from antiphon.session.user.turns import Turns, item_events
+from antiphon.v1 import session_pb2 as spb
+
+
+class Edits:
+    def __init__(
+        self,
+        *,
+        config: CurrentConfig,
+        emitter: Emitter,
+        links: StageLinks,
+        turns: Turns,
+        listening: Listening,
+        responses: ResponseControl,
+        conversation: Conversation,
+        persist: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._config = config
+        self._emitter = emitter
+        self._links = links
+        self._turns = turns
+        self._listening = listening
+        self._responses = responses
+        self._conversation = conversation
+        self._persist = persist
+
+    async def item_command(self, cmd: spb.ClientCommand) -> None:
+        kind = cmd.WhichOneof("kind")
+        try:
+            if kind == "create_item":
+                await self._create(cmd.create_item)
+            elif kind == "retrieve_item":
+                item = await self._conversation.get(cmd.retrieve_item.item_id)
+                await self._emitter.emit("item_retrieved", spb.ItemRetrieved(item=item))
+            elif kind == "delete_item":
+                await self._delete(cmd.delete_item.item_id)
+            elif kind == "truncate_item":
+                await self._truncate(cmd)
+        except ItemNotFound as exc:
+            param = "previous_item_id" if kind == "create_item" else "item_id"
+            raise Rejection.item_not_found(exc, param, cmd.client_type) from exc
+
+    async def _create(self, req: spb.CreateItem) -> None:
+        after = req.previous_item_id if req.HasField("previous_item_id") else None
+        item = items.created_item(req.item, new_id("item"), new_id("call"))
+        audio = items.needs_transcription(req.item)
+        if audio:
+            # Heard by stage0 like a commit, then stored where it was asked to go.
+            rate = next(p.sample_rate_hz for p in req.item.content if p.audio)
+            await self._listening.hear_created(item, audio, rate, after)
+            return
+        await self._conversation.insert(item, after)
+        previous = after if after is not None else self._turns.last_item_id
+        if after is None:
+            self._turns.item_added(item.id)
+            await self._persist()
+        await self._emitter.emit_all(
+            item_events(previous, item, "item_added", "item_created", "item_done")
+        )
+
+    async def _delete(self, item_id: str) -> None:
+        await self._conversation.delete(item_id)
+        if item_id == self._turns.last_item_id:
+            self._turns.newest_deleted(await self._conversation.last_id())
+            await self._persist()
+        await self._emitter.emit("item_deleted", spb.ItemDeleted(item_id=item_id))
+
+    async def _truncate(self, cmd: spb.ClientCommand) -> None:
+        req = cmd.truncate_item
+        caps = self._links.capabilities
+        if not caps.supports_audio_truncate:
+            raise unsupported(cmd.client_type, "supports_audio_truncate", caps.implementation_level)
+        await self._responses.stop_for_truncate(req.item_id)
+        ledger = self._responses.ledger(item_id=req.item_id)
+        if ledger is None:
+            await self._conversation.get(req.item_id)  # an unknown id is item_not_found
+            raise invalid(
+                "invalid_value",
+                "only an assistant audio item of this session can be truncated",
+                "item_id",
+            )
+        if req.audio_end_ms > ledger.sent_ms:
+            raise invalid(
+                "invalid_value",
+                f"audio_end_ms {req.audio_end_ms} is past the item's audio ({ledger.sent_ms} ms)",
+                "audio_end_ms",
+            )
+        heard = await self._conversation.store_heard(ledger, req.audio_end_ms)
+        await self._emitter.emit(
+            "item_truncated",
+            spb.ItemTruncated(
+                item_id=req.item_id,
+                content_index=req.content_index,
+                audio_end_ms=req.audio_end_ms,
+                transcript=heard,
+            ),
+        )
+
+    async def playback_ack(self, ack: spb.PlaybackAck) -> None:
+        ledger = self._responses.ledger(response_id=ack.response_id, item_id=ack.item_id)
+        r = self._responses.active
+        if ledger is None and r is not None and ack.response_id in ("", r.id):
+            ledger = r.ledger
+        if ledger is None:
+            raise invalid(
+                "response_not_found",
+                f"no response {ack.response_id or ack.item_id} of this session to acknowledge",
+                "response_id",
+            )
+        committed = ack.committed_ms if ack.HasField("committed_ms") else ack.played_ms
+        ledger.acknowledge(ack.played_ms, committed)
+        done = r is None or r.ledger is not ledger
+        if done and (ack.truncate or self._config.now.playback_commit_policy == "ack_only"):
+            # What was heard becomes the history (ack_only), or cuts it (truncate).
+            await self._conversation.store_heard(ledger, ledger.committed_ms)
+        await self._emitter.emit(
+            "playback_acknowledged",
+            spb.PlaybackAcknowledged(
+                session_id=self._config.session_id,
+                epoch=self._links.epoch,
+                response_id=ledger.response_id,
+                item_id=ledger.item_id,
+                played_ms=ledger.played_ms,
+                committed_ms=ledger.committed_ms,
+                truncate=ack.truncate,
+                playback=ledger.playback(),
+                history_committed=ledger.in_history,
+            ),
+        )

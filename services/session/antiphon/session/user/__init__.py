@@ -1,0 +1,1 @@
+"""The user's side: uncommitted input, listening to a sealed turn, turns heard."""

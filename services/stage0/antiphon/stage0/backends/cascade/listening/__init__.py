@@ -1,0 +1,2 @@
+"""Silero VAD, Smart Turn and the endpointing built on them: when the user speaks,
+pauses and stops."""

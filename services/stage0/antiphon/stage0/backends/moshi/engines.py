@@ -1,0 +1,67 @@
+"""The `moshi` backend as a worker loads it: the model, its lockstep batch of
+`capacity` rows and their clock, and the sessions bound to them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from antiphon.common.outbox import Merge
+from antiphon.stage0.backends.moshi.clock import LockstepClock
+from antiphon.stage0.backends.moshi.lockstep import Lockstep
+from antiphon.stage0.backends.moshi.model import DuplexModel
+from antiphon.stage0.backends.moshi.session import DuplexSession
+from antiphon.stage0.metrics import Stage0Metrics
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.v1 import stage_pb2 as pb
+
+
+def torch_threads(threads: int) -> Callable[[], None]:
+    def setup() -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+    return setup
+
+
+class DuplexEngines:
+    # Each frame's events go as they are: none fold together.
+    merge: Merge[pb.Stage0Event] | None = None
+
+    def __init__(self, lockstep: Lockstep, clock: LockstepClock) -> None:
+        self.lockstep = lockstep
+        self.clock = clock
+
+    @classmethod
+    async def load(
+        cls,
+        settings: Stage0Settings,
+        metrics: Stage0Metrics,
+        *,
+        on_failure: Callable[[], None] = lambda: None,
+    ) -> DuplexEngines:
+        """Loaded off the event loop (health checks answer meanwhile); the clock
+        starts at once and ticks while a session is bound. `on_failure`: the
+        model failed a step and the clock stopped."""
+        model = await asyncio.to_thread(DuplexModel.load, settings)
+        lockstep = await asyncio.to_thread(
+            Lockstep,
+            model,
+            settings.capacity,
+            metrics=metrics,
+            jitter_ms=settings.duplex_jitter_ms,
+            quiet_frames=settings.duplex_quiet_frames,
+            compile=settings.duplex_compile,
+        )
+        clock = LockstepClock(
+            lockstep, thread_setup=torch_threads(settings.duplex_threads), on_failure=on_failure
+        )
+        clock.start()
+        return cls(lockstep, clock)
+
+    def bind(self, emit: Callable[[pb.Stage0Event], None]) -> DuplexSession:
+        return DuplexSession(self.lockstep, emit, on_open=self.clock.wake)
+
+    async def close(self) -> None:
+        await self.clock.close()

@@ -1,0 +1,172 @@
+"""One session's requests on a `moshi` worker, applied to its row of the batch.
+
+The model hears continuously and decides itself when to talk, so most of the
+cascade's requests mean little here: audio goes to the row's jitter buffer
+(whatever its epoch: the user's voice is not a response's work to fence), a
+commit is answered at once with how much was heard (the model does not
+transcribe), a generate is nothing (the session hands the model's next
+speech to the response it made), and a cancel mutes what is left of the
+model's current answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from antiphon.stage0.backends.moshi.lockstep import Lockstep, NoFreeRowError
+from antiphon.stage0.backends.moshi.rows import BYTES_PER_MS, Row
+from antiphon.v1 import stage_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class DuplexSession:
+    def __init__(
+        self,
+        lockstep: Lockstep,
+        emit: Callable[[pb.Stage0Event], None],
+        *,
+        on_open: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._lockstep = lockstep
+        self._emit = emit
+        self._on_open = on_open
+        self._row: Row | None = None
+        # The instructions and voice its row was prompted with, and whether
+        # that made a prompt at all.
+        self._persona = ("", "")
+        self._prompted = False
+
+    @property
+    def row(self) -> Row | None:
+        return self._row
+
+    def handle(self, req: pb.Stage0Request) -> None:
+        handler = HANDLERS.get(req.WhichOneof("kind") or "")
+        if handler is not None:
+            handler(self, req)
+
+    def _opened(self, kind: str) -> Row | None:
+        """The session's row; None (and the session told) before it opened."""
+        if self._row is None:
+            self._error(0, "not_open", f"{kind} before open")
+        return self._row
+
+    def _audio(self, msg: pb.Stage0Audio) -> None:
+        if (row := self._opened("audio")) is None:
+            return
+        row.epoch = max(row.epoch, msg.epoch)
+        row.uncommitted_bytes += len(msg.pcm16)
+        self._lockstep.hear(row, msg.pcm16)
+
+    def _commit(self, msg: pb.Stage0Commit) -> None:
+        if (row := self._opened("commit")) is None:
+            return
+        row.epoch = max(row.epoch, msg.epoch)
+        # The model heard it as it came; all there is to say is how much.
+        audio_ms = row.uncommitted_bytes // BYTES_PER_MS
+        row.uncommitted_bytes = 0
+        self._emit(
+            pb.Stage0Event(
+                transcript=pb.Transcript(
+                    epoch=msg.epoch, item_id=msg.item_id, text="", audio_ms=audio_ms
+                )
+            )
+        )
+
+    def _clear_input(self, msg: pb.Stage0ClearInput) -> None:
+        if (row := self._opened("clear_input")) is None:
+            return
+        if msg.epoch < row.epoch:
+            return  # fenced out: older than what the session said since
+        row.epoch = msg.epoch
+        row.audio.clear()
+        row.uncommitted_bytes = 0
+
+    def _generate(self, msg: pb.Generate) -> None:
+        if (row := self._opened("generate")) is not None:
+            row.epoch = max(row.epoch, msg.epoch)
+
+    def _cancel(self, msg: pb.Stage0Cancel) -> None:
+        if (row := self._opened("cancel")) is None:
+            return
+        if msg.epoch < row.epoch:
+            return  # fenced out: a cancel the session has moved past
+        row.epoch = msg.epoch
+        row.speaking.mute()
+
+    def _configure(self, open_: pb.Stage0Open) -> None:
+        """Only the persona and the voice mean anything to the model (its
+        prompt); a new one starts the row afresh with it. The rest (lane, turn
+        detection) is the model's own business."""
+        row = self._row
+        if row is None or (open_.instructions, open_.voice) == self._persona:
+            return
+        self._persona = (open_.instructions, open_.voice)
+        prefill = self._lockstep.model.prefill(open_.instructions, open_.voice)
+        if not prefill and not self._prompted:
+            return  # a model without a prompt (Moshi): nothing changes for it
+        self._lockstep.restart(row, prefill)
+        self._prompted = bool(prefill)
+        log.info(
+            "duplex session restarted with a new prompt",
+            extra={"session_id": row.session_id, "row": row.index, "prompt_frames": len(prefill)},
+        )
+
+    def _open(self, open_: pb.Stage0Open) -> None:
+        if self._row is not None:
+            return  # already has its row; a second open changes nothing
+        # PersonaPlex's voice and instructions, stepped through before the call.
+        prefill = self._lockstep.model.prefill(open_.instructions, open_.voice)
+        self._persona = (open_.instructions, open_.voice)
+        self._prompted = bool(prefill)
+        try:
+            self._row = self._lockstep.open(self._emit, open_.session_id, prefill)
+        except NoFreeRowError as exc:
+            log.error("no free row", extra={"session_id": open_.session_id})
+            self._error(0, "capacity_exceeded", str(exc))
+            return
+        log.info(
+            "duplex session opened",
+            extra={
+                "session_id": open_.session_id,
+                "row": self._row.index,
+                "prompt_frames": len(prefill),
+            },
+        )
+        self._on_open()
+
+    def _error(self, epoch: int, code: str, message: str) -> None:
+        self._emit(pb.Stage0Event(error=pb.StageError(epoch=epoch, code=code, message=message)))
+
+    async def close(self) -> None:
+        if self._row is not None:
+            self._lockstep.release(self._row)
+            log.info(
+                "duplex session closed",
+                extra={
+                    "session_id": self._row.session_id,
+                    "row": self._row.index,
+                    "frames": self._row.frames,
+                },
+            )
+            self._row = None
+
+
+# What each request does, by its oneof field; tests/stage0/test_request_kinds.py
+# holds the keys to the proto, mypy each field to its handler's type.
+HANDLERS: Final[Mapping[str, Callable[[DuplexSession, pb.Stage0Request], None]]] = {
+    "open": lambda s, req: s._open(req.open),
+    "configure": lambda s, req: s._configure(req.configure),
+    "audio": lambda s, req: s._audio(req.audio),
+    "commit": lambda s, req: s._commit(req.commit),
+    "clear_input": lambda s, req: s._clear_input(req.clear_input),
+    "generate": lambda s, req: s._generate(req.generate),
+    "cancel": lambda s, req: s._cancel(req.cancel),
+}
+# Kinds this backend has nothing to do with, and why.
+IGNORED: Final[Mapping[str, str]] = {
+    "cancel_response": "a model-native session is never asked for a preemptive answer",
+}
