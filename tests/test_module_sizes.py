@@ -52,11 +52,6 @@ def test_no_hand_written_module_is_over_500_lines() -> None:
 
 
 MAX_SIDE_BY_SIDE = 20
-# Folders still flat, each with its reason; an entry goes once its folder is
-# grouped (the test fails while an entry names a folder within the limit).
-NOT_YET_GROUPED = {
-    "services/common/antiphon/common": "issue 46 grouped the gateway, session and stages first",
-}
 
 
 def test_no_service_folder_holds_more_than_20_modules_side_by_side() -> None:
@@ -69,11 +64,5 @@ def test_no_service_folder_holds_more_than_20_modules_side_by_side() -> None:
         if p.relative_to(REPO).parts[0] == "services" and p.name != "__init__.py"
     )
     assert per_folder["services/gateway/antiphon/gateway"] > 3, per_folder
-    crowded = {
-        folder: n
-        for folder, n in per_folder.items()
-        if n > MAX_SIDE_BY_SIDE and folder not in NOT_YET_GROUPED
-    }
+    crowded = {folder: n for folder, n in per_folder.items() if n > MAX_SIDE_BY_SIDE}
     assert not crowded, f"over {MAX_SIDE_BY_SIDE} modules side by side (group them): {crowded}"
-    grouped = [f for f in NOT_YET_GROUPED if per_folder[f] <= MAX_SIDE_BY_SIDE]
-    assert not grouped, f"grouped now, drop them from NOT_YET_GROUPED: {grouped}"

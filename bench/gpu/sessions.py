@@ -28,7 +28,7 @@ PHASE_TIMEOUT_S = 180.0
 # Sessions one client process drives (more go to more processes, up to
 # --client-procs). Each session streams paced audio and reads every delta:
 # one process's loop driving 124 sessions stamps first tokens 16-27 ms late at
-# p95 on its own (bench/delta_path.py), which is worker time it never spent.
+# p95 on its own (bench/delta_path.py, in git history), which is worker time it never spent.
 PER_PROC = 16
 
 

@@ -2,7 +2,7 @@
 
     python -m bench.probes.tts_gpu --device cuda --voice VOICE.onnx --out $OUT/tts-h200.json
 
-stage1's `tts_engine: torch` path (services/common/antiphon/common/onnx_torch.py,
+stage1's `tts_engine: torch` path (services/common/antiphon/common/onnx/torch_graph.py,
 voice_batch.py) voices B clauses at once at every level of `--levels`: B
 threads call the batched graph together, as the synthesis threads of B
 sessions do, and the batcher runs them in batches of at most `--max-batch`.
@@ -35,7 +35,7 @@ import onnx
 import onnxruntime
 import torch
 
-from antiphon.common.onnx_torch import TorchGraph
+from antiphon.common.onnx.torch_graph import TorchGraph
 from antiphon.stage1.backends.piper.voice_batch import BatchedVoiceGraph, VoiceGraph, with_durations
 from antiphon.stage1.backends.piper.voice_graphs import GraphedVoice
 from bench.lib.machine import torch_device_name

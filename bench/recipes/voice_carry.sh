@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the whole stack needs on the GPU machine (no registry there), for
-# bench.voice_gpu: bench/recipes/gpu_carry.sh's payload (vLLM 0.26.0, stage0's wheels,
+# bench/recipes/voice_gpu.sh: bench/recipes/gpu_carry.sh's payload (vLLM 0.26.0, stage0's wheels,
 # Whisper base, Silero, Smart Turn, the Qwen2.5-Coder-1.5B config and tokenizer)
 # plus the gateway's, session's and stage1's wheels (bench/recipes/voice-wheels.txt,
 # Piper and the shipped voice among them) and Redis from Debian's packages.

@@ -13,7 +13,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from antiphon.common.onnx_torch import TorchGraph
+from antiphon.common.onnx.torch_graph import TorchGraph
 from tests.stage1.voicing import feeds
 from tests.support import tiers
 

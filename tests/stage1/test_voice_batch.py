@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from antiphon.common.onnx_torch import TorchGraph
+from antiphon.common.onnx.torch_graph import TorchGraph
 from tests.stage1.voicing import at_once, feeds
 
 # Every case runs the real voice.

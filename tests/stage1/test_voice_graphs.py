@@ -1,5 +1,5 @@
 """The voice's graph in padded parts (voice_graphs.py) and Piper's spline
-selections taken densely (onnx_torch.py): what the CUDA graphs replay, run
+selections taken densely (common/onnx/torch_graph.py): what the CUDA graphs replay, run
 eagerly on the CPU. Each sentence must come out as it does alone."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import onnx
 import pytest
 import torch
 
-from antiphon.common.onnx_torch import TorchGraph
+from antiphon.common.onnx.torch_graph import TorchGraph
 from antiphon.stage1.backends.piper.voice_graphs import FRAME_STEP, PHONEME_STEP, GraphedVoice
 from tests.support import tiers
 

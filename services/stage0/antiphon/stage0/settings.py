@@ -177,7 +177,7 @@ class Stage0Settings(WorkerSettings):
     # Text deltas of one response that wait unsent on a session's stream are
     # sent as one (responder.merge_deltas): a stream that keeps up carries each
     # token as it comes, one that lags fewer, longer messages. Off only to
-    # measure what it saves (bench/delta_path.py).
+    # measure what it saves (bench/delta_path.py, in git history).
     coalesce_deltas: bool = True
     # Declared in `capabilities.supports_barge_in`. Off only to test that a
     # backend without barge-in gets the capability-gated surfaces refused.

@@ -22,7 +22,7 @@ class Stage1Settings(WorkerSettings):
     # One thread: two under contention on a shared 2-core box ran far slower.
     tts_threads: int = 1
     # What runs the Piper voice. `onnxruntime`: on the CPU, one sentence at a
-    # time. `torch` (onnx_torch.py): the same graph in torch on `tts_device`,
+    # time. `torch` (common/onnx/torch_graph.py): the same graph in torch on `tts_device`,
     # the sentences of every session of the worker in shared batches
     # (backends/piper/voice_batch.py); for a GPU (on a CPU it is slower than onnxruntime).
     tts_engine: Literal["onnxruntime", "torch"] = "onnxruntime"

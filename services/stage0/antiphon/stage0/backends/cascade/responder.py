@@ -64,7 +64,7 @@ class Responder:
         """A transcript or an answer of ours, which the session's next prompt will
         hold: its tokens are made ready before that request (chat_tokenizer.py).
         Soon, not now: the event just emitted is written to the session first."""
-        # Stripped, as the session sends a message's text (session/items.py).
+        # Stripped, as the session sends a message's text (session/conversation/items.py).
         if text := content.strip():
             asyncio.get_running_loop().call_soon(self._llm.prepare, role, text)
 
@@ -102,7 +102,7 @@ class Responder:
 
         Built on the event loop, not in a thread: with the history's pieces
         already encoded (chat_tokenizer.py) it costs ~0.4 ms for 20 turns, and
-        the GIL lets a thread only slow it (bench/prompt_path.py: 128 sessions
+        the GIL lets a thread only slow it (bench/prompt_path.py, in git history: 128 sessions
         at once, the last prompt ready after 52 ms inline, 78 ms in threads)."""
         s = self._settings
         messages = tool_prompt.pairs(req.messages)

@@ -205,7 +205,7 @@ def _batched_session(voice_onnx: Path, batched: Batched, hop: int, threads: int)
     import onnx
     import torch
 
-    from antiphon.common.onnx_torch import TorchGraph
+    from antiphon.common.onnx.torch_graph import TorchGraph
     from antiphon.stage1.backends.piper.voice_batch import (
         BatchedVoiceGraph,
         VoiceGraph,

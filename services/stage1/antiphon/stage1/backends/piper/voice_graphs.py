@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from antiphon.common.onnx_torch import TorchGraph
+from antiphon.common.onnx.torch_graph import TorchGraph
 from antiphon.stage1.backends.piper.voice_batch import Replayed
 
 Tensor = torch.Tensor

@@ -8,7 +8,7 @@ one (AVX2 alone, e.g. AMD Zen 2 and 3; AVX-512 before Cascade Lake) they use
 VPMADDUBSW, which adds each pair of neighbouring products in saturating
 16-bit arithmetic: 255 x 127 x 2 = 64770 is clipped to 32767. Smart Turn's
 weights span the whole int8 range and its sums saturate. On an EPYC Zen 2
-the recorded questions of bench/turn_gpu.py scored up to 2.5 in the logit
+the recorded questions of bench/probes/turn_gpu.py scored up to 2.5 in the logit
 off what the hosts of bench/results/turn-*.json gave (0.704 for one they
 scored 0.967); espeak's "What I really want is", broken off, scored 0.099
 where exact sums give 0.017, and a 700 ms pause there ended the turn.

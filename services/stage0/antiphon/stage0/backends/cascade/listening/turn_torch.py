@@ -4,8 +4,8 @@ features computed there too.
 On a CPU, `SmartTurn` (turn.py) computes each window's log-mel features in
 numpy and runs onnxruntime's int8 kernels on one thread; at 128 semantic_vad
 sessions on an H200 that thread was the lane's limit (docs/performance.md,
-"Sixth run": 68 % of it in the model, 29 % in the features). Here the same
-ONNX file runs as torch operators (common/onnx_torch.py), its quantize and
+"The whole stack on one H200": 68 % of it in the model, 29 % in the features). Here the same
+ONNX file runs as torch operators (common/onnx/torch_graph.py), its quantize and
 dequantize steps included. A requantized value rounds the other way here
 and there, which moves an answer less than onnxruntime's own two ways of
 running the graph differ (docs/performance.md, "Smart Turn on one GPU";
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from antiphon.common.onnx_torch import TorchGraph
+from antiphon.common.onnx.torch_graph import TorchGraph
 from antiphon.stage0.backends.cascade.asr.whisper_torch import log_mel, mel_filters
 from antiphon.stage0.backends.cascade.listening.turn import (
     WINDOW_SAMPLES,

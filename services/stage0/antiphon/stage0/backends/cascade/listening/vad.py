@@ -336,7 +336,7 @@ class VadBatcher:
     core for milliseconds, six per 200 ms chunk, and every other request on
     the loop waited behind them. Smaller calls run inline: live callers'
     chunks arrive apart, mostly one stream a call, and a thread hand-off per
-    call of ~0.1 ms doubled the VAD's CPU (bench/vad_loop.py). Frames pushed
+    call of ~0.1 ms doubled the VAD's CPU (bench/vad_loop.py, in git history). Frames pushed
     while a call runs go in the next one.
     """
 

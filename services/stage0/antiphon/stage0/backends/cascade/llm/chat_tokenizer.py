@@ -12,7 +12,7 @@ A fast (Rust) tokenizer first cuts the text at its added tokens (ChatML's
 its own, so a prompt's ids are its pieces' ids joined. Here each piece is
 encoded once per worker and kept (an LRU keyed by the piece's text): a new turn
 costs the few pieces it adds, the rest of the history is a lookup
-(bench/prompt_path.py measures both paths).
+(bench/prompt_path.py, in git history, measured both paths).
 
 That the pieces add up is the tokenizer's property, not ours to assume, so it
 is checked when the tokenizer loads: a slow tokenizer, an added token that

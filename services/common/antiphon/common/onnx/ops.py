@@ -1,5 +1,5 @@
 """The ONNX operators a Piper voice and Smart Turn use, each as one or two
-torch calls (onnx_torch.py runs a graph of them).
+torch calls (torch_graph.py runs a graph of them).
 
 Each takes its node's input tensors (None where an optional input is left
 out) and attributes, and returns its outputs. Only the attributes the shipped

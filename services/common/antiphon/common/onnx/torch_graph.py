@@ -25,7 +25,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from antiphon.common.onnx_ops import HOST_INPUTS, OPS, Op, Tensor, constant_of_shape, split
+from antiphon.common.onnx.ops import HOST_INPUTS, OPS, Op, Tensor, constant_of_shape, split
 
 
 def _attribute(attr: onnx.AttributeProto) -> Any:
