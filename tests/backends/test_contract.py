@@ -71,7 +71,7 @@ class Worker:
 
 
 @pytest.fixture(scope="module", params=ENTRIES, ids=lambda e: e.id)
-def worker(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Worker]:
+def backend_worker(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Worker]:
     entry: Entry = request.param
     # A database of its own: the worker lists itself in the registry there.
     stack = LocalStack(ports=Ports.free(), redis_url=f"{redis_url.rsplit('/', 1)[0]}/20")
@@ -90,37 +90,39 @@ def worker(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Worker]:
 
 
 @pytest.fixture
-async def stub(worker: Worker) -> AsyncIterator[Any]:
-    async with worker.channel() as channel:
-        yield worker.stub(channel)
+async def stub(backend_worker: Worker) -> AsyncIterator[Any]:
+    async with backend_worker.channel() as channel:
+        yield backend_worker.stub(channel)
 
 
-async def hears_at(worker: Worker, stub: Any) -> int:
+async def hears_at(backend_worker: Worker, stub: Any) -> int:
     """The rate a session's input is sent at: what a stage0 backend declares
     it hears; stage1 is sent text and answers at 24 kHz."""
-    if worker.entry.stage == "stage1":
+    if backend_worker.entry.stage == "stage1":
         return 24000
     caps = (await stub.Describe(pb.DescribeRequest(), timeout=10)).capabilities
     return caps.input_sample_rate_hz or 16000
 
 
 async def test_it_describes_itself_as_its_registry_entry_declares(
-    worker: Worker, stub: Any, monkeypatch: pytest.MonkeyPatch
+    backend_worker: Worker, stub: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     info = await stub.Describe(pb.DescribeRequest(), timeout=10)
-    assert (info.backend, info.capacity) == (worker.entry.backend, CAPACITY)
-    assert info.capabilities == worker.declared(monkeypatch)
-    if worker.entry.stage == "stage0":
-        declared_rate = stage0_backends.get(worker.entry.backend).input_sample_rate_hz
+    assert (info.backend, info.capacity) == (backend_worker.entry.backend, CAPACITY)
+    assert info.capabilities == backend_worker.declared(monkeypatch)
+    if backend_worker.entry.stage == "stage0":
+        declared_rate = stage0_backends.get(backend_worker.entry.backend).input_sample_rate_hz
         assert (info.capabilities.input_sample_rate_hz or 16000) == declared_rate
 
 
 async def test_a_session_answers_honours_its_capabilities_and_closes(
-    worker: Worker, stub: Any
+    backend_worker: Worker, stub: Any
 ) -> None:
     caps = (await stub.Describe(pb.DescribeRequest(), timeout=10)).capabilities
     call = stub.Bind()
-    feeding = asyncio.create_task(worker.entry.feed(call, await hears_at(worker, stub)))
+    feeding = asyncio.create_task(
+        backend_worker.entry.feed(call, await hears_at(backend_worker, stub))
+    )
     kinds: list[str] = []
     async for event in events(call, EVENT_TIMEOUT_S):
         kind = event.WhichOneof("kind")
@@ -129,11 +131,11 @@ async def test_a_session_answers_honours_its_capabilities_and_closes(
         if kind == "audio" and caps.supports_audio_truncate:
             # Truncation maps played audio to text: every chunk says where its words end.
             assert event.audio.marks, event
-        if kind == worker.entry.answers_with:
+        if kind == backend_worker.entry.answers_with:
             break
-    assert kinds and kinds[-1] == worker.entry.answers_with, kinds
+    assert kinds and kinds[-1] == backend_worker.entry.answers_with, kinds
     # A model-native stage0 speaks in model frames; the cascade's kinds never are.
-    if worker.entry.stage == "stage0":
+    if backend_worker.entry.stage == "stage0":
         assert ("frame" in kinds) == caps.model_native, kinds
     await feeding
     await call.done_writing()
@@ -184,9 +186,9 @@ async def bind(stub: Any, stage: str, name: str) -> Bound:
 
 
 async def test_it_takes_its_capacity_refuses_one_more_and_a_cancel_frees_a_slot(
-    worker: Worker, stub: Any
+    backend_worker: Worker, stub: Any
 ) -> None:
-    stage = worker.entry.stage
+    stage = backend_worker.entry.stage
     held = [await bind(stub, stage, f"s{i}") for i in range(CAPACITY)]
     assert [b.status for b in held] == [None] * CAPACITY
     assert (await bind(stub, stage, "one-too-many")).status == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -204,11 +206,11 @@ async def test_it_takes_its_capacity_refuses_one_more_and_a_cancel_frees_a_slot(
         await session.hang_up()
 
 
-async def test_its_death_ends_every_stream_unavailable(worker: Worker, stub: Any) -> None:
+async def test_its_death_ends_every_stream_unavailable(backend_worker: Worker, stub: Any) -> None:
     """Last for each backend: the worker is gone afterwards."""
-    doomed = await bind(stub, worker.entry.stage, "doomed")
+    doomed = await bind(stub, backend_worker.entry.stage, "doomed")
     assert doomed.status is None
-    worker.stack.kill(worker.entry.id)
+    backend_worker.stack.kill(backend_worker.entry.id)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         if doomed.reading is not None:
             await asyncio.wait_for(doomed.reading, EVENT_TIMEOUT_S)
