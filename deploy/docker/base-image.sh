@@ -20,8 +20,7 @@ debootstrap --variant=minbase \
   --include=python3,python3-venv,python-is-python3,ca-certificates \
   bookworm "$root" "$mirror" >/dev/null
 
-pip_value() { python3 -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.$1='\(.*\)'$/\1/p" | head -n1; }
-cert=$(pip_value cert)
+cert=$(python3 -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.cert='\(.*\)'$/\1/p" | head -n1)
 {
   echo "[global]"
   if [ -n "$cert" ] && [ -f "$cert" ]; then

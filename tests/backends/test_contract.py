@@ -22,7 +22,7 @@ import grpc
 import pytest
 from stack import LocalStack, Ports, free_port
 
-from antiphon.common import config
+from antiphon.common import config, stage_audio
 from antiphon.stage0 import backends as stage0_backends
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.stage1 import backends as stage1_backends
@@ -95,13 +95,13 @@ async def stub(backend_worker: Worker) -> AsyncIterator[Any]:
         yield backend_worker.stub(channel)
 
 
-async def hears_at(backend_worker: Worker, stub: Any) -> int:
+def hears_at(backend_worker: Worker, caps: cpb.Capabilities) -> int:
     """The rate a session's input is sent at: what a stage0 backend declares
-    it hears; stage1 is sent text and answers at 24 kHz."""
+    it hears (unset: the session's default, as stage_links.py reads it);
+    stage1 is sent text and answers at 24 kHz."""
     if backend_worker.entry.stage == "stage1":
         return 24000
-    caps = (await stub.Describe(pb.DescribeRequest(), timeout=10)).capabilities
-    return caps.input_sample_rate_hz or 16000
+    return caps.input_sample_rate_hz or stage_audio.RATE
 
 
 async def test_it_describes_itself_as_its_registry_entry_declares(
@@ -112,7 +112,7 @@ async def test_it_describes_itself_as_its_registry_entry_declares(
     assert info.capabilities == backend_worker.declared(monkeypatch)
     if backend_worker.entry.stage == "stage0":
         declared_rate = stage0_backends.get(backend_worker.entry.backend).input_sample_rate_hz
-        assert (info.capabilities.input_sample_rate_hz or 16000) == declared_rate
+        assert hears_at(backend_worker, info.capabilities) == declared_rate
 
 
 async def test_a_session_answers_honours_its_capabilities_and_closes(
@@ -120,9 +120,7 @@ async def test_a_session_answers_honours_its_capabilities_and_closes(
 ) -> None:
     caps = (await stub.Describe(pb.DescribeRequest(), timeout=10)).capabilities
     call = stub.Bind()
-    feeding = asyncio.create_task(
-        backend_worker.entry.feed(call, await hears_at(backend_worker, stub))
-    )
+    feeding = asyncio.create_task(backend_worker.entry.feed(call, hears_at(backend_worker, caps)))
     kinds: list[str] = []
     async for event in events(call, EVENT_TIMEOUT_S):
         kind = event.WhichOneof("kind")

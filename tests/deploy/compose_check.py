@@ -56,8 +56,6 @@ from bench.lib.speech import Voice, silence, spoken
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_BASE = "antiphon/python:3.11-bookworm"
 COMPOSE_FILES = ("deploy/docker-compose.yml", "deploy/docker-compose.local.yml")
-# Compose's own project name (deploy/docker-compose.yml, `name:`).
-PROJECT = "antiphon"
 # The services `compose build` builds, in order: the four tiers, then Redis
 # and Prometheus from Debian's packages (deploy/docker-compose.local.yml).
 TIERS = ("gateway", "session", "stage0", "stage1")
