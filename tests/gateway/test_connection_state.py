@@ -1,18 +1,28 @@
-"""A connection's life: the ways it may go, and a wrong move raising at once."""
+"""A connection's life: the ways it may go, how it closes, and a wrong move raising at once."""
 
 from __future__ import annotations
 
 import pytest
 
 from antiphon.gateway.connection.connection_state import (
+    DRAIN,
     TRANSITIONS,
+    ClientGone,
+    Closed,
+    Closing,
     ConnectionState,
     IllegalTransition,
+    Leaving,
+    Opening,
+    Serving,
     State,
 )
+from antiphon.gateway.errors import ClientError
+
+SLOW = Leaving("slow_consumer", 1008, ClientError("slow_consumer", "too slow"), ends_session=True)
 
 
-def walk(*states: State) -> ConnectionState:
+async def walk(*states: State) -> ConnectionState:
     s = ConnectionState()
     for state in states:
         s.to(state)
@@ -23,54 +33,78 @@ def walk(*states: State) -> ConnectionState:
     "path",
     [
         # The client leaves (a goodbye or a drop) while its session is served.
-        [State.SERVING, State.CLIENT_GONE, State.CLOSING, State.CLOSED],
+        [Serving(), ClientGone(1006), Closing(), Closed()],
         # The gateway closes it: a client at fault, or a drain.
-        [State.SERVING, State.LEAVING, State.CLOSING, State.CLOSED],
-        # Silent past its first-event window before it opened a session.
-        [State.LEAVING, State.CLOSING, State.CLOSED],
+        [Serving(), SLOW, Closing(1008, "slow_consumer"), Closed()],
+        # A drain before the client opened a session.
+        [DRAIN, Closing(1012, "service_restart"), Closed()],
         # The session is over for this socket (or no replica takes it back).
-        [State.SERVING, State.CLOSING, State.CLOSED],
+        [Serving(), Closing(1011), Closed()],
         # Gone before it opened a session, or its URL could not open one.
-        [State.CLOSING, State.CLOSED],
+        [Closing(1008), Closed()],
     ],
 )
-def test_every_way_a_connection_ends_closes_it(path: list[State]) -> None:
-    s = walk(*path)
-    assert s.state is State.CLOSED
+async def test_every_way_a_connection_ends_closes_it(path: list[State]) -> None:
+    s = await walk(*path)
+    assert s.state == Closed()
 
 
-def test_a_connection_starts_opening() -> None:
-    assert ConnectionState().state is State.OPENING
+async def test_a_connection_starts_opening() -> None:
+    assert ConnectionState().state == Opening()
 
 
 @pytest.mark.parametrize(
     ("before", "wrong"),
     [
         # A socket whose client left is never served again, nor left by the gateway.
-        ([State.SERVING, State.CLIENT_GONE], State.SERVING),
-        ([State.SERVING, State.CLIENT_GONE], State.LEAVING),
-        # One leaving only: the gateway's own close is not a client's.
-        ([State.SERVING, State.LEAVING], State.CLIENT_GONE),
+        ([Serving(), ClientGone(1000)], Serving()),
+        ([Serving(), ClientGone(1000)], DRAIN),
+        # One leaving only: the gateway's first reason wins, and is not a client's close.
+        ([Serving(), DRAIN], SLOW),
+        ([Serving(), DRAIN], ClientGone(1006)),
+        # A close is decided once.
+        ([Closing(1011)], Closing(1000)),
+        ([Serving(), SLOW, Closing(1008, "slow_consumer")], DRAIN),
         # Closing skips neither the last frames nor the close frame.
-        ([], State.CLOSED),
-        ([State.SERVING], State.CLOSED),
-        # Closed is final; and a state is never entered twice in a row.
-        ([State.CLOSING, State.CLOSED], State.OPENING),
-        ([State.SERVING], State.SERVING),
-        ([State.CLOSING], State.CLOSING),
+        ([], Closed()),
+        ([Serving()], Closed()),
+        # Closed is final; and serving is never entered twice.
+        ([Closing(), Closed()], Opening()),
+        ([Serving()], Serving()),
     ],
 )
-def test_a_move_the_life_does_not_allow_raises_and_changes_nothing(
+async def test_a_move_the_life_does_not_allow_raises_and_changes_nothing(
     before: list[State], wrong: State
 ) -> None:
-    s = walk(*before)
+    s = await walk(*before)
     was = s.state
+    assert not s.may(type(wrong))
     with pytest.raises(IllegalTransition):
         s.to(wrong)
-    assert s.state is was
+    assert s.state == was
 
 
-def test_every_state_is_in_the_table_and_only_closed_is_final() -> None:
-    assert set(TRANSITIONS) == set(State)
-    assert [s for s, nxt in TRANSITIONS.items() if not nxt] == [State.CLOSED]
-    assert all(State.OPENING not in nxt for nxt in TRANSITIONS.values())
+async def test_a_leaving_closes_with_its_own_code_and_reason() -> None:
+    s = await walk(Serving(), SLOW)
+    assert s.closing() == Closing(1008, "slow_consumer")
+    s = await walk(DRAIN)
+    assert s.closing() == Closing(1012, "service_restart")
+
+
+@pytest.mark.parametrize("path", [[], [Serving()], [Serving(), ClientGone(1006)]])
+async def test_any_other_end_closes_normally(path: list[State]) -> None:
+    s = await walk(*path)
+    assert s.closing() == Closing(1000, "")
+
+
+async def test_the_move_into_leaving_is_what_the_serving_waits_on() -> None:
+    s = await walk(Serving())
+    assert not s.left.done()
+    s.to(SLOW)
+    assert s.left.done() and s.left.result() is SLOW
+
+
+async def test_every_state_is_in_the_table_and_only_closed_is_final() -> None:
+    assert set(TRANSITIONS) == {Opening, Serving, ClientGone, Leaving, Closing, Closed}
+    assert [s for s, nxt in TRANSITIONS.items() if not nxt] == [Closed]
+    assert all(Opening not in nxt for nxt in TRANSITIONS.values())

@@ -19,7 +19,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from antiphon.gateway.connection.client_close import client_gone
-from antiphon.gateway.connection.failover import FailOver, Retry, SessionCall, SessionUnavailable
+from antiphon.gateway.connection.failover import FailOver, SessionCall, SessionUnavailable
+from antiphon.gateway.connection.failover_state import (
+    TRANSITIONS,
+    FailingOver,
+    FailOverState,
+    IllegalTransition,
+    Retry,
+    SayingGoodbye,
+    Streaming,
+)
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.v1 import session_pb2 as spb
 
@@ -293,3 +302,61 @@ async def test_a_second_loss_long_after_a_fail_over_gets_a_deadline_of_its_own()
     assert h.resume_cursors() == [3, 5, 5]
     assert h.journaled_seqs() == list(range(1, 9))
     assert h.reconnects() == 3
+
+
+# ------------------------------------------------------------- the states
+def test_a_loss_sets_the_deadline_once_and_the_backoff_grows_to_its_cap() -> None:
+    s = FailOverState(RETRY)
+    first = s.lost(10.0)
+    assert first == FailingOver(10.0 + RETRY.deadline_s, RETRY.first_backoff_s)
+    backoffs = [s.lost(11.0 + k).backoff for k in range(4)]
+    assert backoffs == [0.002, 0.004, 0.004, 0.004]
+    assert s.failing_over is not None and s.failing_over.deadline == first.deadline
+
+
+def test_a_stream_the_session_answers_on_ends_the_fail_over() -> None:
+    s = FailOverState(RETRY)
+    s.lost(10.0)
+    s.answered()
+    assert s.state == Streaming()
+    assert s.lost(20.0).deadline == 20.0 + RETRY.deadline_s  # a new one, its own deadline
+
+
+def test_saying_goodbye_keeps_the_fail_over_it_is_in_and_its_deadline() -> None:
+    s = FailOverState(RETRY)
+    s.lost(10.0)
+    s.say_goodbye(GOODBYE)
+    assert s.goodbye == GOODBYE
+    assert s.failing_over is not None and s.failing_over.deadline == 10.0 + RETRY.deadline_s
+    s.answered()
+    assert s.state == SayingGoodbye(GOODBYE)
+    s.lost(30.0)
+    assert s.goodbye == GOODBYE and s.failing_over is not None
+
+
+def test_a_goodbye_is_never_taken_back() -> None:
+    assert TRANSITIONS[SayingGoodbye] == {SayingGoodbye}
+    s = FailOverState(RETRY)
+    s.say_goodbye(GOODBYE)
+    for step in (lambda: s.lost(1.0), s.answered, lambda: s.lost(2.0)):
+        step()
+        assert isinstance(s.state, SayingGoodbye)
+
+
+def test_a_move_fail_over_does_not_make_raises() -> None:
+    s = FailOverState(RETRY)
+    s.say_goodbye(GOODBYE)
+    with pytest.raises(IllegalTransition):
+        s.move(Streaming())
+    assert s.state == SayingGoodbye(GOODBYE)
+
+
+async def test_the_deadline_passed_while_saying_goodbye_is_the_session_unavailable() -> None:
+    # The client left; its goodbye's stream is lost and no replica comes back.
+    h = Harness(Serve(3, "drop", until_goodbye=True), Down())
+    session = asyncio.create_task(follow(h))
+    await h.failover.say_last(GOODBYE, wait_s=1.0)
+    with pytest.raises(SessionUnavailable):
+        await session
+    assert h.replicas.calls[0].written[-1] == GOODBYE
+    assert len(h.replicas.calls) > 2  # tried again until the deadline

@@ -6,8 +6,12 @@ import json
 
 from prometheus_client import CollectorRegistry
 
+from antiphon.gateway.connection.connection_state import Closing
 from antiphon.gateway.connection.outbox import Outbox
 from antiphon.gateway.metrics import GatewayMetrics
+from antiphon.v1 import session_pb2 as spb
+
+BYE = Closing(1008, "slow_consumer")
 
 
 def frame(n: int) -> dict[str, str]:
@@ -38,20 +42,35 @@ async def test_frames_come_out_in_order_and_free_their_bytes() -> None:
     box, metrics = outbox(1000)
     box.put({"type": "a"})
     box.put({"type": "b"})
-    box.close()
+    box.close(Closing())
     got = [await box.get(), await box.get(), await box.get()]
-    assert [f[0] if f else None for f in got] == ["a", "b", None]
+    assert got[:2] == [("a", '{"type":"a"}'), ("b", '{"type":"b"}')]
+    assert got[2] == Closing(1000, "")
+    assert box.bytes == 0 == gauge(metrics)
+
+
+async def test_audio_keeps_its_place_among_the_events_as_the_session_typed_it() -> None:
+    box, metrics = outbox(1000)
+    delta = spb.AudioDelta(audio=b"\x01\x02" * 100)
+    box.put({"type": "a"})
+    assert box.put_audio(delta)
+    assert box.bytes == len('{"type":"a"}') + 200
+    assert not box.put_audio(spb.AudioDelta(audio=bytes(1000)))  # past the limit: refused
+    box.put({"type": "b"})
+    box.close(Closing())
+    got = [await box.get() for _ in range(4)]
+    assert got[1] is delta
+    assert [g[0] for g in (got[0], got[2]) if isinstance(g, tuple)] == ["a", "b"]
     assert box.bytes == 0 == gauge(metrics)
 
 
 async def test_a_slow_readers_goodbye_goes_ahead_of_its_dropped_backlog() -> None:
     box, metrics = outbox(100)
     box.put(frame(90))
-    box.close([{"type": "error", "pad": "p" * 200}], drop_backlog=True)
+    box.close(BYE, [{"type": "error", "pad": "p" * 200}], drop_backlog=True)
     first = await box.get()
-    assert first is not None and first[0] == "error"
-    assert await box.get() is None
-    assert not box.put({"type": "late"})
+    assert isinstance(first, tuple) and first[0] == "error"
+    assert await box.get() is BYE  # the close the connection decided, after its last frame
     assert gauge(metrics) == 0
 
 

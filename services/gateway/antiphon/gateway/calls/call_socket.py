@@ -2,9 +2,10 @@
 on the call's `oai-events` data channel, its audio on the call's tracks.
 
 To `Connection` a call looks like a WebSocket: `receive` gives the caller's
-data channel messages, and appends made from its microphone track
-(call_audio.Microphone); `send` writes every event to the channel but the
-answer's audio, which is played on the call's track (call_audio.Speaker).
+data channel messages, and its microphone track's audio as typed appends of
+raw PCM (call_audio.Microphone); `send` writes every event to the channel,
+and the answer's audio comes as the session typed it (`audio_out`) to be
+played on the call's track (call_audio.Speaker): audio is never JSON here.
 Around that audio the channel says `output_audio_buffer.started` /
 `.stopped`, and `.cleared` when a barge-in dropped the rest, after which the
 item cut short is truncated where the caller stopped hearing it. A
@@ -14,7 +15,6 @@ server's WebSocket may watch and drive the call (`attach`).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 from collections.abc import Mapping
@@ -28,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from antiphon.common.ids import new_id
 from antiphon.gateway.calls.call_audio import SESSION_RATE, Microphone, Speaker
 from antiphon.gateway.connection.close_codes import CLOSE_NORMAL
+from antiphon.v1 import session_pb2 as spb
 
 # Events an attached WebSocket may have unread before it is dropped.
 WATCHER_BACKLOG = 4096
@@ -35,8 +36,9 @@ WATCHER_BACKLOG = 4096
 # appends come in real time; a data channel that floods past this ends the
 # call, as a WebSocket's reader would stop reading).
 INBOX_LIMIT = 1024
-_AUDIO_DELTA = "response.output_audio.delta"
 _RECEIVE = "websocket.receive"
+# What a microphone's piece is to the session: the append a client would send.
+_APPEND = "input_audio_buffer.append"
 
 
 @dataclass
@@ -48,7 +50,7 @@ class CallSocket:
     media_timeout_s: float
     append_ms: int = 100
     speaker: Speaker = field(init=False)
-    _inbox: asyncio.Queue[Mapping[str, Any]] = field(init=False)
+    _inbox: asyncio.Queue[Mapping[str, Any] | spb.ClientCommand] = field(init=False)
     _channel: RTCDataChannel | None = field(init=False, default=None)
     _unsent: list[str] = field(init=False, default_factory=list)
     _listening: asyncio.Task[None] | None = field(init=False, default=None)
@@ -131,9 +133,9 @@ class CallSocket:
     async def _listen(self, microphone: Microphone) -> None:
         try:
             async for pcm in microphone.appends(silent_after_s=self.media_timeout_s):
-                audio = base64.b64encode(pcm).decode()
-                event = {"type": "input_audio_buffer.append", "audio": audio}
-                self._inbox.put_nowait({"type": _RECEIVE, "text": json.dumps(event)})
+                append = spb.AppendAudio(pcm16=pcm, sample_rate_hz=SESSION_RATE)
+                command = spb.ClientCommand(client_type=_APPEND, append_audio=append)
+                self._inbox.put_nowait(command)
         except TimeoutError:
             self.end("media_timeout")
             return
@@ -144,19 +146,22 @@ class CallSocket:
     def query_params(self) -> Mapping[str, str]:
         return self.query
 
-    async def receive(self) -> Mapping[str, Any]:
+    @property
+    def audio_out(self) -> CallSocket:
+        return self
+
+    async def receive(self) -> Mapping[str, Any] | spb.ClientCommand:
         return await self._inbox.get()
 
+    def play(self, delta: spb.AudioDelta) -> None:
+        """The answer's audio, on the call's track (`audio_out`)."""
+        if not self.speaker.playing:
+            self._response_id = delta.ref.response_id
+            self._say("output_audio_buffer.started", response_id=self._response_id)
+        self.speaker.play(delta.audio)
+        self._queue(delta.ref.item_id, len(delta.audio) / 2 / SESSION_RATE)
+
     async def send(self, kind: str, text: str) -> None:
-        if kind == _AUDIO_DELTA:
-            event = json.loads(text)
-            if not self.speaker.playing:
-                self._response_id = event.get("response_id", "")
-                self._say("output_audio_buffer.started", response_id=self._response_id)
-            pcm = base64.b64decode(event["delta"])
-            self.speaker.play(pcm)
-            self._queue(event.get("item_id", ""), len(pcm) / 2 / SESSION_RATE)
-            return
         if kind == "input_audio_buffer.speech_started" and self.speaker.playing:
             self._truncate_unheard(self.speaker.clear())
             self._say("output_audio_buffer.cleared", response_id=self._response_id)

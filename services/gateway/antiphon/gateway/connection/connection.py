@@ -29,7 +29,14 @@ event in its first-event window, or reads slower than its session speaks
 a draining gateway detaches each session and closes with 1012, so the
 client resumes it elsewhere. Both queues are bounded: commands wait for
 room (TCP slows the client), frames past the outbox's limit close it.
-Where the connection is in its life is `connection_state`'s.
+Where the connection is in its life is `connection_state`'s: each step
+below is a move of its state, and how the socket closes is decided by the
+move into `Closing`.
+
+A socket that plays the answer's audio itself (a WebRTC call's track,
+`ClientSocket.audio_out`) gets the session's typed audio deltas, never
+their JSON; what it reads may be a typed command it made (a call's
+microphone as raw PCM) instead of a client event.
 """
 
 from __future__ import annotations
@@ -38,7 +45,6 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
@@ -48,14 +54,19 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from antiphon.common.event_kinds import kind_of
 from antiphon.common.ids import new_id
 from antiphon.gateway.connection.client_close import client_gone
-from antiphon.gateway.connection.close_codes import (
-    CLOSE_INTERNAL,
-    CLOSE_NORMAL,
-    CLOSE_POLICY,
-    CLOSE_SERVICE_RESTART,
+from antiphon.gateway.connection.close_codes import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
+from antiphon.gateway.connection.connection_state import (
+    DRAIN,
+    ClientGone,
+    Closed,
+    Closing,
+    ConnectionState,
+    Leaving,
+    Opening,
+    Serving,
 )
-from antiphon.gateway.connection.connection_state import ConnectionState, State
-from antiphon.gateway.connection.failover import FailOver, GrpcReplicas, Retry, SessionUnavailable
+from antiphon.gateway.connection.failover import FailOver, GrpcReplicas, SessionUnavailable
+from antiphon.gateway.connection.failover_state import Retry
 from antiphon.gateway.connection.outbox import Outbox
 from antiphon.gateway.dialects.dialect import OPENAI, Dialect
 from antiphon.gateway.edge.pinned import PinnedConfig
@@ -73,34 +84,31 @@ CLIENT_GONE_WAIT_S = 5.0
 # its close frame) may wait for the client to read them; past it the socket
 # is dropped. Memory meanwhile is one frame and the transport's buffer.
 GOODBYE_FLUSH_S = 30.0
+# What a played audio delta counts as, as the event it would have been.
+AUDIO_DELTA = "response.output_audio.delta"
 
 
-@dataclass(frozen=True)
-class Leaving:
-    """The gateway closes this socket on its own: why (a metric label and the
-    close reason), with which close code, the error told first (if any), and
-    whether the session ends (a client at fault) or only detaches (a drain:
-    the client resumes it elsewhere)."""
+class AudioOut(Protocol):
+    """Where a socket that plays audio itself puts the answer's audio."""
 
-    reason: str
-    close_code: int
-    error: ClientError | None
-    ends_session: bool
-
-
-DRAIN = Leaving("service_restart", CLOSE_SERVICE_RESTART, None, ends_session=False)
+    def play(self, delta: spb.AudioDelta) -> None: ...
 
 
 class ClientSocket(Protocol):
     """What a connection reads and writes its client's events through: a
     WebSocket (`WebSocketClient`), or a WebRTC call's data channel and
     media (call_socket.CallSocket). `receive` gives ASGI WebSocket messages
-    (`websocket.receive` with `text`, or `websocket.disconnect`)."""
+    (`websocket.receive` with `text`, or `websocket.disconnect`), or a
+    command the socket typed itself (a call's microphone audio)."""
 
     @property
     def query_params(self) -> Mapping[str, str]: ...
 
-    async def receive(self) -> Mapping[str, Any]: ...
+    @property
+    def audio_out(self) -> AudioOut | None:
+        """Set where the answer's audio is played by the socket, not sent as events."""
+
+    async def receive(self) -> Mapping[str, Any] | spb.ClientCommand: ...
 
     async def send(self, kind: str, text: str) -> None:
         """One server event: its type, and its JSON."""
@@ -117,6 +125,10 @@ class WebSocketClient:
     @property
     def query_params(self) -> Mapping[str, str]:
         return self._ws.query_params
+
+    @property
+    def audio_out(self) -> AudioOut | None:
+        return None
 
     async def receive(self) -> Mapping[str, Any]:
         return await self._ws.receive()
@@ -146,6 +158,7 @@ class Connection:
         pinned: PinnedConfig | None = None,
     ) -> None:
         self._ws = ws
+        self._audio_out = ws.audio_out
         self._metrics = metrics
         self._max_bytes = max_message_bytes
         self._translator = Translator(dialect.client_types, pinned)
@@ -166,11 +179,8 @@ class Connection:
             max_pending_commands=max_pending_commands,
         )
         self._state = ConnectionState()
-        # What the writer closes the socket with, once the last frame is out.
-        self._close_code, self._close_reason = CLOSE_NORMAL, ""
-        # The first reason the gateway gave to close this socket wins.
-        self._leaving: asyncio.Future[Leaving] = asyncio.get_running_loop().create_future()
-        # Open until the client's first frame (`first_event_timeout_s`).
+        # Open until the client's first frame (`first_event_timeout_s`): its
+        # end only cancels the timer, which can only lead to a `Leaving`.
         self._first_event_window: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
@@ -188,8 +198,8 @@ class Connection:
             pass  # gone before it opened a session: nothing to tell
         finally:
             self._end_first_event_window()
-            self._state.to(State.CLOSING)
-            self._outbox.close()
+            if not isinstance(self._state.state, Closing):
+                self._close(self._state.closing())
             # A client that never reads again must not hold the connection
             # open: its last frames get a bounded wait, then the socket goes.
             done, _ = await asyncio.wait({writer}, timeout=GOODBYE_FLUSH_S)
@@ -198,7 +208,7 @@ class Connection:
                 with contextlib.suppress(asyncio.CancelledError):
                     await writer
             self._outbox.discard()
-            self._state.to(State.CLOSED)
+            self._state.to(Closed())
 
     # ------------------------------------------------------------ leaving
     def drain(self) -> None:
@@ -206,14 +216,34 @@ class Connection:
         self._leave(DRAIN)
 
     def _leave(self, how: Leaving) -> None:
-        if not self._leaving.done():
-            self._leaving.set_result(how)
+        """The gateway closes this socket, unless it is already ending (the
+        first reason wins): count it, tell its error (ahead of a slow reader's
+        backlog, which its journal keeps) and close with its code; a drain
+        closes once its session detached."""
+        if not self._state.may(Leaving):
+            return
+        self._state.to(how)
+        self._metrics.server_closes.labels(how.reason).inc()
+        if how.error is not None:
+            err = how.error
+            frames = self._error_frames(err.type, err.code, err.message, err.param)
+            self._close(self._state.closing(), frames, drop_backlog=how.reason == "slow_consumer")
+
+    def _close(
+        self,
+        closing: Closing,
+        last: list[dict[str, Any]] | None = None,
+        *,
+        drop_backlog: bool = False,
+    ) -> None:
+        """No more frames but `last`; the writer then closes as `closing` says."""
+        self._state.to(closing)
+        self._outbox.close(closing, last, drop_backlog=drop_backlog)
 
     def _end_first_event_window(self) -> None:
         """The client sent a frame (or is gone): its first-event window closes."""
         if self._first_event_window is not None:
             self._first_event_window.cancel()
-            self._first_event_window = None
 
     def _no_first_event(self) -> None:
         error = ClientError(
@@ -225,42 +255,45 @@ class Connection:
     def _deliver(self, frame: dict[str, Any]) -> None:
         """One frame for the client; a backlog past the outbox's limit means
         the client reads too slowly for its own session: it is closed."""
-        if not self._outbox.put(frame) and not self._outbox.closed:
-            error = ClientError(
-                "slow_consumer",
-                "the client did not read its events fast enough; "
-                f"more than {self._outbox.limit_bytes} bytes were waiting",
-            )
-            self._leave(Leaving("slow_consumer", CLOSE_POLICY, error, ends_session=True))
+        if self._writable() and not self._outbox.put(frame):
+            self._too_slow()
 
-    def _say_goodbye(self, how: Leaving) -> None:
-        """Count the leaving; tell its error (ahead of a slow reader's backlog,
-        which its journal keeps), and close with its code."""
-        self._state.to(State.LEAVING)
-        self._metrics.server_closes.labels(how.reason).inc()
-        self._close_code, self._close_reason = how.close_code, how.reason
-        if how.error is not None:
-            err = how.error
-            frames = self._error_frames(err.type, err.code, err.message, err.param)
-            self._outbox.close(frames, drop_backlog=how.reason == "slow_consumer")
+    def _deliver_audio(self, delta: spb.AudioDelta) -> None:
+        if self._writable() and not self._outbox.put_audio(delta):
+            self._too_slow()
+
+    def _writable(self) -> bool:
+        """Frames are taken until the connection closes (its last frames are in)."""
+        return not isinstance(self._state.state, Closing | Closed)
+
+    def _too_slow(self) -> None:
+        error = ClientError(
+            "slow_consumer",
+            "the client did not read its events fast enough; "
+            f"more than {self._outbox.limit_bytes} bytes were waiting",
+        )
+        self._leave(Leaving("slow_consumer", CLOSE_POLICY, error, ends_session=True))
 
     async def _opening(self) -> spb.ClientCommand | None:
         """The handshake, unless the gateway leaves first (no session yet)."""
         handshake = asyncio.create_task(self._handshake())
-        either: set[asyncio.Future[Any]] = {handshake, self._leaving}
+        either: set[asyncio.Future[Any]] = {handshake, self._state.left}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        if handshake.done():
+        if handshake.done() and isinstance(self._state.state, Opening):
             return handshake.result()
         handshake.cancel()
         with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
             await handshake
-        self._say_goodbye(self._leaving.result())
         return None
 
     # -------------------------------------------------------------- read
-    async def _receive(self) -> dict[str, Any]:
-        """The next client event as a dict; raises ClientError for a malformed frame."""
+    async def _receive(self) -> dict[str, Any] | spb.ClientCommand:
+        """The next client event as a dict (or a command the socket typed
+        itself); raises ClientError for a malformed frame."""
         message = await self._ws.receive()
+        if isinstance(message, spb.ClientCommand):
+            self._end_first_event_window()
+            return message
         if message["type"] == "websocket.disconnect":
             raise WebSocketDisconnect(message.get("code", CLOSE_NORMAL))
         self._end_first_event_window()
@@ -287,13 +320,20 @@ class Connection:
                 return self._translator.connect(query)
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
-                self._close_code = CLOSE_POLICY
                 self._local_error(err.type, err.code, err.message, err.param)
+                self._close(Closing(CLOSE_POLICY))
                 return None
         while True:
             event: dict[str, Any] | None = None
             try:
-                event = await self._receive()
+                received = await self._receive()
+                # A command the socket typed (a call's microphone) opens
+                # nothing: refused as the event it stands for would be.
+                event = (
+                    {"type": received.client_type}
+                    if isinstance(received, spb.ClientCommand)
+                    else received
+                )
                 self._metrics.events_in.labels(metric_label(event)).inc()
                 return self._translator.open(event, query)
             except ClientError as err:
@@ -306,9 +346,14 @@ class Connection:
         while True:
             event: dict[str, Any] | None = None
             try:
-                event = await self._receive()
-                self._metrics.events_in.labels(metric_label(event)).inc()
-                command = self._checked(self._translator.translate(event))
+                received = await self._receive()
+                if isinstance(received, spb.ClientCommand):
+                    self._metrics.events_in.labels(received.client_type).inc()
+                    command = self._checked(received)
+                else:
+                    event = received
+                    self._metrics.events_in.labels(metric_label(event)).inc()
+                    command = self._checked(self._translator.translate(event))
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
                 rejected = spb.ErrorEvent(
@@ -340,18 +385,19 @@ class Connection:
 
     # ----------------------------------------------------------- session
     async def _serve(self, first: spb.ClientCommand) -> None:
-        self._state.to(State.SERVING)
+        self._state.to(Serving())
         socket_reader = asyncio.create_task(self._read_socket())
         # The connection's span is the parent of the session's and stages' spans.
         with tracer.start_as_current_span("gateway.connection"):
             session = asyncio.create_task(self._follow(first))
-            first_of: set[asyncio.Future[Any]] = {socket_reader, session, self._leaving}
+            first_of: set[asyncio.Future[Any]] = {socket_reader, session, self._state.left}
             try:
                 done, _ = await asyncio.wait(first_of, return_when=asyncio.FIRST_COMPLETED)
-                if socket_reader in done:
-                    await self._client_left(socket_reader, session)
-                elif session not in done:
+                # The gateway's own decision stands, even if the client went meanwhile.
+                if self._state.left.done():
                     await self._server_leaves(socket_reader, session)
+                elif session not in done:
+                    await self._client_left(socket_reader, session)
             finally:
                 for task in (socket_reader, session):
                     task.cancel()
@@ -366,7 +412,7 @@ class Connection:
         if not isinstance(exc, WebSocketDisconnect):
             socket_reader.result()  # anything else is a failure of our own
             return
-        self._state.to(State.CLIENT_GONE)
+        self._state.to(ClientGone(exc.code))
         goodbye = client_gone(exc.code)
         clean = goodbye.client_gone.clean
         self._metrics.client_closes.labels("clean" if clean else "dropped").inc()
@@ -376,13 +422,11 @@ class Connection:
         self, socket_reader: asyncio.Task[None], session: asyncio.Task[None]
     ) -> None:
         """The gateway closes the socket: nothing more is read from the
-        client; its session ends (a client at fault) or detaches (a drain),
-        then the socket closes with the leaving's code."""
+        client; its session ends (a client at fault) or detaches (a drain)."""
         socket_reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
             await socket_reader
-        how = self._leaving.result()
-        self._say_goodbye(how)
+        how = self._state.left.result()
         if how.ends_session:
             goodbye = spb.ClientCommand(client_type="session.close", close=spb.CloseSession())
         else:
@@ -397,18 +441,29 @@ class Connection:
 
     async def _follow(self, first: spb.ClientCommand) -> None:
         """The session's events, across replicas, until it is over for this
-        socket; then the outbox closes (after an error if no replica took the
-        session back in time)."""
+        socket; then the connection closes (1011 after an error if no replica
+        took the session back in time, unless the gateway was leaving: its
+        own close stands)."""
         try:
             await self._session.follow(first)
+            closing = self._state.closing()
         except SessionUnavailable as err:
-            self._close_code = CLOSE_INTERNAL
             self._local_error(err.type, err.code, err.message)
-        self._outbox.close()
+            leaving = isinstance(self._state.state, Leaving)
+            closing = self._state.closing() if leaving else Closing(CLOSE_INTERNAL)
+        if self._writable():
+            self._close(closing)
 
     def _on_event(self, ev: spb.ServerEvent) -> None:
-        """One session event, in the session's order: in this socket's dialect."""
-        if kind_of(ev) == "session_resumed" and ev.session_resumed.HasField("session"):
+        """One session event, in the session's order: in this socket's dialect,
+        or as the audio itself to a socket that plays it."""
+        kind = kind_of(ev)
+        if kind == "audio_delta" and self._audio_out is not None:
+            # Past the projector: it holds back only a user item's frames, which
+            # the session sends together with their commit, never around audio.
+            self._deliver_audio(ev.audio_delta)
+            return
+        if kind == "session_resumed" and ev.session_resumed.HasField("session"):
             self._translator.adopt(ev.session_resumed.session.config)
         for frame in self._project(ev):
             self._deliver(frame)
@@ -431,14 +486,19 @@ class Connection:
     # ------------------------------------------------------------- write
     async def _write(self) -> None:
         try:
-            while (frame := await self._outbox.get()) is not None:
+            while not isinstance(frame := await self._outbox.get(), Closing):
+                if isinstance(frame, spb.AudioDelta):
+                    self._metrics.events_out.labels(AUDIO_DELTA).inc()
+                    if self._audio_out is not None:
+                        self._audio_out.play(frame)
+                    continue
                 kind, text = frame
                 self._metrics.events_out.labels(kind).inc()
                 await self._ws.send(kind, text)
         except Exception:
             return
         with contextlib.suppress(Exception):
-            await self._ws.close(self._close_code, self._close_reason or None)
+            await self._ws.close(frame.code, frame.reason or None)
 
 
 def _event_id(event: dict[str, Any] | None) -> str:

@@ -9,10 +9,11 @@ tries again, backing off, until the reconnect deadline, then gives up with
 again elsewhere with the client's first command.
 
 Commands keep the order the socket read them across streams: each stream
-has its own sender, which ends with it, and a command taken for a stream
-lost before it took it goes first on the next one. The connection's last
-command (its goodbye) is said again on the next stream if a lost one took
-it away.
+has its own sender, which ends with it, and a command leaves the pending
+ones only once a stream took it. The connection's last command (its
+goodbye) is said again on the next stream if a lost one took it away.
+Whether it is streaming, failing over (and until when) or saying goodbye
+is `failover_state`'s.
 
 Its dependencies are passed in: the replicas (`Replicas`, gRPC channels in
 the gateway, fakes in the tests) and where each event goes (`events`).
@@ -24,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import grpc
@@ -32,6 +32,8 @@ import grpc
 from antiphon.common import tracing
 from antiphon.common.event_kinds import EventKind, kind_of
 from antiphon.gateway.connection.client_close import is_last
+from antiphon.gateway.connection.failover_state import FailOverState, Retry
+from antiphon.gateway.connection.pending_commands import PendingCommands
 from antiphon.gateway.connection.replay_cursor import ReplayCursor
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.v1 import session_pb2 as spb
@@ -87,16 +89,6 @@ class GrpcReplicas:
         return call
 
 
-@dataclass(frozen=True)
-class Retry:
-    """How long a lost stream is tried again, and how often: from the first
-    loss of an attachment until `deadline_s`, backing off exponentially."""
-
-    deadline_s: float
-    first_backoff_s: float = 0.1
-    max_backoff_s: float = 1.0
-
-
 class SessionUnavailable(Exception):
     """No replica took the session back before the deadline. Told to the
     client as this error (`seq` 0: no session journaled it)."""
@@ -122,16 +114,11 @@ class FailOver:
         self._replicas = replicas
         self._events = events
         self._metrics = metrics
-        self._retry = retry
         self._cursor = ReplayCursor()
         # Bounded: a client that sends faster than its session takes waits for
         # room, so TCP slows it (the socket is not read meanwhile).
-        self._commands: asyncio.Queue[spb.ClientCommand] = asyncio.Queue(max_pending_commands)
-        # A command taken for a stream that was lost before it took it: it
-        # goes first on the next stream, so no command is dropped in between.
-        self._unsent: spb.ClientCommand | None = None
-        # Set once the connection is ending: its last command.
-        self._goodbye: spb.ClientCommand | None = None
+        self._commands = PendingCommands(max_pending_commands)
+        self._state = FailOverState(retry)
 
     async def put(self, command: spb.ClientCommand) -> None:
         """The next command, in the order the socket read it; waits while the
@@ -141,7 +128,7 @@ class FailOver:
     async def say_last(self, goodbye: spb.ClientCommand, *, wait_s: float) -> None:
         """The connection's last command, sent after every command before it
         (the wait for room bounded: the stream may be lost meanwhile)."""
-        self._goodbye = goodbye
+        self._state.say_goodbye(goodbye)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._commands.put(goodbye), wait_s)
 
@@ -151,10 +138,8 @@ class FailOver:
         another replica whenever the stream is lost."""
         loop = asyncio.get_running_loop()
         command, attempt = first, 0
-        deadline: float | None = None  # set while failing over
-        backoff = self._retry.first_backoff_s
         while True:
-            resuming = deadline is not None
+            resuming = self._state.failing_over is not None
             call = await self._replicas.connect(attempt, resuming=resuming)
             sender = asyncio.create_task(self._send(call, command))
             try:
@@ -164,23 +149,20 @@ class FailOver:
                 sender.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sender
-            if relayed == "over" or (relayed == "ended" and self._goodbye is not None):
+            goodbye = self._state.goodbye
+            if relayed == "over" or (relayed == "ended" and goodbye is not None):
                 return
             if answered:
-                # The session took this socket back: a later loss is a new
-                # fail-over, with a deadline of its own.
-                deadline, backoff = None, self._retry.first_backoff_s
-            if self._goodbye is not None and self._unsent is None and self._commands.empty():
+                self._state.answered()
+            if goodbye is not None and self._commands.empty():
                 # The lost stream took the goodbye with it: the next one says it again.
-                self._commands.put_nowait(self._goodbye)
-            if deadline is None:
-                deadline = loop.time() + self._retry.deadline_s
-            if loop.time() > deadline:
+                self._commands.put_nowait(goodbye)
+            failing_over = self._state.lost(loop.time())
+            if loop.time() > failing_over.deadline:
                 raise SessionUnavailable()
             self._metrics.reconnects.inc()
             attempt += 1
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self._retry.max_backoff_s)
+            await asyncio.sleep(failing_over.backoff)
             # Resume from the last event this socket delivered; open again if
             # the session never answered (nothing was opened).
             resume = self._cursor.resume()
@@ -194,10 +176,9 @@ class FailOver:
         try:
             await call.write(first)
             while True:
-                if self._unsent is None:
-                    self._unsent = await self._commands.get()
-                await call.write(self._unsent)
-                cmd, self._unsent = self._unsent, None
+                cmd = await self._commands.first()
+                await call.write(cmd)
+                self._commands.took()
                 if is_last(cmd):
                     # Half-closed: the session ends the stream once it has heard.
                     await call.done_writing()

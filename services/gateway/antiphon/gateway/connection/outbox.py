@@ -1,4 +1,4 @@
-"""The frames one socket has yet to write, bounded in bytes.
+"""The frames one socket has yet to write, bounded in bytes, and how it closes.
 
 The writer takes frames as fast as the client reads them (the socket's
 send waits while the transport's buffer is full), so a client that stops
@@ -6,6 +6,12 @@ reading leaves them here. Past `limit_bytes` the outbox refuses the frame
 and the connection closes the slow reader with `slow_consumer`: its memory
 is bounded by the limit, whatever the session produces. What it missed is
 in the session's journal; a resume replays it.
+
+A frame is an event's JSON text, or an answer's audio as the session typed
+it, for a socket that plays audio itself (a WebRTC call's track): it keeps
+its place among the events, and is never made JSON. The connection's
+`Closing` comes out last, after the frames before it, so the writer closes
+with the code and reason the connection closed with.
 """
 
 from __future__ import annotations
@@ -15,19 +21,21 @@ import json
 from collections import deque
 from typing import Any
 
+from antiphon.gateway.connection.connection_state import Closing
 from antiphon.gateway.metrics import GatewayMetrics
+from antiphon.v1 import session_pb2 as spb
 
-Frame = tuple[str, str]  # (event type, JSON text)
+# (event type, its JSON text), or the typed audio a socket plays itself.
+Frame = tuple[str, str] | spb.AudioDelta
 
 
 class Outbox:
     def __init__(self, metrics: GatewayMetrics, *, limit_bytes: int) -> None:
         self._metrics = metrics
         self.limit_bytes = limit_bytes
-        self._frames: deque[Frame | None] = deque()
+        self._frames: deque[Frame | Closing] = deque()
         self._bytes = 0
         self._ready = asyncio.Event()
-        self.closed = False
 
     @property
     def bytes(self) -> int:
@@ -35,25 +43,25 @@ class Outbox:
 
     def put(self, event: dict[str, Any]) -> bool:
         """Queue one event; False when it would take the backlog past the limit
-        (nothing is queued then), or the outbox is closed."""
-        if self.closed:
-            return False
+        (nothing is queued then)."""
         text = json.dumps(event, separators=(",", ":"))
-        if self._bytes + len(text) > self.limit_bytes:
-            return False
-        self._frames.append((event["type"], text))
-        self._grow(len(text))
-        return True
+        return self._add((event["type"], text), len(text))
+
+    def put_audio(self, delta: spb.AudioDelta) -> bool:
+        """Queue an answer's audio for a socket that plays it; False as `put`."""
+        return self._add(delta, len(delta.audio))
 
     def close(
-        self, last: list[dict[str, Any]] | None = None, *, drop_backlog: bool = False
+        self,
+        closing: Closing,
+        last: list[dict[str, Any]] | None = None,
+        *,
+        drop_backlog: bool = False,
     ) -> None:
-        """No more frames after `last` (a goodbye the limit does not refuse);
-        `drop_backlog`: forget what the client has not read (a slow reader's
-        backlog, which its journal keeps), so that `last` goes out next."""
-        if self.closed:
-            return
-        self.closed = True
+        """No more frames after `last` (a goodbye the limit does not refuse),
+        then `closing`; `drop_backlog`: forget what the client has not read (a
+        slow reader's backlog, which its journal keeps), so that `last` goes
+        out next."""
         if drop_backlog:
             self._grow(-self._bytes)
             self._frames.clear()
@@ -61,24 +69,30 @@ class Outbox:
             text = json.dumps(event, separators=(",", ":"))
             self._frames.append((event["type"], text))
             self._grow(len(text))
-        self._frames.append(None)
+        self._frames.append(closing)
         self._ready.set()
 
-    async def get(self) -> Frame | None:
-        """The next frame; None once closed and written out."""
+    async def get(self) -> Frame | Closing:
+        """The next frame; the connection's `Closing` once the last was written."""
         while not self._frames:
             self._ready.clear()
             await self._ready.wait()
         frame = self._frames.popleft()
-        if frame is not None:
-            self._grow(-len(frame[1]))
+        if not isinstance(frame, Closing):
+            self._grow(-_size(frame))
         return frame
 
     def discard(self) -> None:
         """The socket is gone: what was never written is forgotten."""
-        self.closed = True
         self._grow(-self._bytes)
         self._frames.clear()
+
+    def _add(self, frame: Frame, size: int) -> bool:
+        if self._bytes + size > self.limit_bytes:
+            return False
+        self._frames.append(frame)
+        self._grow(size)
+        return True
 
     def _grow(self, n: int) -> None:
         self._bytes += n
@@ -87,3 +101,7 @@ class Outbox:
             self._metrics.note_outbox(self._bytes)
         if self._frames:
             self._ready.set()
+
+
+def _size(frame: Frame) -> int:
+    return len(frame.audio) if isinstance(frame, spb.AudioDelta) else len(frame[1])
