@@ -179,7 +179,7 @@ async def session(
         stage0=cast(Binding[Any], workers.bind("stage0")),
         stage1=cast(Binding[Any], workers.bind("stage1")),
         info=(workers.info0, workers.info1),
-        mailbox=asyncio.Queue(),
+        mailbox=mail.Mailbox(max_commands=256, max_stage_results=256),
         rebind=workers.rebind,
     )
     try:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from antiphon.session.actor.journal import Fields
 from antiphon.session.config import policy, session_config
 from antiphon.session.conversation.conversation import Conversation, ItemNotFound
 from antiphon.session.state.store import NotOwnerError, SessionStore
@@ -101,11 +102,18 @@ class HistoryAtDone:
         self.types: list[str] = []
         self.history_at_done: list[list[str]] = []
 
-    async def append_event(self, session_id: str, token: str, seq: int, payload: bytes) -> None:
-        event = spb.ServerEvent.FromString(payload)
-        self.types.append(event.WhichOneof("kind") or "")
-        if event.HasField("response_done"):
-            self.history_at_done.append([i.id for i in await self._conversation.items()])
+    async def commit(
+        self,
+        session_id: str,
+        token: str,
+        events: list[tuple[int, bytes]],
+        fields: Fields | None = None,
+    ) -> None:
+        for _, payload in events:
+            event = spb.ServerEvent.FromString(payload)
+            self.types.append(event.WhichOneof("kind") or "")
+            if event.HasField("response_done"):
+                self.history_at_done.append([i.id for i in await self._conversation.items()])
 
 
 async def test_an_answer_is_in_history_before_its_response_done_is_journaled(
@@ -134,7 +142,3 @@ async def test_an_answer_is_in_history_before_its_response_done_is_journaled(
     await responses.on_generation_done(stage_pb2.GenerationDone(response_id=rid))
     assert "response_done" in journal.types
     assert journal.history_at_done == [["item_user", answer]]
-
-
-async def _nothing() -> None:
-    return None

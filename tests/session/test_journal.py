@@ -84,6 +84,8 @@ async def test_what_is_sent_is_what_the_journal_holds_byte_for_byte(
     emitter, outbound, metrics, _ = emitter_on(store, await opened(store))
     await emitter.emit("heartbeat_ack", spb.HeartbeatAck(session_id=SID))
     await emitter.emit_all([("input_cleared", spb.InputCleared())])
+    assert sent(outbound) == [] and (await store.journal_since(SID, 0)).events == []
+    await emitter.flush()
     out = sent(outbound)
     assert [e.seq for e in out] == [1, 2] and emitter.seq == 2
     journal = await store.journal_since(SID, 0)
@@ -101,6 +103,7 @@ async def test_a_mistyped_event_is_refused_before_the_journal(store: SessionStor
         await emitter.emit_all(
             [("heartbeat_ack", spb.HeartbeatAck()), ("input_cleared", spb.HeartbeatAck())]
         )
+    await emitter.flush()
     # The first of the batch went out; nothing after it reached Redis or the stream.
     assert [e.seq for e in sent(outbound)] == [1] and emitter.seq == 1
     assert [seq for seq, _ in (await store.journal_since(SID, 0)).events] == [1]
@@ -109,10 +112,12 @@ async def test_a_mistyped_event_is_refused_before_the_journal(store: SessionStor
 async def test_a_write_fenced_out_by_a_new_owner_is_never_sent(store: SessionStore) -> None:
     emitter, outbound, _, stood_down = emitter_on(store, await opened(store))
     await emitter.emit("input_cleared", spb.InputCleared())
+    await emitter.flush()
     assert await store.take_over(SID, "own_2")
+    await emitter.emit("input_cleared", spb.InputCleared())
     with pytest.raises(NotOwnerError):
-        await emitter.emit("input_cleared", spb.InputCleared())
-    assert stood_down == [True] and emitter.seq == 1
+        await emitter.flush()
+    assert stood_down == [True] and emitter.journaled_seq == 1
     assert [e.seq for e in sent(outbound)] == [1]
     assert len((await store.journal_since(SID, 0)).events) == 1
 
@@ -120,6 +125,7 @@ async def test_a_write_fenced_out_by_a_new_owner_is_never_sent(store: SessionSto
 async def test_an_error_is_counted_by_code_and_journaled(store: SessionStore) -> None:
     emitter, outbound, metrics, _ = emitter_on(store, await opened(store))
     await emitter.error(spb.ErrorEvent(type="invalid_request_error", code="invalid_value"))
+    await emitter.flush()
     (ev,) = sent(outbound)
     assert ev.error.code == "invalid_value"
     assert metrics.errors.labels("invalid_value")._value.get() == 1

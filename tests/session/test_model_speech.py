@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 import redis.asyncio as aioredis
 
+from antiphon.session.actor.journal import Fields
 from antiphon.session.assistant.response_control import ResponseControl
 from antiphon.session.config import session_config
 from antiphon.session.conversation.conversation import Conversation
@@ -35,8 +36,14 @@ class Journal:
     def __init__(self) -> None:
         self.events: list[spb.ServerEvent] = []
 
-    async def append_event(self, session_id: str, token: str, seq: int, payload: bytes) -> None:
-        self.events.append(spb.ServerEvent.FromString(payload))
+    async def commit(
+        self,
+        session_id: str,
+        token: str,
+        events: list[tuple[int, bytes]],
+        fields: Fields | None = None,
+    ) -> None:
+        self.events += [spb.ServerEvent.FromString(payload) for _, payload in events]
 
     @property
     def kinds(self) -> list[str]:

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from antiphon.common import stage_audio
 from antiphon.session.actor.attachment import Attachment
 from antiphon.session.actor.errors import Rejection
-from antiphon.session.actor.journal import Emitter
+from antiphon.session.actor.journal import Emitter, Fields
 from antiphon.session.config import policy, session_config
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.stage.stage_links import StageLinks, capabilities
@@ -334,19 +334,29 @@ def test_capabilities_take_truncation_from_the_voice_and_resume_from_the_session
 
 # ---------------------------------------------------------------- emitter
 class ListJournal:
-    """A journal in a list; refuses every write once `lost` is set."""
+    """A journal in a list, each commit one round trip; refuses every write once `lost` is set."""
 
     def __init__(self) -> None:
         self.entries: list[tuple[int, bytes]] = []
+        self.round_trips: list[tuple[list[int], Fields | None]] = []
         self.lost = False
 
-    async def append_event(self, session_id: str, token: str, seq: int, payload: bytes) -> None:
+    async def commit(
+        self,
+        session_id: str,
+        token: str,
+        events: list[tuple[int, bytes]],
+        fields: Fields | None = None,
+    ) -> None:
         if self.lost:
             raise NotOwnerError(session_id)
-        self.entries.append((seq, payload))
+        self.entries += events
+        self.round_trips.append(([seq for seq, _ in events], fields))
 
 
-async def test_events_are_numbered_journaled_then_sent_and_a_refused_one_never_leaves() -> None:
+async def test_events_are_held_journaled_in_one_trip_then_sent_and_refused_ones_never_leave() -> (
+    None
+):
     journal, attachment, stood_down = ListJournal(), Attachment("sess_1", 0), []
     outbound, _, _ = attachment.attach(seq=0)
     emitter = Emitter(
@@ -361,10 +371,18 @@ async def test_events_are_numbered_journaled_then_sent_and_a_refused_one_never_l
     await emitter.emit_all(
         [("heartbeat_ack", spb.HeartbeatAck()), ("input_cleared", spb.InputCleared())]
     )
-    assert [seq for seq, _ in journal.entries] == [42, 43]
+    # Numbered, but neither journaled nor sent before the flush.
+    assert emitter.seq == 43 and journal.entries == [] and outbound.empty()
+    await emitter.flush({"epoch": "2"})
+    assert journal.round_trips == [([42, 43], {"epoch": "2"})]
     sent = [outbound.get_nowait() for _ in range(2)]
     assert [e.seq for e in sent if e is not None] == [42, 43]
+    assert emitter.journaled_seq == 43
+    await emitter.flush()  # nothing held, nothing changed: no round trip
+    assert len(journal.round_trips) == 1
     journal.lost = True
+    await emitter.emit("input_cleared", spb.InputCleared())
     with pytest.raises(NotOwnerError):
-        await emitter.emit("input_cleared", spb.InputCleared())
-    assert stood_down == [True] and emitter.seq == 43 and outbound.empty()
+        await emitter.flush()
+    assert stood_down == [True] and emitter.journaled_seq == 43 and outbound.empty()
+    assert emitter.drop_held() == 1 and emitter.seq == 43

@@ -20,7 +20,7 @@ from antiphon.session.actor.errors import Rejection
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.registry import SessionRegistry
 from antiphon.session.settings import SessionSettings
-from antiphon.session.stage.stages import Binding, WorkerFullError
+from antiphon.session.stage.stages import Binding, OnEvent, WorkerFullError
 from antiphon.session.state import keys
 from antiphon.session.state.store import SessionStore
 from antiphon.v1 import common_pb2 as cpb
@@ -41,12 +41,12 @@ class Pool:
         self.fail: dict[str, BaseException] = {}
 
     async def bind_stage0(
-        self, on_event: Callable[[Any], None], *, avoid: str = ""
+        self, on_event: OnEvent, *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage0Request], stage_pb2.StageInfo]:
         return self._bind("stage0"), stage_pb2.StageInfo()
 
     async def bind_stage1(
-        self, on_event: Callable[[Any], None], *, avoid: str = ""
+        self, on_event: OnEvent, *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage1Request], stage_pb2.StageInfo]:
         return self._bind("stage1"), stage_pb2.StageInfo()
 
@@ -309,10 +309,32 @@ async def test_a_session_whose_owner_vanished_is_reaped_once_its_grace_is_over(
     for sid, alive_ms in (("sess_gone", now_ms - 5000), ("sess_recent", now_ms)):
         await client.delete(keys.owner(sid))  # its owner's lease lapsed
         await client.hset(keys.session(sid), "alive_ms", alive_ms)  # type: ignore[misc]
+    # Seen ownerless once: it may be a live owner that Redis kept waiting.
+    assert await b.registry.reap() == 0
+    await asyncio.sleep(b.settings.owner_lease_s)
     assert await b.registry.reap() == 1
     assert set(await b.store.admitted()) == {"sess_recent"}
     assert b.count("expired", "owner_lost") == 1
     assert 0 < await client.ttl(keys.session("sess_gone")) <= b.settings.resume_replay_ttl_s
+
+
+async def test_an_owner_back_from_a_redis_stall_is_not_reaped_though_its_grace_passed(
+    replicas: Callable[..., Replica], client: aioredis.Redis
+) -> None:
+    """A stall longer than the grace period: every lease lapsed and no
+    `alive_ms` was written during it. The owner writes again within a third
+    of a lease of Redis answering, and its fence takes the lapsed lease back."""
+    a, b = replicas(), replicas("replica-b:1", disconnect_grace_s=1, owner_lease_s=1)
+    actor, _, _ = await a.registry.open(opening("sess_stalled"))
+    await client.delete(keys.owner("sess_stalled"))  # lapsed during the stall
+    stale_ms = int(time.time() * 1000) - 60_000
+    await client.hset(keys.session("sess_stalled"), "alive_ms", stale_ms)  # type: ignore[misc]
+    assert await b.registry.reap() == 0  # first seen ownerless
+    await a.store.set_fields("sess_stalled", actor.owner_token, {"x": "1"})
+    assert await client.get(keys.owner("sess_stalled")) == actor.owner_token.encode()
+    await asyncio.sleep(b.settings.owner_lease_s)
+    assert await b.registry.reap() == 0
+    assert await b.store.admitted() == ["sess_stalled"]
 
 
 async def test_a_closed_session_left_admitted_is_released_by_the_reaper(
@@ -340,7 +362,8 @@ async def test_a_slot_admitted_but_not_yet_opened_is_not_reaped(
 async def test_a_replica_never_reaps_a_session_it_runs(
     replicas: Callable[..., Replica], client: aioredis.Redis
 ) -> None:
-    a, b = replicas(disconnect_grace_s=1), replicas("replica-b:1", disconnect_grace_s=1)
+    a = replicas(disconnect_grace_s=1)
+    b = replicas("replica-b:1", disconnect_grace_s=1, owner_lease_s=0.5)
     await a.registry.open(opening("sess_1"))
     # Redis sees an orphan (a renewal was missed, no word for long); the
     # replica whose actor runs the session knows better.
@@ -348,6 +371,8 @@ async def test_a_replica_never_reaps_a_session_it_runs(
     await client.hset(keys.session("sess_1"), "alive_ms", 0)  # type: ignore[misc]
     assert await a.registry.reap() == 0
     assert await a.store.admitted() == ["sess_1"]
+    assert await b.registry.reap() == 0  # first seen ownerless
+    await asyncio.sleep(b.settings.owner_lease_s)
     assert await b.registry.reap() == 1
 
 

@@ -175,11 +175,7 @@ class Session:
             conversation=self.conversation,
             metrics=SessionMetrics(CollectorRegistry()),
             preemption=Preemption(links=self.links, count=lambda _outcome: None),
-            persist=self._persist,
         )
-
-    async def _persist(self) -> None:
-        return None
 
     async def start(self) -> str:
         await self.conversation.append(items.user_text_item("item_user", "Weather in Paris?"))

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from google.protobuf.message import Message
 from prometheus_client import CollectorRegistry
 
 from antiphon.session.actor.attachment import Attachment
-from antiphon.session.actor.journal import Emitter
+from antiphon.session.actor.event_kinds import EventKind
+from antiphon.session.actor.journal import Emitter, Fields
 from antiphon.session.assistant.preemption import Preemption
 from antiphon.session.assistant.response_control import ResponseControl
 from antiphon.session.config.current_config import CurrentConfig
@@ -21,11 +23,22 @@ from antiphon.v1 import common_pb2 as cpb
 
 
 class Journal(Protocol):
-    async def append_event(self, session_id: str, token: str, seq: int, payload: bytes) -> None: ...
+    async def commit(
+        self,
+        session_id: str,
+        token: str,
+        events: list[tuple[int, bytes]],
+        fields: Fields | None = None,
+    ) -> None: ...
 
 
-async def _nothing() -> None:
-    pass
+class FlushingEmitter(Emitter):
+    """Journals each event as it is made, so a part's test reads each one at
+    the step that made it (the actor flushes once per mailbox drain)."""
+
+    async def emit(self, kind: EventKind, msg: Message) -> None:
+        await super().emit(kind, msg)
+        await self.flush()
 
 
 def response_control(
@@ -44,7 +57,7 @@ def response_control(
     metrics = SessionMetrics(CollectorRegistry())
     return ResponseControl(
         config=CurrentConfig(session_id, config, max_output_tokens=64),
-        emitter=Emitter(
+        emitter=FlushingEmitter(
             journal=journal,
             session_id=session_id,
             owner_token=owner_token,
@@ -60,5 +73,4 @@ def response_control(
         preemption=Preemption(
             links=links, count=lambda outcome: metrics.preemptive_answers.labels(outcome).inc()
         ),
-        persist=_nothing,
     )

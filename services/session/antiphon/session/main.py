@@ -49,6 +49,7 @@ async def serve(settings: SessionSettings) -> None:
         journal_max_bytes=settings.resume_replay_max_bytes_per_session,
         journal_ttl_s=settings.resume_replay_ttl_s,
         ops_cache_size=settings.completed_append_cache_size,
+        outage_s=settings.store_outage_max_s,
     )
     # Workers registered in Redis first; the static lists when none is.
     pool = StagePool(

@@ -113,7 +113,26 @@ class SessionMetrics:
         )
         self.journal_latency = Histogram(
             "antiphon_session_journal_append_seconds",
-            "Time to append one event to the Redis journal",
+            "Time to journal one mailbox drain's events and snapshot (one round trip)",
             buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.journal_batch = Histogram(
+            "antiphon_session_journal_batch_events",
+            "Events journaled in one round trip (one mailbox drain)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=registry,
+        )
+        self.store_unavailable = Counter(
+            "antiphon_session_store_unavailable_total",
+            "Sessions ended here because Redis did not answer within store_outage_max_s "
+            "(their client gets session.resync_required, reason session_store_unavailable)",
+            registry=registry,
+        )
+        self.stage_results_waited = Counter(
+            "antiphon_session_stage_results_waited_total",
+            "Stage results that waited for room in their session's mailbox "
+            "(the stream is not read meanwhile, so the worker's outbox holds them)",
+            ["stage"],
             registry=registry,
         )

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import grpc
@@ -27,7 +26,7 @@ from antiphon.session.actor.errors import Rejection
 from antiphon.session.config import session_config
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.settings import SessionSettings
-from antiphon.session.stage.stages import BindError, Binding
+from antiphon.session.stage.stages import BindError, Binding, OnEvent
 from antiphon.session.state.snapshot import Snapshot, resumes
 from antiphon.session.state.store import SessionStore
 from antiphon.v1 import session_pb2 as spb
@@ -45,11 +44,11 @@ class Stages(Protocol):
     raises `BindError` when no worker takes the session."""
 
     async def bind_stage0(
-        self, on_event: Callable[[Any], None], *, avoid: str = ""
+        self, on_event: OnEvent, *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage0Request], stage_pb2.StageInfo]: ...
 
     async def bind_stage1(
-        self, on_event: Callable[[Any], None], *, avoid: str = ""
+        self, on_event: OnEvent, *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage1Request], stage_pb2.StageInfo]: ...
 
 
@@ -67,6 +66,8 @@ class SessionRegistry:
         self._pool = pool
         self._metrics = metrics
         self._actors: dict[str, SessionActor] = {}
+        # When this replica first saw each admitted session with no owner (monotonic).
+        self._ownerless_since: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --------------------------------------------------------------- open
@@ -178,10 +179,14 @@ class SessionRegistry:
         return actor
 
     async def _start_actor(self, snapshot: Snapshot, token: str) -> SessionActor:
-        mailbox: asyncio.Queue[mail.Mail] = asyncio.Queue()
+        mailbox = mail.Mailbox(
+            max_commands=self._settings.max_pending_commands,
+            max_stage_results=self._settings.max_pending_stage_results,
+            waited=self._metrics.stage_results_waited,
+        )
 
-        def poster(stage: str) -> Callable[[Any], None]:
-            return lambda result: mailbox.put_nowait(mail.StageNews(stage, result))
+        def poster(stage: str) -> OnEvent:
+            return lambda result: mailbox.post_stage(stage, result)
 
         try:
             stage0, info0 = await self._pool.bind_stage0(poster("stage0"))
@@ -262,17 +267,30 @@ class SessionRegistry:
         # period runs from then, so a gateway failing its client over to
         # another replica has the whole of it.
         grace_ms = (self._settings.disconnect_grace_s + self._settings.owner_lease_s) * 1000
-        for session_id in await self._store.admitted():
+        admitted = await self._store.admitted()
+        seen = self._ownerless_since
+        for session_id in set(seen) - set(admitted):
+            del seen[session_id]
+        for session_id in admitted:
             if session_id in self._actors or await self._store.owner_alive(session_id):
+                seen.pop(session_id, None)
                 continue
             raw = await self._store.fields(session_id)
             if raw.get(b"state") == b"open":
                 alive_ms = int(raw.get(b"alive_ms") or 0)
                 if time.time() * 1000 - alive_ms < grace_ms:
                     continue  # its client may still resume it elsewhere
+                # After a Redis stall every lease has lapsed and no owner has
+                # written since: a live one renews within a third of a lease
+                # of Redis answering again. Only one that stays away for a
+                # whole lease, as this replica sees it, is dead.
+                first_seen = seen.setdefault(session_id, time.monotonic())
+                if time.monotonic() - first_seen < self._settings.owner_lease_s:
+                    continue
                 if not await self._store.claim_orphan(session_id, new_id("reaper")):
                     continue
                 await self._store.expire(session_id, self._settings.resume_replay_ttl_s)
+            seen.pop(session_id, None)
             # Closed, expired or gone: the slot was only kept for a cleanup
             # that did not finish.
             await self._store.release(session_id)

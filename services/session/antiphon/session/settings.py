@@ -51,6 +51,15 @@ class SessionSettings(ServiceSettings):
     # Client commands one session may have waiting in its mailbox; the stream
     # is not read meanwhile, so gRPC's flow control slows the gateway.
     max_pending_commands: int = 256
+    # Results one stage may have waiting in a session's mailbox; past it the
+    # binding's stream is not read, and the worker's bounded outbox holds
+    # (merges, or at its own limit ends the stream: the session rebinds).
+    max_pending_stage_results: int = 256
+    # How long a session's owner waits out a Redis that does not answer (a
+    # paused or restarting Redis, a Sentinel fail-over), holding its events
+    # unsent and its client attached. Past it the session is given up here:
+    # its client gets `session.resync_required` (`session_store_unavailable`).
+    store_outage_max_s: float = 60.0
     # A commit over an active auto-response shorter than this is a listener's
     # acknowledgement ("mm-hm"), not a new turn.
     short_overlap_ms: int = 600

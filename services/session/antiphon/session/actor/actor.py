@@ -14,7 +14,6 @@ client's edits, and the routing of client commands and stage events.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -40,7 +39,7 @@ from antiphon.session.stage.stage_links import Rebind, StageLinks
 from antiphon.session.stage.stage_workers import StageWorkers
 from antiphon.session.stage.stages import BindError, Binding
 from antiphon.session.state.snapshot import Snapshot, resumes, token_hash
-from antiphon.session.state.store import NotOwnerError, SessionStore
+from antiphon.session.state.store import NotOwnerError, SessionStore, StoreUnavailable
 from antiphon.session.user.listening import Listening
 from antiphon.session.user.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
@@ -49,6 +48,10 @@ from antiphon.v1 import stage_pb2
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("antiphon.session")
+
+# Mail handled before one flush at most: it bounds the events one round trip
+# carries, and how long a drain keeps its first events unsent.
+MAX_DRAIN = 64
 
 
 class SessionActor:
@@ -63,7 +66,7 @@ class SessionActor:
         stage0: Binding[stage_pb2.Stage0Request],
         stage1: Binding[stage_pb2.Stage1Request],
         info: tuple[stage_pb2.StageInfo, stage_pb2.StageInfo],
-        mailbox: asyncio.Queue[mail.Mail],
+        mailbox: mail.Mailbox,
         rebind: Rebind,
     ) -> None:
         sid = self.session_id = snapshot.session_id
@@ -82,10 +85,8 @@ class SessionActor:
         self._metrics = metrics
         # Created before the stage bindings, which post their results into it.
         self.mailbox = mailbox
-        # Client commands in the mailbox at most: past it the stream is not
-        # read, and gRPC's flow control slows the gateway (then its client).
-        # Stage results are not counted: the session asked for each of them.
-        self._command_room = asyncio.Semaphore(settings.max_pending_commands)
+        # The snapshot as last written: a flush writes it again only changed.
+        self._persisted: dict[str, bytes | str] = {}
         # A response left open by a previous owner, to be ended on takeover.
         self._orphaned_response = snapshot.active_response
         self._deadlines = Deadlines(
@@ -125,7 +126,6 @@ class SessionActor:
             sid, last_item_id=snapshot.last_item_id, turn_id=snapshot.turn_id
         )
         conversation = Conversation(store, sid, owner_token)
-        persist = self._persist
         responses = self._responses = ResponseControl(
             config=config,
             emitter=emitter,
@@ -137,7 +137,6 @@ class SessionActor:
                 links=links,
                 count=lambda outcome: metrics.preemptive_answers.labels(outcome).inc(),
             ),
-            persist=persist,
         )
         listening = self._listening = Listening(
             config=config,
@@ -147,7 +146,6 @@ class SessionActor:
             turns=turns,
             responses=responses,
             conversation=conversation,
-            persist=persist,
         )
         edits = Edits(
             config=config,
@@ -157,10 +155,9 @@ class SessionActor:
             listening=listening,
             responses=responses,
             conversation=conversation,
-            persist=persist,
         )
         workers = self._workers = StageWorkers(
-            links=links, attachment=self._attachment, emitter=emitter, persist=persist
+            links=links, attachment=self._attachment, emitter=emitter
         )
         self._stage_events = StageEvents(
             config=config,
@@ -186,12 +183,11 @@ class SessionActor:
 
     # ----------------------------------------------------------- outside
     def post(self, item: mail.Mail) -> None:
-        self.mailbox.put_nowait(item)
+        self.mailbox.post(item)
 
     async def post_command(self, item: mail.Command) -> None:
         """Post a client command once the mailbox has room for one."""
-        await self._command_room.acquire()
-        self.post(item)
+        await self.mailbox.post_command(item)
 
     async def open(self, on_connect: bool) -> tuple[Outbound, int]:
         """Attach the new session's first stream: its outbound queue and generation."""
@@ -220,33 +216,60 @@ class SessionActor:
         return self._closed.is_set()
 
     async def run(self) -> None:
-        """Handle mail until the session closes."""
+        """Handle mail until the session closes: what waits in the mailbox is
+        handled as one drain, its events journaled in one round trip."""
         try:
             while not self._closed.is_set():
-                await self.handle(await self.mailbox.get())
+                await self._handle_one(await self.mailbox.get())
+                for _ in range(MAX_DRAIN - 1):
+                    item = self.mailbox.get_nowait() if not self._closed.is_set() else None
+                    if item is None:
+                        break
+                    await self._handle_one(item)
+                await self._flush()
         finally:
             self._attachment.end()
 
     async def handle(self, item: mail.Mail) -> None:
-        """One piece of mail, as the loop handles it (tests call it directly)."""
+        """One piece of mail as a drain of its own (tests call it directly)."""
+        await self._handle_one(item)
+        await self._flush()
+
+    async def _handle_one(self, item: mail.Mail) -> None:
         try:
             await self._handle(item)
         except NotOwnerError:
             pass  # stood down: another replica carries the session on
+        except StoreUnavailable:
+            self._give_up()
         except Exception:
             log.exception("session handler failed", extra={"session_id": self.session_id})
-            with contextlib.suppress(Exception):
-                await self._emitter.error(
-                    spb.ErrorEvent(
-                        type="server_error", code="internal_error", message="internal error"
-                    )
-                )
+            await self._emitter.error(
+                spb.ErrorEvent(type="server_error", code="internal_error", message="internal error")
+            )
+
+    async def _flush(self) -> None:
+        """Journal what the drain made and write the snapshot if it changed
+        (one round trip), then send the events. While Redis does not answer
+        this waits, and the mailbox fills up to its bounds."""
+        if self._closed.is_set():
+            return  # nothing is written for a session this replica let go
+        fields = self.snapshot().fields()
+        fields.update(self._links.addresses())
+        changed = {k: v for k, v in fields.items() if self._persisted.get(k) != v}
+        try:
+            await self._emitter.flush(changed)
+        except NotOwnerError:
+            return  # stood down (the emitter said so)
+        except StoreUnavailable:
+            self._give_up()
+            return
+        self._persisted.update(changed)
 
     # ---------------------------------------------------------- dispatch
     async def _handle(self, item: mail.Mail) -> None:
         match item:
             case mail.Command(generation, cmd):
-                self._command_room.release()
                 if generation != self._attachment.generation:
                     # A write from a replaced attachment: refused, never applied.
                     self._metrics.stale_dropped.labels("attachment").inc()
@@ -300,7 +323,7 @@ class SessionActor:
         self._rotate_token()
         answer.set_result((outbound, generation))
         self._links.open()
-        await self._persist()
+        # Sent once the flush has written the snapshot (its token's hash) too.
         await self._emitter.emit("session_created", self._state(with_token=True))
         if not on_connect:
             await self._emitter.emit("session_updated", self._state())
@@ -319,9 +342,16 @@ class SessionActor:
                 self._metrics.sessions_refused.labels(exc.refused_reason).inc()
                 answer.set_exception(Rejection.unbound(exc))
                 return
+        # The old stream gets what this drain made so far; the new one
+        # gets it from the journal.
+        await self._flush()
         outbound, generation = self._attach()
         self._rotate_token()
-        await self._persist()
+        # The new token is written before the client has it.
+        await self._flush()
+        if self._closed.is_set():
+            answer.set_exception(errors.resume_refused())
+            return
         self._metrics.resumes.inc()
         resumed = spb.SessionResumed(
             session_id=self.session_id,
@@ -358,7 +388,6 @@ class SessionActor:
             del orphan.output[:]
             await self._emitter.emit("response_done", spb.ResponseEvent(response=orphan))
             await self._emitter.emit("rate_limits_updated", spb.RateLimitsUpdated())
-        await self._persist()
 
     # --------------------------------------------------------- detaching
     async def _client_gone(self, gone: spb.ClientGone) -> None:
@@ -426,6 +455,7 @@ class SessionActor:
         """Release what the session holds; its admission slot goes last, so a
         closing session keeps its capacity until cleanup has really finished
         (a failure here leaves the slot to the reaper, which retries)."""
+        await self._flush()
         self._closed.set()
         await self._links.close()
         await self._store.expire(self.session_id, self._settings.resume_replay_ttl_s)
@@ -439,7 +469,26 @@ class SessionActor:
             return
         log.info("standing down", extra={"session_id": self.session_id})
         self._closed.set()
-        self._attachment.stop(self._emitter.seq, notify=notify)
+        self._emitter.drop_held()
+        self._attachment.stop(self._emitter.journaled_seq, notify=notify)
+        self._links.close_soon()
+
+    def _give_up(self) -> None:
+        """Redis did not answer for `store_outage_max_s`: nothing more can be
+        journaled, so nothing more is sent. The client is told to start over
+        (`session.resync_required`, reason `session_store_unavailable`); the
+        events held unsent go, the session's keys stay for the reaper once
+        Redis is back, and this replica holds nothing of it any more."""
+        if self._closed.is_set():
+            return
+        dropped = self._emitter.drop_held()
+        log.error(
+            "session store unavailable: giving the session up",
+            extra={"session_id": self.session_id, "events_dropped": dropped},
+        )
+        self._metrics.store_unavailable.inc()
+        self._closed.set()
+        self._attachment.resync(self._emitter.journaled_seq, "session_store_unavailable")
         self._links.close_soon()
 
     async def _tick(self) -> None:
@@ -468,7 +517,6 @@ class SessionActor:
 
     def snapshot(self) -> Snapshot:
         """The durable state, gathered from the part that owns each fact."""
-        active = self._responses.active
         return Snapshot(
             session_id=self.session_id,
             incarnation=self._incarnation,
@@ -479,16 +527,15 @@ class SessionActor:
             attachment=self._attachment.generation,
             last_item_id=self._turns.last_item_id,
             token_hash=self._token_hash,
-            active_response=active.response("in_progress") if active else None,
+            active_response=self._orphan_record(),
         )
 
-    async def _persist(self) -> None:
-        """Write the durable state a successor would need (fenced by the owner token)."""
-        try:
-            # Where its stage work runs, for operators (not needed to take over).
-            fields = self.snapshot().fields()
-            fields.update(self._links.addresses())
-            await self._store.set_fields(self.session_id, self.owner_token, fields)
-        except NotOwnerError:
-            self._stand_down()
-            raise
+    def _orphan_record(self) -> spb.Response | None:
+        """What a successor needs of the response in flight: enough to end it
+        (`_recover`), none of its output, so streaming it changes nothing here."""
+        active = self._responses.active
+        if active is None:
+            return None
+        record = active.response("in_progress")
+        record.ClearField("playback")
+        return record

@@ -91,6 +91,16 @@ class Attachment:
         )
         return spb.ServerEvent(seq=seq, event_id=new_id("event"), session_replaced=replaced)
 
+    def resync(self, seq: int, reason: str) -> None:
+        """The session cannot go on: tell the stream to start over, and end it."""
+        self._cancel_timer()
+        if self.outbound is not None:
+            resync = spb.ResyncRequired(session_id=self._session_id, reason=reason)
+            self.outbound.put_nowait(
+                spb.ServerEvent(seq=seq, event_id=new_id("event"), resync_required=resync)
+            )
+        self.end()
+
     def stop(self, seq: int, *, notify: bool) -> None:
         """The session stops here; `notify`: tell the stream it was replaced."""
         self._cancel_timer()

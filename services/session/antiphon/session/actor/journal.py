@@ -1,8 +1,12 @@
 """The one writer of a session's events: numbers them, journals them, then sends them.
 
-An event the journal refused is never sent, so what a client saw is always
-in the journal a resume replays from. A refusal because another replica
-owns the session now (`NotOwnerError`) means this actor must stand down.
+Events are numbered as they are made and held until the actor flushes, once
+per mailbox drain: every event of the drain goes to the journal, and the
+session's snapshot after them, in one pipelined round trip; only then are
+they sent, in order. An event the journal refused is never sent, so what a
+client saw is always in the journal a resume replays from. A refusal
+because another replica owns the session now (`NotOwnerError`) means this
+actor must stand down.
 
 What is journaled is the serialized `ServerEvent`, as it is sent: the
 journal's format is the wire's.
@@ -22,9 +26,17 @@ from antiphon.session.metrics import SessionMetrics
 from antiphon.session.state.store import Journal, NotOwnerError
 from antiphon.v1 import session_pb2 as spb
 
+Fields = dict[str, bytes | str]
+
 
 class EventLog(Protocol):
-    async def append_event(self, session_id: str, token: str, seq: int, payload: bytes) -> None: ...
+    async def commit(
+        self,
+        session_id: str,
+        token: str,
+        events: list[tuple[int, bytes]],
+        fields: Fields | None = None,
+    ) -> None: ...
 
 
 class Emitter:
@@ -42,24 +54,20 @@ class Emitter:
         self._journal = journal
         self._session_id = session_id
         self._owner_token = owner_token
+        # The last event numbered, and the last one the journal holds.
         self.seq = seq
+        self.journaled_seq = seq
+        self._held: list[spb.ServerEvent] = []
         self._attachment = attachment
         self._metrics = metrics
         self._on_not_owner = on_not_owner
 
     async def emit(self, kind: EventKind, msg: Message) -> None:
+        """Number the event and hold it for the next flush."""
         ev = server_event(self.seq + 1, kind, msg)
-        try:
-            with self._metrics.journal_latency.time():
-                await self._journal.append_event(
-                    self._session_id, self._owner_token, ev.seq, ev.SerializeToString()
-                )
-        except NotOwnerError:
-            self._on_not_owner()
-            raise
         self.seq = ev.seq
+        self._held.append(ev)
         self._metrics.events.labels(kind).inc()
-        self._attachment.send(ev)
 
     async def emit_all(self, events: Iterable[tuple[EventKind, Message]]) -> None:
         for kind, msg in events:
@@ -68,6 +76,37 @@ class Emitter:
     async def error(self, error: spb.ErrorEvent) -> None:
         self._metrics.errors.labels(error.code).inc()
         await self.emit("error", error)
+
+    async def flush(self, fields: Fields | None = None) -> None:
+        """Journal the held events and write `fields` (the snapshot, when it
+        changed), in one round trip; then send the events, in order."""
+        held = self._held
+        if not held and not fields:
+            return
+        try:
+            with self._metrics.journal_latency.time():
+                await self._journal.commit(
+                    self._session_id,
+                    self._owner_token,
+                    [(ev.seq, ev.SerializeToString()) for ev in held],
+                    fields,
+                )
+        except NotOwnerError:
+            self._on_not_owner()
+            raise
+        self._held = []
+        if held:
+            self.journaled_seq = held[-1].seq
+            self._metrics.journal_batch.observe(len(held))
+        for ev in held:
+            self._attachment.send(ev)
+
+    def drop_held(self) -> int:
+        """Forget the events not journaled (the session cannot go on here);
+        how many there were. Nobody saw them, so no client misses them."""
+        dropped, self._held = len(self._held), []
+        self.seq = self.journaled_seq
+        return dropped
 
 
 def replay(outbound: Outbound, resumed: spb.SessionResumed, cursor: int, journal: Journal) -> bool:

@@ -17,8 +17,6 @@ ends it; every frame's audio tokens go to stage1, which decodes them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from antiphon.common.ids import new_id
 from antiphon.session.actor.errors import invalid
 from antiphon.session.actor.journal import Emitter
@@ -55,7 +53,6 @@ class ResponseControl:
         conversation: Conversation,
         metrics: SessionMetrics,
         preemption: Preemption,
-        persist: Callable[[], Awaitable[None]],
     ) -> None:
         self._config = config
         self._preemption = preemption
@@ -64,7 +61,6 @@ class ResponseControl:
         self._turns = turns
         self._conversation = conversation
         self._metrics = metrics
-        self._persist = persist
         self._active: ResponseState | None = None
         self._deferred: ResponseOptions | None = None
         # What the client played of recent answers, for acks and truncations
@@ -114,7 +110,6 @@ class ResponseControl:
             options=opts,
         )
         self._turns.item_added(self._active.item_id)
-        await self._persist()
         if eager:
             await self._emitter.emit_all(self._active.created_events())
         if self._links.model_native:
@@ -226,7 +221,6 @@ class ResponseControl:
         r = self._active
         self._preemption.drop("cancelled")
         self._links.advance_epoch()
-        await self._persist()
         if r is not None:
             await self.finish(r, "cancelled", reason)
 
@@ -266,7 +260,6 @@ class ResponseControl:
         self._ledgers.add(r.ledger)
         self._metrics.responses.labels(status).inc()
         self._active = None
-        await self._persist()
         if self._deferred is not None:
             opts, self._deferred = self._deferred, None
             await self.start(opts, eager=True)

@@ -8,8 +8,6 @@ whose audio was played).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from antiphon.common.ids import new_id
 from antiphon.session.actor.errors import Rejection, invalid, unsupported
 from antiphon.session.actor.journal import Emitter
@@ -34,7 +32,6 @@ class Edits:
         listening: Listening,
         responses: ResponseControl,
         conversation: Conversation,
-        persist: Callable[[], Awaitable[None]],
     ) -> None:
         self._config = config
         self._emitter = emitter
@@ -43,7 +40,6 @@ class Edits:
         self._listening = listening
         self._responses = responses
         self._conversation = conversation
-        self._persist = persist
 
     async def item_command(self, cmd: spb.ClientCommand) -> None:
         kind = cmd.WhichOneof("kind")
@@ -74,7 +70,6 @@ class Edits:
         previous = after if after is not None else self._turns.last_item_id
         if after is None:
             self._turns.item_added(item.id)
-            await self._persist()
         await self._emitter.emit_all(
             item_events(previous, item, "item_added", "item_created", "item_done")
         )
@@ -83,7 +78,6 @@ class Edits:
         await self._conversation.delete(item_id)
         if item_id == self._turns.last_item_id:
             self._turns.newest_deleted(await self._conversation.last_id())
-            await self._persist()
         await self._emitter.emit("item_deleted", spb.ItemDeleted(item_id=item_id))
 
     async def _truncate(self, cmd: spb.ClientCommand) -> None:

@@ -8,8 +8,6 @@ links carry out each change; this part decides when, and records it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from antiphon.session.actor.attachment import Attachment
 from antiphon.session.actor.journal import Emitter
 from antiphon.session.stage.stage_links import StageLinks
@@ -23,12 +21,10 @@ class StageWorkers:
         links: StageLinks,
         attachment: Attachment,
         emitter: Emitter,
-        persist: Callable[[], Awaitable[None]],
     ) -> None:
         self._links = links
         self._attachment = attachment
         self._emitter = emitter
-        self._persist = persist
 
     async def retry_unbound(self) -> None:
         """Stages whose worker died with none to replace it: try again."""
@@ -47,8 +43,6 @@ class StageWorkers:
                     message=f"no {stage} worker is available: {exc}",
                 )
             )
-            return
-        await self._persist()
 
     async def replace_lost(self, stage: str, failed: str) -> bool:
         """The worker at `failed` died: carry on with another. False when the
@@ -60,8 +54,7 @@ class StageWorkers:
         return True
 
     async def release(self, stage: str) -> None:
-        if await self._links.release(stage):
-            await self._persist()
+        await self._links.release(stage)
 
     async def release_if_detached(self, stage: str) -> None:
         """What kept `stage` held while detached is done: its slot goes back now."""

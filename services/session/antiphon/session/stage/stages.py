@@ -2,7 +2,9 @@
 
 A binding is one bidi `Bind` stream to one worker. Requests go in through a
 queue so the actor never blocks on gRPC flow control; results are handed to
-a callback (the actor's mailbox) in the order the worker sent them. A
+a callback (the actor's mailbox) in the order the worker sent them, each
+once the mailbox has room: until then the stream is not read, and the
+worker's outbox holds what it makes (its policy: merge, or end the stream). A
 binding exists only once its worker admitted it: a worker with no room
 refuses (RESOURCE_EXHAUSTED) and the pool tries the next one.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -87,6 +89,11 @@ class StageResult:
         self.event = event
 
 
+# Where a binding posts each result, then its end; awaited, so a full
+# mailbox holds the reader.
+OnEvent = Callable[["StageResult | StreamEnded"], Awaitable[None]]
+
+
 class Binding(Generic[Req]):
     """One open `Bind` stream; results are posted as `StageResult(self, event)`,
     and `on_event(StreamEnded(self))` reports its end."""
@@ -96,7 +103,7 @@ class Binding(Generic[Req]):
         address: str,
         call: Any,
         queue: asyncio.Queue[Req | None],
-        on_event: Callable[[Any], None],
+        on_event: OnEvent,
     ) -> None:
         self.address = address
         self._call = call
@@ -108,7 +115,7 @@ class Binding(Generic[Req]):
         cls,
         address: str,
         bind: Callable[..., Any],
-        on_event: Callable[[Any], None],
+        on_event: OnEvent,
         *,
         timeout_s: float = BIND_TIMEOUT_S,
     ) -> Binding[Req]:
@@ -145,10 +152,11 @@ class Binding(Generic[Req]):
         except asyncio.CancelledError:
             pass
 
-    async def _read(self, on_event: Callable[[Any], None]) -> None:
+    async def _read(self, on_event: OnEvent) -> None:
         try:
             async for event in self._call:
-                on_event(StageResult(self, event))
+                # Waits for room in the session's mailbox: backpressure.
+                await on_event(StageResult(self, event))
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 log.warning(
@@ -157,7 +165,7 @@ class Binding(Generic[Req]):
         except asyncio.CancelledError:
             pass
         finally:
-            on_event(StreamEnded(self))
+            await on_event(StreamEnded(self))
 
 
 class Released(Binding[Req]):
@@ -226,13 +234,13 @@ class StagePool:
         return stage_pb2_grpc.Stage1ServiceStub(self._channel(addr))
 
     async def bind_stage0(
-        self, on_event: Callable[[Any], None], *, avoid: str = ""
+        self, on_event: OnEvent, *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage0Request], stage_pb2.StageInfo]:
         """Bind to a stage0 worker with room (not `avoid`, one that just failed)."""
         return await self._bind("stage0", self.stage0, on_event, avoid)
 
     async def bind_stage1(
-        self, on_event: Callable[[Any], None], *, avoid: str = ""
+        self, on_event: OnEvent, *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage1Request], stage_pb2.StageInfo]:
         return await self._bind("stage1", self.stage1, on_event, avoid)
 
@@ -240,7 +248,7 @@ class StagePool:
         self,
         stage: str,
         stub_for: Callable[[str], Any],
-        on_event: Callable[[Any], None],
+        on_event: OnEvent,
         avoid: str,
     ) -> tuple[Binding[Any], stage_pb2.StageInfo]:
         if avoid in self._ready:

@@ -9,8 +9,6 @@ turns start responses through the response control.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from antiphon.session.actor import errors
 from antiphon.session.actor.errors import Rejection
 from antiphon.session.actor.journal import Emitter
@@ -39,7 +37,6 @@ class Listening:
         turns: Turns,
         responses: ResponseControl,
         conversation: Conversation,
-        persist: Callable[[], Awaitable[None]],
     ) -> None:
         self._config = config
         self._settings = settings
@@ -49,7 +46,6 @@ class Listening:
         self._turns = turns
         self._responses = responses
         self._conversation = conversation
-        self._persist = persist
 
     @property
     def owes_transcripts(self) -> bool:
@@ -136,7 +132,6 @@ class Listening:
             await self._responses.cancel_active("input_cancelled")
         else:
             self._links.advance_epoch()
-            await self._persist()
         self._clear()
         # Projected as `input_audio_buffer.cleared` (with the native event inside).
         await self._emitter.emit(
@@ -204,7 +199,6 @@ class Listening:
         )
         await self._conversation.append(item)
         await self._emitter.emit_all(events)
-        await self._persist()
         if self._config.now.auto_response:
             await self._responses.start(self._config.default_options(), eager=False)
 
@@ -226,7 +220,6 @@ class Listening:
         item, events = self._turns.seal_text(self._links.epoch, deferred=deferred)
         await self._conversation.append(item)
         await self._emitter.emit_all(events)
-        await self._persist()
         await self._responses.auto_start()
 
     async def _commit_audio(self, item_id: str = "") -> None:
@@ -236,7 +229,6 @@ class Listening:
         events = self._turns.seal_audio(item_id, self._links.epoch, deferred=deferred)
         self._links.commit(self._turns.last_item_id)
         await self._emitter.emit_all(events)
-        await self._persist()
         await self._responses.auto_start()
 
     def _clear(self) -> None:
