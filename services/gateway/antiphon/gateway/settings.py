@@ -68,10 +68,12 @@ class GatewaySettings(ServiceSettings):
     webrtc_calls: bool = True
     # WebRTC calls (`POST /v1/realtime/calls`, calls.py) this gateway holds at
     # once; past it a call is refused with 429 `call_limit`. A call's Opus,
-    # SRTP and pacing cost this one process 6-10% of a core (a socket's
-    # session 0.4-1.5%): 10 calls took 58% of it, and 50 collapsed
-    # (docs/performance.md, "WebRTC calls"). More calls: more gateways.
-    max_calls: int = Field(default=10, ge=0)
+    # SRTP and pacing cost this one process about 5% of a core at 5-10 calls
+    # (4.7-5.0%, typed audio; a socket's session 0.5%), so 16 calls fit in
+    # ~80% of its one core, leaving the rest for bursts and the event loop's
+    # lag (docs/performance.md, "WebRTC calls", measured on a 2-core EPYC).
+    # More calls: more gateways.
+    max_calls: int = Field(default=16, ge=0)
     # A call whose caller's audio stopped this long is ended (`media_timeout`):
     # a browser sends audio all the time, silence included.
     call_media_timeout_s: float = Field(default=30.0, gt=0)

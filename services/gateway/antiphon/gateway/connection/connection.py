@@ -412,7 +412,7 @@ class Connection:
         if not isinstance(exc, WebSocketDisconnect):
             socket_reader.result()  # anything else is a failure of our own
             return
-        self._state.to(ClientGone(exc.code))
+        self._state.to(ClientGone())
         goodbye = client_gone(exc.code)
         clean = goodbye.client_gone.clean
         self._metrics.client_closes.labels("clean" if clean else "dropped").inc()

@@ -41,9 +41,7 @@ class Serving:
 
 @dataclass(frozen=True)
 class ClientGone:
-    """The client's socket closed with `code`; the session is told how."""
-
-    code: int
+    """The client's socket closed; the session is told how (`client_close`)."""
 
 
 @dataclass(frozen=True)
