@@ -17,7 +17,8 @@ from starlette.websockets import WebSocket
 from antiphon.common import loop_lag
 from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
-from antiphon.gateway.connection.connection import ClientSocket, Connection, WebSocketClient
+from antiphon.gateway.connection.client_socket import ClientSocket, WebSocketClient
+from antiphon.gateway.connection.connection import Connection
 from antiphon.gateway.dialects.dialect import NATIVE, Dialect, realtime_dialect
 from antiphon.gateway.drain import Drain
 from antiphon.gateway.edge.edge import Admitted, Edge

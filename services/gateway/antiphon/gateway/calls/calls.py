@@ -46,7 +46,7 @@ from starlette.websockets import WebSocket
 
 from antiphon.common.ids import new_id
 from antiphon.gateway.calls.call_socket import CallSocket
-from antiphon.gateway.connection.connection import ClientSocket
+from antiphon.gateway.connection.client_socket import ClientSocket
 from antiphon.gateway.edge.edge import Admitted, Edge, bounded_body, deny
 from antiphon.gateway.edge.gate import Refusal
 from antiphon.gateway.metrics import GatewayMetrics

@@ -44,16 +44,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 import grpc
 from opentelemetry import trace
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketDisconnect
 
 from antiphon.common.event_kinds import kind_of
 from antiphon.common.ids import new_id
 from antiphon.gateway.connection.client_close import client_gone
+from antiphon.gateway.connection.client_socket import ClientSocket
 from antiphon.gateway.connection.close_codes import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
 from antiphon.gateway.connection.connection_state import (
     DRAIN,
@@ -86,58 +87,6 @@ CLIENT_GONE_WAIT_S = 5.0
 GOODBYE_FLUSH_S = 30.0
 # What a played audio delta counts as, as the event it would have been.
 AUDIO_DELTA = "response.output_audio.delta"
-
-
-class AudioOut(Protocol):
-    """Where a socket that plays audio itself puts the answer's audio."""
-
-    def play(self, delta: spb.AudioDelta) -> None: ...
-
-
-class ClientSocket(Protocol):
-    """What a connection reads and writes its client's events through: a
-    WebSocket (`WebSocketClient`), or a WebRTC call's data channel and
-    media (call_socket.CallSocket). `receive` gives ASGI WebSocket messages
-    (`websocket.receive` with `text`, or `websocket.disconnect`), or a
-    command the socket typed itself (a call's microphone audio)."""
-
-    @property
-    def query_params(self) -> Mapping[str, str]: ...
-
-    @property
-    def audio_out(self) -> AudioOut | None:
-        """Set where the answer's audio is played by the socket, not sent as events."""
-
-    async def receive(self) -> Mapping[str, Any] | spb.ClientCommand: ...
-
-    async def send(self, kind: str, text: str) -> None:
-        """One server event: its type, and its JSON."""
-
-    async def close(self, code: int, reason: str | None) -> None: ...
-
-
-class WebSocketClient:
-    """A Starlette WebSocket as a `ClientSocket`."""
-
-    def __init__(self, ws: WebSocket) -> None:
-        self._ws = ws
-
-    @property
-    def query_params(self) -> Mapping[str, str]:
-        return self._ws.query_params
-
-    @property
-    def audio_out(self) -> AudioOut | None:
-        return None
-
-    async def receive(self) -> Mapping[str, Any]:
-        return await self._ws.receive()
-
-    async def send(self, kind: str, text: str) -> None:
-        await self._ws.send_text(text)
-
-    async def close(self, code: int, reason: str | None) -> None:
-        await self._ws.close(code, reason)
 
 
 class Connection:
