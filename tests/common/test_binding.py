@@ -1,13 +1,13 @@
 """serve_binding over a real gRPC stream: results the writer has not sent yet are merged
 by the stage's hook (none without one), and a backlog past MAX_PENDING_RESULTS ends the
-stream after it."""
+stream after it, RESOURCE_EXHAUSTED and counted."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
 import grpc
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from antiphon.common.binding import MAX_PENDING_RESULTS, ActiveSessions, serve_binding
 from antiphon.common.outbox import Merge
@@ -45,8 +45,10 @@ class Burst:
 
 class BurstStage(stage_pb2_grpc.Stage0ServiceServicer):
     def __init__(self, merge: Merge[pb.Stage0Event] | None, *, alternate: bool = False) -> None:
-        gauge = Gauge("sessions", "bound", registry=CollectorRegistry())
-        self._active = ActiveSessions(gauge, capacity=4)
+        registry = CollectorRegistry()
+        gauge = Gauge("sessions", "bound", registry=registry)
+        self.overflows = Counter("overflows", "ended", registry=registry)
+        self._active = ActiveSessions(gauge, capacity=4, overflows=self.overflows)
         self._merge = merge
         self._alternate = alternate
 
@@ -67,8 +69,11 @@ class BurstStage(stage_pb2_grpc.Stage0ServiceServicer):
             yield event
 
 
-async def answer(stage: BurstStage, words: int) -> list[pb.Stage0Event]:
-    """Everything the stream carries for one generate of `words` deltas, to its end."""
+async def answer(
+    stage: BurstStage, words: int, ends: grpc.StatusCode = grpc.StatusCode.OK
+) -> list[pb.Stage0Event]:
+    """Everything the stream carries for one generate of `words` deltas, to its
+    end, which must be with status `ends`."""
     server = grpc.aio.server()
     stage_pb2_grpc.add_Stage0ServiceServicer_to_server(stage, server)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -77,7 +82,14 @@ async def answer(stage: BurstStage, words: int) -> list[pb.Stage0Event]:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
             ask = pb.Generate(response_id="r", max_output_tokens=words)
             call = stage_pb2_grpc.Stage0ServiceStub(ch).Bind(iter([pb.Stage0Request(generate=ask)]))
-            return [event async for event in call]
+            events: list[pb.Stage0Event] = []
+            try:
+                async for event in call:
+                    events.append(event)
+            except grpc.aio.AioRpcError:
+                pass
+            assert await call.code() == ends
+            return events
     finally:
         await server.stop(None)
 
@@ -100,9 +112,9 @@ async def test_without_a_hook_every_result_is_a_message() -> None:
 
 async def test_a_backlog_past_the_limit_ends_the_stream_after_it() -> None:
     """Deltas of two responses in turn never merge: the limit counts each."""
-    events = await answer(
-        BurstStage(text_of_one_response, alternate=True), MAX_PENDING_RESULTS + 10
-    )
+    stage = BurstStage(text_of_one_response, alternate=True)
+    events = await answer(stage, MAX_PENDING_RESULTS + 10, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert stage.overflows._value.get() == 1
     assert len(events) == MAX_PENDING_RESULTS
     assert [d.text for d in deltas(events)] == [f"w{i} " for i in range(MAX_PENDING_RESULTS)]
 

@@ -152,8 +152,14 @@ async def session(
     built as the registry builds it, not yet attached."""
     client = aioredis.from_url(db_url(redis_url, db))
     await client.flushdb()
+    service_settings = SessionSettings(max_output_tokens=64, **settings)
     store = SessionStore(
-        client, lease_ms=5000, journal_max_bytes=1 << 20, journal_ttl_s=60.0, ops_cache_size=8
+        client,
+        lease_ms=5000,
+        journal_max_bytes=1 << 20,
+        journal_ttl_s=60.0,
+        ops_cache_size=8,
+        outage_s=service_settings.store_outage_max_s,
     )
     config = session_config.merge(
         session_config.defaults(), patch or cpb.SessionConfigPatch(), max_output_tokens=64
@@ -174,7 +180,7 @@ async def session(
         snapshot=snap,
         owner_token=OWNER,
         store=store,
-        settings=SessionSettings(max_output_tokens=64, **settings),
+        settings=service_settings,
         metrics=metrics,
         stage0=cast(Binding[Any], workers.bind("stage0")),
         stage1=cast(Binding[Any], workers.bind("stage1")),

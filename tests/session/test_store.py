@@ -128,7 +128,36 @@ async def test_journal_since_returns_later_events_in_order(store: SessionStore) 
     assert (await store.journal_since("sess_none", 0)).events == []
 
 
+async def test_the_same_event_again_is_no_repeat(store: SessionStore) -> None:
+    """A commit retried after its reply was lost (a connection cut mid-way)
+    finds its events journaled already: accepted, journaled once."""
+    await store.open("sess_a", "own_1", {"state": "open"})
+    await store.commit("sess_a", "own_1", [(1, b"e1"), (2, b"e2")], {"epoch": "1"})
+    await store.commit("sess_a", "own_1", [(1, b"e1"), (2, b"e2"), (3, b"e3")], {"epoch": "2"})
+    journal = (await store.journal_since("sess_a", 0)).events
+    assert journal == [(1, b"e1"), (2, b"e2"), (3, b"e3")]
+    assert (await store.fields("sess_a"))[b"epoch"] == b"2"
+    with pytest.raises(NotOwnerError):  # the same seq with other bytes: two writers
+        await store.commit("sess_a", "own_1", [(3, b"other")])
+
+
 # ------------------------------------------------------------------ fencing
+async def test_a_lapsed_lease_nobody_took_is_taken_back_by_the_owners_next_write(
+    store: SessionStore, redis_client: aioredis.Redis
+) -> None:
+    """Redis paused past the lease: the owner is still the owner."""
+    await store.open("sess_l", "own_1", {"state": "open"})
+    await redis_client.delete(keys.owner("sess_l"))
+    await store.append_event("sess_l", "own_1", 1, b"e1")
+    assert await redis_client.get(keys.owner("sess_l")) == b"own_1"
+    assert 0 < await redis_client.pttl(keys.owner("sess_l")) <= store.lease_ms
+    # Not once the session ended (a reaper closed it): then nobody writes.
+    await store.expire("sess_l", 60)
+    with pytest.raises(NotOwnerError):
+        await store.set_fields("sess_l", "own_1", {"x": "1"})
+    assert await redis_client.get(keys.owner("sess_l")) is None
+
+
 async def test_a_new_owner_fences_out_the_old_owners_writes(store: SessionStore) -> None:
     await store.open("sess_o", "own_old", {"state": "open"})
     await store.append_event("sess_o", "own_old", 1, b"old")

@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 from opentelemetry import trace
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 
 from antiphon.common import tracing
 from antiphon.common.outbox import Merge, Outbox
@@ -41,14 +41,16 @@ class BoundSession(Protocol[Req]):
 
 
 class ActiveSessions:
-    """How many sessions a worker serves now (mirrored into a gauge), and
-    whether it takes another: not beyond its capacity, not while draining."""
+    """How many sessions a worker serves now (mirrored into a gauge), whether
+    it takes another (not beyond its capacity, not while draining), and how
+    many it let go for not reading their results (`overflows`)."""
 
-    def __init__(self, gauge: Gauge, *, capacity: int) -> None:
+    def __init__(self, gauge: Gauge, *, capacity: int, overflows: Counter | None = None) -> None:
         self.count = 0
         self.capacity = capacity
         self.draining = False
         self._gauge = gauge
+        self.overflows = overflows
         self._watchers: list[Callable[[], None]] = []
 
     def watch(self, on_change: Callable[[], None]) -> None:
@@ -122,6 +124,16 @@ async def serve_binding(
             ):
                 while (event := await out.get()) is not None:
                     yield event
+            if out.overflowed:
+                # The session service stopped reading (its mailbox full: a
+                # stalled Redis, a stuck actor): said, counted, and the
+                # session rebinds and starts over from its history.
+                if active.overflows is not None:
+                    active.overflows.inc()
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the session read none of its last {MAX_PENDING_RESULTS} results",
+                )
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):

@@ -43,7 +43,11 @@ async def serve(settings: Stage0Settings, client: EngineClient | None = None) ->
     # Its backend's declarations (an unknown name stops the worker here).
     backend = backends.get(settings.backend)
     app = GrpcApp(SERVICE_NAME, settings.listen)
-    active = ActiveSessions(stage_metrics.sessions_active, capacity=settings.capacity)
+    active = ActiveSessions(
+        stage_metrics.sessions_active,
+        capacity=settings.capacity,
+        overflows=stage_metrics.outbox_overflows,
+    )
     service = Stage0Service(
         settings=settings, metrics=stage_metrics, active=active, backend=backend
     )

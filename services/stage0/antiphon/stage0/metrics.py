@@ -25,6 +25,12 @@ class Stage0Metrics:
         self.sessions_active = Gauge(
             "antiphon_stage0_sessions_active", "Sessions bound to this worker", registry=registry
         )
+        self.outbox_overflows = Counter(
+            "antiphon_stage0_outbox_overflows_total",
+            "Bindings ended (RESOURCE_EXHAUSTED) because their session service read "
+            "none of the results waiting for it, up to the outbox's limit",
+            registry=registry,
+        )
         self.ttft = Histogram(
             "antiphon_stage0_ttft_seconds",
             "LLM time to first token",

@@ -34,7 +34,11 @@ async def serve(settings: Stage1Settings) -> None:
     )
     async with backend.open(context) as sessions:
         metrics.serve(registry, settings.metrics_port)
-        active = ActiveSessions(stage_metrics.sessions_active, capacity=settings.capacity)
+        active = ActiveSessions(
+            stage_metrics.sessions_active,
+            capacity=settings.capacity,
+            overflows=stage_metrics.outbox_overflows,
+        )
         service = Stage1Service(
             sessions=sessions, capabilities=backend.capabilities, settings=settings, active=active
         )

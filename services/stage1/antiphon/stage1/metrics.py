@@ -14,6 +14,12 @@ class Stage1Metrics:
         self.sessions_active = Gauge(
             "antiphon_stage1_sessions_active", "Sessions bound to this worker", registry=registry
         )
+        self.outbox_overflows = Counter(
+            "antiphon_stage1_outbox_overflows_total",
+            "Bindings ended (RESOURCE_EXHAUSTED) because their session service read "
+            "none of the results waiting for it, up to the outbox's limit",
+            registry=registry,
+        )
         self.capacity = Gauge(
             "antiphon_stage1_capacity",
             "Sessions this worker serves in real time (configured)",
