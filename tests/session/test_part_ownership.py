@@ -9,6 +9,11 @@ alias of the peer, or through an argument of a class some part holds as a
 peer: `def f(self, turns: Turns)`) is what this test refuses; calling the
 peer's own methods (`self._turns.item_added(...)`) is how parts talk.
 Records a part owns (a `ResponseState`, a proto it builds) are its own.
+
+Writes through methods count too: a method of an object reached through a
+peer (`self._responses.ledger(...).acknowledge(...)`, also through a local
+name), or of a record another part keeps (`RECORDS`: a `Ledger` handed in),
+other than a read (`READS`). Metrics are a sink every part writes.
 """
 
 from __future__ import annotations
@@ -38,6 +43,47 @@ MUTATORS = frozenset(
         "reverse",
     }
 )
+# Methods that only read what they are called on (protobuf messages, str,
+# the containers' lookups): callable on what a peer hands out.
+READS = frozenset(
+    {
+        "HasField",
+        "WhichOneof",
+        "SerializeToString",
+        "ByteSize",
+        "ListFields",
+        "get",
+        "keys",
+        "values",
+        "items",
+        "copy",
+        "count",
+        "index",
+        "startswith",
+        "endswith",
+        "strip",
+        "rstrip",
+        "lstrip",
+        "split",
+        "join",
+        "lower",
+        "upper",
+        "encode",
+        "decode",
+        "format",
+        "isoformat",
+    }
+)
+# Records one part keeps and changes, with the classes that may change them:
+# handed to any other, they are read only (conversation.py once marked a
+# ledger stored).
+RECORDS = {
+    "Ledger": frozenset({"ResponseControl", "ResponseState", "Ledgers"}),
+    "ResponseState": frozenset({"ResponseControl"}),
+}
+RECORD_ARGS = frozenset({("<record>",)})
+# What every part writes to and none reads: counters, not facts.
+SINKS = frozenset({"SessionMetrics", "Counter", "Histogram", "Gauge"})
 Chain = tuple[str, ...]
 
 
@@ -64,7 +110,7 @@ def part_types(sources: list[str]) -> frozenset[str]:
         for cls in (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef)):
             for peer_types in _peers(cls).values():
                 types |= peer_types
-    return frozenset(types)
+    return frozenset(types - SINKS)
 
 
 def _peers(cls: ast.ClassDef) -> dict[str, set[str]]:
@@ -99,7 +145,8 @@ def _peers(cls: ast.ClassDef) -> dict[str, set[str]]:
                 and isinstance(target.value, ast.Name)
                 and target.value.id == "self"
             ):
-                peers[target.attr] = {t for t in types if t[:1].isupper() and t != "Any"}
+                if not types & SINKS:
+                    peers[target.attr] = {t for t in types if t[:1].isupper() and t != "Any"}
     return peers
 
 
@@ -116,6 +163,12 @@ def _chain(node: ast.expr, aliases: dict[str, Chain]) -> Chain | None:
     if isinstance(node, ast.Subscript):
         base = _chain(node.value, aliases)
         return None if base is None else (*base, "[]")
+    if isinstance(node, ast.Call):
+        # What a peer's method returns may be a peer's own object too.
+        base = _chain(node.func, aliases)
+        return None if base is None else (*base, "()")
+    if isinstance(node, ast.Await):
+        return _chain(node.value, aliases)
     return None
 
 
@@ -137,8 +190,12 @@ def _writes(node: ast.AST, aliases: dict[str, Chain], peers: set[str]) -> list[s
     """What `node` writes through a peer, as source text."""
     if isinstance(node, ast.Call):
         func = node.func
-        if isinstance(func, ast.Attribute) and func.attr in MUTATORS:
-            if _through_peer(_chain(func.value, aliases), peers):
+        if isinstance(func, ast.Attribute) and func.attr not in READS:
+            # A method of an object reached through a peer (its record, its
+            # ledger, a collection it keeps) may change it: only the peer's
+            # own methods are how parts talk.
+            chain = _chain(func.value, aliases)
+            if _through_peer(chain, peers) or (chain is not None and chain[-1:] in RECORD_ARGS):
                 return [ast.unparse(node)]
         elif isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
             chain = _chain(node.args[0], aliases)
@@ -173,8 +230,13 @@ def foreign_writes(
                 continue
             peers = set(held)
             aliases: dict[str, Chain] = {}
+            records = {t for t, owners in RECORDS.items() if cls.name not in owners}
             for arg in [*method.args.args, *method.args.kwonlyargs]:
-                if _names(arg.annotation) & handed:
+                if _names(arg.annotation) & records:
+                    # Not even its own methods: they change it.
+                    aliases[arg.arg] = ("self", "<record>")
+                    peers.add("<record>")
+                elif _names(arg.annotation) & handed:
                     aliases[arg.arg] = ("self", f"<{arg.arg}>")
                     peers.add(f"<{arg.arg}>")
             for node in ast.walk(method):
@@ -205,9 +267,10 @@ def test_no_session_part_writes_another_parts_attributes() -> None:
 PLANTED = textwrap.dedent(
     """
     class Edits:
-        def __init__(self, *, turns, links, settings):
+        def __init__(self, *, turns, links, settings, metrics: SessionMetrics):
             self._turns = turns
             self._links = links
+            self._metrics = metrics
             self._input = InputBuffer(settings.limit)
             self._active = None
             self._calls = []
@@ -227,12 +290,20 @@ PLANTED = textwrap.dedent(
             links.epoch += 1
             ledger.in_history = True
 
+        async def through_methods(self, item):
+            ledger = self._turns.ledger(item_id=item.id)
+            ledger.acknowledge(1, 2)
+            self._links.active.settle("done")
+            (await self._turns.record()).stored()
+
         async def fine(self, item):
             self._turns.item_added(item.id)
             self._links.forget_unbound()
             self._active = item
             self._active.status = "done"
             self._calls.append(item)
+            self._links.capabilities.HasField("x")
+            self._metrics.errors.labels("x").inc()
             local = []
             local.append(item)
     """
@@ -252,6 +323,10 @@ def test_the_check_catches_each_kind_of_write_through_a_peer_and_only_those() ->
         "setattr(turns, 'text', [])",
         "self._turns.speech_item_id",
         "links.epoch",
+        "ledger.in_history",
+        "ledger.acknowledge(1, 2)",
+        "self._links.active.settle('done')",
+        "(await self._turns.record()).stored()",
     ]
 
 
@@ -274,5 +349,30 @@ def test_the_writes_issue_28_found_would_fail_the_check(line: str) -> None:
         "        self._links = links\n"
         "    def handle(self, item_id, text):\n"
         f"        {line}\n"
+    )
+    assert len(foreign_writes(source)) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "lines"),
+    [
+        # conversation/edits.py, before: a ledger got from ResponseControl acknowledged.
+        ("", ["ledger = self._responses.ledger(item_id=item_id)", "ledger.acknowledge(1, 2)"]),
+        # conversation/conversation.py, before: a ledger handed in, marked stored.
+        (", ledger: Ledger", ["ledger.stored()"]),
+        # ResponseControl.active handed its mutable ResponseState out.
+        ("", ["r = self._responses.active", "r.settle('done')"]),
+    ],
+)
+def test_the_writes_through_methods_issue_47_found_would_fail_the_check(
+    args: str, lines: list[str]
+) -> None:
+    body = "".join(f"        {line}\n" for line in lines)
+    source = (
+        "class Part:\n"
+        "    def __init__(self, responses):\n"
+        "        self._responses = responses\n"
+        f"    async def handle(self, item_id{args}):\n"
+        f"{body}"
     )
     assert len(foreign_writes(source)) == 1

@@ -148,7 +148,6 @@ class SessionActor:
             conversation=conversation,
         )
         edits = Edits(
-            config=config,
             emitter=emitter,
             links=links,
             turns=turns,
@@ -527,15 +526,5 @@ class SessionActor:
             attachment=self._attachment.generation,
             last_item_id=self._turns.last_item_id,
             token_hash=self._token_hash,
-            active_response=self._orphan_record(),
+            active_response=self._responses.orphan_record(),
         )
-
-    def _orphan_record(self) -> spb.Response | None:
-        """What a successor needs of the response in flight: enough to end it
-        (`_recover`), none of its output, so streaming it changes nothing here."""
-        active = self._responses.active
-        if active is None:
-            return None
-        record = active.response("in_progress")
-        record.ClearField("playback")
-        return record

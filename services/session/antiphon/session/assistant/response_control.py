@@ -17,6 +17,8 @@ ends it; every frame's audio tokens go to stage1, which decodes them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from antiphon.common.ids import new_id
 from antiphon.session.actor.errors import invalid
 from antiphon.session.actor.journal import Emitter
@@ -33,6 +35,16 @@ from antiphon.session.user.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
+
+
+@dataclass(frozen=True)
+class ActiveResponse:
+    """What the other parts may know of the response in flight: a copy of
+    its names, never the state itself (this part is its one writer)."""
+
+    id: str
+    item_id: str
+
 
 # Frames a model-native session may hold while its last response's audio is
 # still being decoded (stage1 answers within a step; this bounds a stuck one).
@@ -73,12 +85,18 @@ class ResponseControl:
         self._held_frames: list[stage_pb2.ModelFrame] = []
 
     @property
-    def active(self) -> ResponseState | None:
-        return self._active
+    def active(self) -> ActiveResponse | None:
+        r = self._active
+        return ActiveResponse(r.id, r.item_id) if r is not None else None
 
-    def ledger(self, *, response_id: str = "", item_id: str = "") -> Ledger | None:
-        """The playback ledger of an ended response, by its id or its item's."""
-        return self._ledgers.find(response_id=response_id, item_id=item_id)
+    def orphan_record(self) -> spb.Response | None:
+        """What a successor needs of the response in flight: enough to end it,
+        none of its progress, so streaming it changes nothing in the snapshot."""
+        if self._active is None:
+            return None
+        record = self._active.response("in_progress")
+        record.ClearField("playback")
+        return record
 
     # ------------------------------------------------------------ start
     async def auto_start(self, *, eager: bool = True) -> None:
@@ -252,7 +270,8 @@ class ResponseControl:
             and (status == "completed" or (status == "cancelled" and spoke))
         ):
             # Everything sent counts as said; a later truncation cuts it to what was heard.
-            await self._conversation.store_assistant(r.item(item_status(status)), r.ledger)
+            await self._conversation.place(r.item(item_status(status)), r.ledger.previous_item_id)
+            r.ledger.stored()
         await self._store_calls(r)
         await self._emitter.emit_all(
             r.terminal_events(status, reason, with_metrics=config.return_stage_metrics)
@@ -285,6 +304,70 @@ class ResponseControl:
         r = self._active
         if r is not None and (not response_id or response_id == r.stage_id):
             await self.finish(r, "failed", code)
+
+    # ---------------------------------------------------------- playback
+    async def truncate(self, item_id: str, audio_end_ms: int) -> str:
+        """A truncate of an answer's audio at `audio_end_ms`: what is still being
+        said stops first, and history keeps the words heard by then (returned)."""
+        await self.stop_for_truncate(item_id)
+        ledger = self._ledgers.find(item_id=item_id)
+        if ledger is None:
+            await self._conversation.get(item_id)  # an unknown id is item_not_found
+            raise invalid(
+                "invalid_value",
+                "only an assistant audio item of this session can be truncated",
+                "item_id",
+            )
+        if audio_end_ms > ledger.sent_ms:
+            raise invalid(
+                "invalid_value",
+                f"audio_end_ms {audio_end_ms} is past the item's audio ({ledger.sent_ms} ms)",
+                "audio_end_ms",
+            )
+        return await self._store_heard(ledger, audio_end_ms)
+
+    async def acknowledge(self, ack: spb.PlaybackAck) -> spb.PlaybackAcknowledged:
+        """`output_audio.playback_ack`: what the client played of an answer,
+        and, once it is done, what history keeps of it."""
+        r = self._active
+        ledger = self._ledgers.find(response_id=ack.response_id, item_id=ack.item_id)
+        if ledger is None and r is not None and ack.response_id in ("", r.id):
+            ledger = r.ledger
+        if ledger is None:
+            raise invalid(
+                "response_not_found",
+                f"no response {ack.response_id or ack.item_id} of this session to acknowledge",
+                "response_id",
+            )
+        committed = ack.committed_ms if ack.HasField("committed_ms") else ack.played_ms
+        ledger.acknowledge(ack.played_ms, committed)
+        done = r is None or r.ledger is not ledger
+        if done and (ack.truncate or self._config.now.playback_commit_policy == "ack_only"):
+            # What was heard becomes the history (ack_only), or cuts it (truncate).
+            await self._store_heard(ledger, ledger.committed_ms)
+        return spb.PlaybackAcknowledged(
+            session_id=self._config.session_id,
+            epoch=self._links.epoch,
+            response_id=ledger.response_id,
+            item_id=ledger.item_id,
+            played_ms=ledger.played_ms,
+            committed_ms=ledger.committed_ms,
+            truncate=ack.truncate,
+            playback=ledger.playback(),
+            history_committed=ledger.in_history,
+        )
+
+    async def _store_heard(self, ledger: Ledger, audio_end_ms: int) -> str:
+        """Keep in history the words whose audio ends by `audio_end_ms`: the next prompt."""
+        heard = ledger.heard(audio_end_ms)
+        item = items.heard_item(ledger.item_id, heard)
+        if ledger.in_history:
+            await self._conversation.replace(item)
+        else:
+            # Right after the turn it answers, even if later turns came first.
+            await self._conversation.place(item, ledger.previous_item_id)
+            ledger.stored()
+        return heard
 
     # ---------------------------------------------------- stage results
     def current(self, response_id: str) -> ResponseState | None:

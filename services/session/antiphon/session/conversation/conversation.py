@@ -7,8 +7,6 @@ id and edits the list through the store's owner-fenced script.
 
 from __future__ import annotations
 
-from antiphon.session.assistant.playback import Ledger
-from antiphon.session.conversation import items
 from antiphon.session.state.store import SessionStore
 from antiphon.v1 import common_pb2 as cpb
 
@@ -57,30 +55,6 @@ class Conversation:
             await self.insert(item, previous_item_id)
         except ItemNotFound:
             await self.append(item)
-
-    async def store_assistant(self, item: cpb.Item, ledger: Ledger) -> None:
-        """Into history right after the turn it answers, even if later turns came first."""
-        await self.place(item, ledger.previous_item_id)
-        ledger.stored()
-
-    async def store_heard(self, ledger: Ledger, audio_end_ms: int) -> str:
-        """Keep in history the words whose audio ends by `audio_end_ms`: the next prompt."""
-        heard = ledger.heard(audio_end_ms)
-        item = items.with_transcript(
-            cpb.Item(
-                id=ledger.item_id,
-                type="message",
-                role="assistant",
-                status="incomplete",
-                content=[cpb.ContentPart(type="output_audio")],
-            ),
-            heard,
-        )
-        if ledger.in_history:
-            await self.replace(item)
-        else:
-            await self.store_assistant(item, ledger)
-        return heard
 
     async def last_id(self) -> str:
         items = await self.items()

@@ -9,10 +9,9 @@ whose audio was played).
 from __future__ import annotations
 
 from antiphon.common.ids import new_id
-from antiphon.session.actor.errors import Rejection, invalid, unsupported
+from antiphon.session.actor.errors import Rejection, unsupported
 from antiphon.session.actor.journal import Emitter
 from antiphon.session.assistant.response_control import ResponseControl
-from antiphon.session.config.current_config import CurrentConfig
 from antiphon.session.conversation import items
 from antiphon.session.conversation.conversation import Conversation, ItemNotFound
 from antiphon.session.stage.stage_links import StageLinks
@@ -25,7 +24,6 @@ class Edits:
     def __init__(
         self,
         *,
-        config: CurrentConfig,
         emitter: Emitter,
         links: StageLinks,
         turns: Turns,
@@ -33,7 +31,6 @@ class Edits:
         responses: ResponseControl,
         conversation: Conversation,
     ) -> None:
-        self._config = config
         self._emitter = emitter
         self._links = links
         self._turns = turns
@@ -85,22 +82,7 @@ class Edits:
         caps = self._links.capabilities
         if not caps.supports_audio_truncate:
             raise unsupported(cmd.client_type, "supports_audio_truncate", caps.implementation_level)
-        await self._responses.stop_for_truncate(req.item_id)
-        ledger = self._responses.ledger(item_id=req.item_id)
-        if ledger is None:
-            await self._conversation.get(req.item_id)  # an unknown id is item_not_found
-            raise invalid(
-                "invalid_value",
-                "only an assistant audio item of this session can be truncated",
-                "item_id",
-            )
-        if req.audio_end_ms > ledger.sent_ms:
-            raise invalid(
-                "invalid_value",
-                f"audio_end_ms {req.audio_end_ms} is past the item's audio ({ledger.sent_ms} ms)",
-                "audio_end_ms",
-            )
-        heard = await self._conversation.store_heard(ledger, req.audio_end_ms)
+        heard = await self._responses.truncate(req.item_id, req.audio_end_ms)
         await self._emitter.emit(
             "item_truncated",
             spb.ItemTruncated(
@@ -112,33 +94,5 @@ class Edits:
         )
 
     async def playback_ack(self, ack: spb.PlaybackAck) -> None:
-        ledger = self._responses.ledger(response_id=ack.response_id, item_id=ack.item_id)
-        r = self._responses.active
-        if ledger is None and r is not None and ack.response_id in ("", r.id):
-            ledger = r.ledger
-        if ledger is None:
-            raise invalid(
-                "response_not_found",
-                f"no response {ack.response_id or ack.item_id} of this session to acknowledge",
-                "response_id",
-            )
-        committed = ack.committed_ms if ack.HasField("committed_ms") else ack.played_ms
-        ledger.acknowledge(ack.played_ms, committed)
-        done = r is None or r.ledger is not ledger
-        if done and (ack.truncate or self._config.now.playback_commit_policy == "ack_only"):
-            # What was heard becomes the history (ack_only), or cuts it (truncate).
-            await self._conversation.store_heard(ledger, ledger.committed_ms)
-        await self._emitter.emit(
-            "playback_acknowledged",
-            spb.PlaybackAcknowledged(
-                session_id=self._config.session_id,
-                epoch=self._links.epoch,
-                response_id=ledger.response_id,
-                item_id=ledger.item_id,
-                played_ms=ledger.played_ms,
-                committed_ms=ledger.committed_ms,
-                truncate=ack.truncate,
-                playback=ledger.playback(),
-                history_committed=ledger.in_history,
-            ),
-        )
+        acknowledged = await self._responses.acknowledge(ack)
+        await self._emitter.emit("playback_acknowledged", acknowledged)

@@ -60,6 +60,18 @@ def with_transcript(item: cpb.Item, transcript: str) -> cpb.Item:
     return cut
 
 
+def heard_item(item_id: str, heard: str) -> cpb.Item:
+    """An answer cut to what the listener heard of it: the next prompt's version."""
+    item = cpb.Item(
+        id=item_id,
+        type="message",
+        role="assistant",
+        status="incomplete",
+        content=[cpb.ContentPart(type="output_audio")],
+    )
+    return with_transcript(item, heard)
+
+
 def prompt_messages(item: cpb.Item) -> list[cpb.ChatMessage]:
     """What the LLM sees of one history item."""
     if item.type == "function_call_output":
