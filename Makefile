@@ -143,7 +143,9 @@ clean:
 # gaps between audio chunks), then
 # server_vad against semantic_vad's end of turn on spoken fixtures, then
 # kill -9 of each tier, a Redis restart and a cut gateway link under 50
-# sessions (bench/results/faults.json: lost and stuck must be 0).
+# sessions (bench/results/faults.json: lost and stuck must be 0), then the
+# serving path's events per second with the journal per event and per mailbox
+# drain, back to back (bench/results/journal.json).
 bench: install models
 	@command -v espeak-ng >/dev/null || { echo "espeak-ng is missing: apt-get install -y espeak-ng"; exit 1; }
 	$(PY) -m bench.turns --turns 5
@@ -156,6 +158,7 @@ bench: install models
 	$(PY) -m bench.load --backend cascade --sessions 1 --turns 5 --lane native --voice espeak --no-response-s 30
 	$(PY) -m bench.turn_detection
 	$(PY) -m bench.faults --sessions 50
+	$(PY) -m bench.journal --sessions 100 --seconds 30
 	$(PY) -m bench.webrtc --calls 1,10,50
 
 # 30 minutes at 200 synthetic sessions, then 30 at the cascade's measured

@@ -4,6 +4,7 @@ and the time until every session completed a response again."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import statistics
 import time
 from collections import Counter
@@ -22,7 +23,9 @@ class Fault:
     inject: Callable[[], Awaitable[str]]
 
 
-def faults(fc: FaultCluster, clients: list[FaultClient], cut_s: float) -> list[Fault]:
+def faults(
+    fc: FaultCluster, clients: list[FaultClient], cut_s: float, pause_s: float = 10.0
+) -> list[Fault]:
     def ids() -> list[str]:
         return [c.ledger.session_id for c in clients if not c.failed]
 
@@ -40,6 +43,17 @@ def faults(fc: FaultCluster, clients: list[FaultClient], cut_s: float) -> list[F
         await asyncio.to_thread(fc.stack.restart_redis)
         return ""
 
+    async def pause_redis() -> str:
+        # An AOF rewrite stall or a Sentinel fail-over: Redis answers nothing,
+        # for longer than the owner lease.
+        redis = fc.stack.procs["redis"]
+        redis.send_signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(pause_s)
+        finally:
+            redis.send_signal(signal.SIGCONT)
+        return ""
+
     async def cut() -> str:
         # Cut gateway 2 from every replica at once, and heal together.
         await asyncio.gather(*(p.cut(cut_s) for p in fc.proxies))
@@ -52,6 +66,7 @@ def faults(fc: FaultCluster, clients: list[FaultClient], cut_s: float) -> list[F
         Fault("kill_stage0", lambda: kill_busiest("stage0")),
         Fault("kill_stage1", lambda: kill_busiest("stage1")),
         Fault("restart_redis", restart_redis),
+        Fault(f"pause_redis_{pause_s:g}s", pause_redis),
         Fault(f"cut_gateway_session_link_{cut_s:g}s", cut),
     ]
 

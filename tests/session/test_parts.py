@@ -386,3 +386,25 @@ async def test_events_are_held_journaled_in_one_trip_then_sent_and_refused_ones_
         await emitter.flush()
     assert stood_down == [True] and emitter.journaled_seq == 43 and outbound.empty()
     assert emitter.drop_held() == 1 and emitter.seq == 43
+
+
+async def test_unbatched_each_event_is_a_round_trip_of_its_own_the_snapshot_with_the_last() -> None:
+    journal, attachment = ListJournal(), Attachment("sess_1", 0)
+    outbound, _, _ = attachment.attach(seq=0)
+    emitter = Emitter(
+        journal=journal,
+        session_id="sess_1",
+        owner_token="own_1",
+        seq=0,
+        attachment=attachment,
+        metrics=SessionMetrics(CollectorRegistry()),
+        on_not_owner=lambda: None,
+        batched=False,
+    )
+    await emitter.emit_all(
+        [("heartbeat_ack", spb.HeartbeatAck()), ("input_cleared", spb.InputCleared())]
+    )
+    await emitter.flush({"epoch": "1"})
+    assert journal.round_trips == [([1], None), ([2], {"epoch": "1"})]
+    assert [e.seq for e in (outbound.get_nowait(), outbound.get_nowait()) if e] == [1, 2]
+    assert emitter.journaled_seq == 2

@@ -60,6 +60,10 @@ class SessionSettings(ServiceSettings):
     # unsent and its client attached. Past it the session is given up here:
     # its client gets `session.resync_required` (`session_store_unavailable`).
     store_outage_max_s: float = 60.0
+    # The events one mailbox drain makes go to the journal in one pipelined
+    # round trip, with the snapshot. Off: one round trip per event (the way
+    # before; for comparison, bench.journal).
+    journal_batching: bool = True
     # A commit over an active auto-response shorter than this is a listener's
     # acknowledgement ("mm-hm"), not a new turn.
     short_overlap_ms: int = 600

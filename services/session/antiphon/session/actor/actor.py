@@ -112,6 +112,7 @@ class SessionActor:
             attachment=self._attachment,
             metrics=metrics,
             on_not_owner=self._stand_down,
+            batched=settings.journal_batching,
         )
         links = self._links = StageLinks(
             stage0=stage0,

@@ -50,8 +50,12 @@ class Emitter:
         attachment: Attachment,
         metrics: SessionMetrics,
         on_not_owner: Callable[[], None],
+        batched: bool = True,
     ) -> None:
         self._journal = journal
+        # Off: a round trip per event, as before the drains were batched
+        # (`journal_batching`; bench.journal compares the two).
+        self._batched = batched
         self._session_id = session_id
         self._owner_token = owner_token
         # The last event numbered, and the last one the journal holds.
@@ -80,25 +84,32 @@ class Emitter:
     async def flush(self, fields: Fields | None = None) -> None:
         """Journal the held events and write `fields` (the snapshot, when it
         changed), in one round trip; then send the events, in order."""
-        held = self._held
-        if not held and not fields:
+        if not self._held and not fields:
             return
+        if self._batched or len(self._held) <= 1:
+            await self._commit(list(self._held), fields)
+            return
+        while self._held:
+            await self._commit(self._held[:1], fields if len(self._held) == 1 else None)
+
+    async def _commit(self, events: list[spb.ServerEvent], fields: Fields | None) -> None:
+        """One round trip: `events` (the first held) journaled, then sent."""
         try:
             with self._metrics.journal_latency.time():
                 await self._journal.commit(
                     self._session_id,
                     self._owner_token,
-                    [(ev.seq, ev.SerializeToString()) for ev in held],
+                    [(ev.seq, ev.SerializeToString()) for ev in events],
                     fields,
                 )
         except NotOwnerError:
             self._on_not_owner()
             raise
-        self._held = []
-        if held:
-            self.journaled_seq = held[-1].seq
-            self._metrics.journal_batch.observe(len(held))
-        for ev in held:
+        del self._held[: len(events)]
+        if events:
+            self.journaled_seq = events[-1].seq
+            self._metrics.journal_batch.observe(len(events))
+        for ev in events:
             self._attachment.send(ev)
 
     def drop_held(self) -> int:
