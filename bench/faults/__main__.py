@@ -45,7 +45,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(*(open_one(c) for c in clients))
         drivers = [asyncio.create_task(c.run(stop, args.pause_s)) for c in clients]
         await asyncio.sleep(args.warmup_s)
-        for fault in faults(fc, clients, args.cut_s, args.pause_s):
+        for fault in faults(fc, clients, args.cut_s, args.redis_pause_s):
             if args.only and fault.name not in args.only and fault.name != "none":
                 continue
             print(f"fault: {fault.name} ...", file=sys.stderr)
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--grace-s", type=float, default=30.0, help="disconnect grace")
     parser.add_argument("--cut-s", type=float, default=5.0, help="how long the link is cut")
     parser.add_argument(
-        "--pause-s", type=float, default=10.0, help="how long Redis is paused (SIGSTOP)"
+        "--redis-pause-s", type=float, default=10.0, help="how long Redis is paused (SIGSTOP)"
     )
     parser.add_argument("--warmup-s", type=float, default=5.0)
     parser.add_argument("--window-s", type=float, default=60.0, help="most a recovery may take")
