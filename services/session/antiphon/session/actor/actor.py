@@ -248,23 +248,26 @@ class SessionActor:
                 spb.ErrorEvent(type="server_error", code="internal_error", message="internal error")
             )
 
-    async def _flush(self) -> None:
+    async def _flush(self) -> bool:
         """Journal what the drain made and write the snapshot if it changed
         (one round trip), then send the events. While Redis does not answer
-        this waits, and the mailbox fills up to its bounds."""
+        this waits, and the mailbox fills up to its bounds. False: the session
+        is no longer this replica's to write (stood down, or given up)."""
         if self._closed.is_set():
-            return  # nothing is written for a session this replica let go
+            return False
         fields = self.snapshot().fields()
+        # Where its stage work runs, for operators (not needed to take over).
         fields.update(self._links.addresses())
         changed = {k: v for k, v in fields.items() if self._persisted.get(k) != v}
         try:
             await self._emitter.flush(changed)
         except NotOwnerError:
-            return  # stood down (the emitter said so)
+            return False  # stood down (the emitter said so)
         except StoreUnavailable:
             self._give_up()
-            return
+            return False
         self._persisted.update(changed)
+        return True
 
     # ---------------------------------------------------------- dispatch
     async def _handle(self, item: mail.Mail) -> None:
@@ -342,14 +345,14 @@ class SessionActor:
                 self._metrics.sessions_refused.labels(exc.refused_reason).inc()
                 answer.set_exception(Rejection.unbound(exc))
                 return
-        # The old stream gets what this drain made so far; the new one
-        # gets it from the journal.
-        await self._flush()
+        # The old stream gets what this drain made so far; the new one gets
+        # it from the journal. The new token is written before the client has it.
+        if not await self._flush():
+            answer.set_exception(errors.resume_refused())
+            return
         outbound, generation = self._attach()
         self._rotate_token()
-        # The new token is written before the client has it.
-        await self._flush()
-        if self._closed.is_set():
+        if not await self._flush():
             answer.set_exception(errors.resume_refused())
             return
         self._metrics.resumes.inc()
@@ -455,7 +458,8 @@ class SessionActor:
         """Release what the session holds; its admission slot goes last, so a
         closing session keeps its capacity until cleanup has really finished
         (a failure here leaves the slot to the reaper, which retries)."""
-        await self._flush()
+        if not await self._flush():
+            return  # another replica's now, or Redis gone: not ours to clean
         self._closed.set()
         await self._links.close()
         await self._store.expire(self.session_id, self._settings.resume_replay_ttl_s)
