@@ -234,5 +234,6 @@ async def test_twenty_sessions_ride_out_a_10_s_and_a_30_s_redis_stall(stack: Loc
         assert ledger.stuck() == 0
         assert not ledger.errors, ledger.errors
         assert {status for _, status, _ in ledger.outcomes} == {"completed"}
+    print(f"peak RSS during the stalls (MiB): {peak}")  # shown with -s
     for name, mb in peak.items():
         assert mb < RSS_BOUND_MB, (name, mb)
