@@ -72,13 +72,14 @@ READS = frozenset(
         "decode",
         "format",
         "isoformat",
+        "playback",  # a Ledger's positions, as a proto
     }
 )
 # Records one part keeps and changes, with the classes that may change them:
 # handed to any other, they are read only (conversation.py once marked a
 # ledger stored).
 RECORDS = {
-    "Ledger": frozenset({"ResponseControl", "ResponseState", "Ledgers"}),
+    "Ledger": frozenset({"ResponseControl", "ResponseState", "Playback"}),
     "ResponseState": frozenset({"ResponseControl"}),
 }
 RECORD_ARGS = frozenset({("<record>",)})
@@ -114,8 +115,9 @@ def part_types(sources: list[str]) -> frozenset[str]:
 
 
 def _peers(cls: ast.ClassDef) -> dict[str, set[str]]:
-    """The attributes `__init__` sets from an argument or to an object it
-    builds, each with the classes it is (as annotated, or as built)."""
+    """The attributes `__init__` sets from an argument, to an object it
+    builds, or to one a builder it called made, each with the classes it is
+    (as annotated, or as built; unknown from a builder)."""
     init = _init(cls)
     if init is None:
         return {}
@@ -137,6 +139,13 @@ def _peers(cls: ast.ClassDef) -> dict[str, set[str]]:
             and value.func.id[:1].isupper()
         ):
             types = {value.func.id}
+        elif (
+            isinstance(value, ast.Attribute)
+            and isinstance(value.value, ast.Name)
+            and value.value.id not in ("self", *args)
+        ):
+            # One of the parts a builder made (`self._turns = parts.turns`).
+            types = set()
         else:
             continue
         for target in targets:
@@ -376,3 +385,17 @@ def test_the_writes_through_methods_issue_47_found_would_fail_the_check(
         f"{body}"
     )
     assert len(foreign_writes(source)) == 1
+
+
+def test_a_part_a_builder_made_is_a_peer_too() -> None:
+    source = (
+        "class Actor:\n"
+        "    def __init__(self, store):\n"
+        "        parts = wiring.wire(store=store)\n"
+        "        self._turns = parts.turns\n"
+        "        self._closed = asyncio.Event()\n"
+        "    def handle(self, item_id):\n"
+        "        self._turns.last_item_id = item_id\n"
+        "        self._closed.set()\n"
+    )
+    assert [f.split(" writes ")[1] for f in foreign_writes(source)] == ["self._turns.last_item_id"]

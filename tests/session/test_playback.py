@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from antiphon.session.assistant.playback import Ledger, Ledgers
+from typing import cast
+
+import pytest
+
+from antiphon.session.actor.errors import Rejection
+from antiphon.session.assistant.playback import Ledger, Playback
+from antiphon.session.conversation.conversation import Conversation
 from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
 
 
 def marks(*pairs: tuple[int, int]) -> list[cpb.AudioTextMark]:
@@ -51,10 +58,11 @@ def test_acks_only_move_forward_and_never_past_what_was_sent() -> None:
     assert (ledger.played_ms, ledger.committed_ms) == (1900, 1900)
 
 
-def test_recent_ledgers_are_found_by_response_or_item_and_bounded() -> None:
-    ledgers = Ledgers(keep=2)
+async def test_recent_ledgers_are_found_by_response_or_item_and_bounded() -> None:
+    playback = Playback(cast(Conversation, None), keep=2)
     for n in range(3):
-        ledgers.add(Ledger(response_id=f"resp_{n}", item_id=f"item_{n}"))
-    assert ledgers.find(response_id="resp_0") is None
-    found = ledgers.find(item_id="item_2")
-    assert found is not None and found.response_id == "resp_2"
+        playback.ended(Ledger(response_id=f"resp_{n}", item_id=f"item_{n}"))
+    with pytest.raises(Rejection):  # the oldest is forgotten
+        await playback.acknowledge(spb.PlaybackAck(response_id="resp_0"), None, ack_only=False)
+    found = await playback.acknowledge(spb.PlaybackAck(item_id="item_2"), None, ack_only=False)
+    assert found.response_id == "resp_2"

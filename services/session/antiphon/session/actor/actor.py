@@ -2,9 +2,11 @@
 
 Client commands and stage results enter the same mailbox and are handled
 one at a time, so wire order is mailbox order and no two handlers race on
-session state. The actor is that loop, its wiring and the session's life
-(open, resume, detach, close, expiry, standing down); every other job is a
-part it builds, each the one writer of its facts: the configuration, the
+session state. The actor is that loop and the session's life (open,
+resume, detach, close, expiry, standing down, giving up when Redis stays
+away), and it flushes once per drain: journal and snapshot in one round
+trip. Every other job is a part (wired in wiring.py), each the one writer
+of its facts: the configuration, the
 attachment (which stream speaks for the client), the emitter (numbers,
 journals, then sends every event), the stage links (epoch fence) and the
 worker slots, the user's turns, listening, the response control, the
@@ -21,27 +23,18 @@ from typing import Any
 from opentelemetry import trace
 
 from antiphon.common.ids import new_id
-from antiphon.session.actor import errors, mail
-from antiphon.session.actor.attachment import Attachment, Outbound
-from antiphon.session.actor.commands import ClientCommands
+from antiphon.session.actor import errors, mail, wiring
+from antiphon.session.actor.attachment import Outbound
 from antiphon.session.actor.deadlines import Deadlines
 from antiphon.session.actor.errors import Rejection
-from antiphon.session.actor.journal import Emitter, replay
-from antiphon.session.assistant.preemption import Preemption
-from antiphon.session.assistant.response_control import ResponseControl
+from antiphon.session.actor.journal import replay
 from antiphon.session.config.current_config import CurrentConfig
-from antiphon.session.conversation.conversation import Conversation
-from antiphon.session.conversation.edits import Edits
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.settings import SessionSettings
-from antiphon.session.stage.stage_events import StageEvents
-from antiphon.session.stage.stage_links import Rebind, StageLinks
-from antiphon.session.stage.stage_workers import StageWorkers
+from antiphon.session.stage.stage_links import Rebind
 from antiphon.session.stage.stages import BindError, Binding
 from antiphon.session.state.snapshot import Snapshot, resumes, token_hash
 from antiphon.session.state.store import NotOwnerError, SessionStore, StoreUnavailable
-from antiphon.session.user.listening import Listening
-from antiphon.session.user.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
@@ -97,89 +90,26 @@ class SessionActor:
         self._closed = asyncio.Event()
 
         # The parts, each the one writer of its facts (see each module).
-        config = self._config
-        self._attachment = Attachment(
-            sid,
-            snapshot.attachment,
-            max_events=settings.max_outbound_events,
-            overflows=metrics.backlog_overflows.labels("outbound"),
-        )
-        emitter = self._emitter = Emitter(
-            journal=store,
-            session_id=sid,
-            owner_token=owner_token,
-            seq=snapshot.seq,
-            attachment=self._attachment,
-            metrics=metrics,
-            on_not_owner=self._stand_down,
-            batched=settings.journal_batching,
-        )
-        links = self._links = StageLinks(
-            stage0=stage0,
-            stage1=stage1,
-            info=info,
-            epoch=snapshot.epoch,
-            rebind=rebind,
-            stage0_open=config.stage0_open,
-            stage1_open=config.stage1_open,
-        )
-        turns = self._turns = Turns(
-            sid, last_item_id=snapshot.last_item_id, turn_id=snapshot.turn_id
-        )
-        conversation = Conversation(store, sid, owner_token)
-        responses = self._responses = ResponseControl(
-            config=config,
-            emitter=emitter,
-            links=links,
-            turns=turns,
-            conversation=conversation,
-            metrics=metrics,
-            preemption=Preemption(
-                links=links,
-                count=lambda outcome: metrics.preemptive_answers.labels(outcome).inc(),
-            ),
-        )
-        listening = self._listening = Listening(
-            config=config,
-            settings=settings,
-            emitter=emitter,
-            links=links,
-            turns=turns,
-            responses=responses,
-            conversation=conversation,
-        )
-        edits = Edits(
-            emitter=emitter,
-            links=links,
-            turns=turns,
-            listening=listening,
-            responses=responses,
-            conversation=conversation,
-        )
-        workers = self._workers = StageWorkers(
-            links=links, attachment=self._attachment, emitter=emitter
-        )
-        self._stage_events = StageEvents(
-            config=config,
-            links=links,
-            listening=listening,
-            responses=responses,
-            workers=workers,
-            emitter=emitter,
-            metrics=metrics,
-        )
-        self._commands = ClientCommands(
-            config=config,
+        parts = wiring.wire(
+            snapshot=snapshot,
             owner_token=owner_token,
             store=store,
+            settings=settings,
             metrics=metrics,
-            emitter=emitter,
-            links=links,
-            listening=listening,
-            responses=responses,
-            edits=edits,
+            config=self._config,
+            stages=(stage0, stage1, info, rebind),
+            on_not_owner=self._stand_down,
             state=self._state,
         )
+        self._attachment = parts.attachment
+        self._emitter = parts.emitter
+        self._links = parts.links
+        self._turns = parts.turns
+        self._responses = parts.responses
+        self._listening = parts.listening
+        self._workers = parts.workers
+        self._stage_events = parts.stage_events
+        self._commands = parts.commands
 
     # ----------------------------------------------------------- outside
     def post(self, item: mail.Mail) -> None:

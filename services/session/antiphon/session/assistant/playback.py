@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from antiphon.session.actor.errors import invalid
+from antiphon.session.conversation import items
+from antiphon.session.conversation.conversation import Conversation
 from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import session_pb2 as spb
 
 
 @dataclass
@@ -69,22 +73,75 @@ class Ledger:
         )
 
 
-class Ledgers:
-    """The ledgers of a session's recent responses, for acks that arrive after `response.done`."""
+class Playback:
+    """What the client played of a session's recent answers, and what history
+    keeps of each: the one writer of an answer's ledger once it ended
+    (ResponseControl hands it over; until then it is the response's own).
+    Acks and truncations may come after `response.done`."""
 
-    def __init__(self, keep: int = 16) -> None:
+    def __init__(self, conversation: Conversation, keep: int = 16) -> None:
+        self._conversation = conversation
         self._keep = keep
         self._by_response: dict[str, Ledger] = {}
 
-    def add(self, ledger: Ledger) -> None:
+    def ended(self, ledger: Ledger) -> None:
         self._by_response[ledger.response_id] = ledger
         while len(self._by_response) > self._keep:
             del self._by_response[next(iter(self._by_response))]
 
-    def find(self, *, response_id: str = "", item_id: str = "") -> Ledger | None:
+    def _find(self, *, response_id: str = "", item_id: str = "") -> Ledger | None:
         if response_id:
             return self._by_response.get(response_id)
         for ledger in self._by_response.values():
             if ledger.item_id == item_id:
                 return ledger
         return None
+
+    async def truncate(self, item_id: str, audio_end_ms: int) -> str:
+        """History keeps the words of an ended answer heard by `audio_end_ms` (returned)."""
+        ledger = self._find(item_id=item_id)
+        if ledger is None:
+            await self._conversation.get(item_id)  # an unknown id is item_not_found
+            raise invalid(
+                "invalid_value",
+                "only an assistant audio item of this session can be truncated",
+                "item_id",
+            )
+        if audio_end_ms > ledger.sent_ms:
+            raise invalid(
+                "invalid_value",
+                f"audio_end_ms {audio_end_ms} is past the item's audio ({ledger.sent_ms} ms)",
+                "audio_end_ms",
+            )
+        return await self.store_heard(ledger, audio_end_ms)
+
+    async def acknowledge(
+        self, ack: spb.PlaybackAck, active: Ledger | None, *, ack_only: bool
+    ) -> Ledger:
+        """The ledger `ack` acknowledges (an ended answer's, or `active`, the
+        answer still being said), moved on; once its answer ended, what was
+        heard becomes the history (`ack_only`), or cuts it (a truncating ack)."""
+        ledger = self._find(response_id=ack.response_id, item_id=ack.item_id) or active
+        if ledger is None:
+            raise invalid(
+                "response_not_found",
+                f"no response {ack.response_id or ack.item_id} of this session to acknowledge",
+                "response_id",
+            )
+        committed = ack.committed_ms if ack.HasField("committed_ms") else ack.played_ms
+        ledger.acknowledge(ack.played_ms, committed)
+        if ledger is not active and (ack.truncate or ack_only):
+            await self.store_heard(ledger, ledger.committed_ms)
+        return ledger
+
+    async def store_heard(self, ledger: Ledger, audio_end_ms: int) -> str:
+        """Keep in history the words whose audio ends by `audio_end_ms`: the next prompt."""
+        heard = ledger.heard(audio_end_ms)
+        item = items.heard_item(ledger.item_id, heard)
+        if ledger.in_history:
+            await self._conversation.replace(item)
+        else:
+            # Right after the turn it answers, even if later turns came first.
+            await self._conversation.place(item, ledger.previous_item_id)
+            ledger.stored()
+        return heard

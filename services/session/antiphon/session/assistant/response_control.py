@@ -17,34 +17,25 @@ ends it; every frame's audio tokens go to stage1, which decodes them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from antiphon.common.ids import new_id
 from antiphon.session.actor.errors import invalid
 from antiphon.session.actor.journal import Emitter
-from antiphon.session.assistant.playback import Ledger, Ledgers
+from antiphon.session.assistant.playback import Playback
 from antiphon.session.assistant.preemption import Held, Preemption
-from antiphon.session.assistant.responses import ResponseOptions, ResponseState, item_status
+from antiphon.session.assistant.responses import (
+    ActiveResponse,
+    ResponseOptions,
+    ResponseState,
+    item_status,
+)
 from antiphon.session.config import policy, session_config
 from antiphon.session.config.current_config import CurrentConfig
-from antiphon.session.conversation import items
 from antiphon.session.conversation.conversation import Conversation
 from antiphon.session.metrics import SessionMetrics
 from antiphon.session.stage.stage_links import StageLinks
 from antiphon.session.user.turns import Turns
-from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
-
-
-@dataclass(frozen=True)
-class ActiveResponse:
-    """What the other parts may know of the response in flight: a copy of
-    its names, never the state itself (this part is its one writer)."""
-
-    id: str
-    item_id: str
-
 
 # Frames a model-native session may hold while its last response's audio is
 # still being decoded (stage1 answers within a step; this bounds a stuck one).
@@ -77,7 +68,7 @@ class ResponseControl:
         self._deferred: ResponseOptions | None = None
         # What the client played of recent answers, for acks and truncations
         # that come after their `response.done`.
-        self._ledgers = Ledgers()
+        self._playback = Playback(conversation)
         # The reply a client's truncate stopped, until its own cancel arrives.
         self._stopped_by_truncate = ""
         # A model-native session's frames that came while the response before
@@ -157,21 +148,8 @@ class ResponseControl:
             await self._replay(msg)
 
     async def _request(self, opts: ResponseOptions, *, user: str = "") -> stage_pb2.Generate:
-        """What stage0 is asked for an answer: the instructions, the committed
-        history, then `user`'s words when a turn not yet committed is answered."""
-        messages = [cpb.ChatMessage(role="system", content=opts.instructions)]
-        for item in await self._conversation.items():
-            messages.extend(items.prompt_messages(item))
-        if user:
-            messages.append(cpb.ChatMessage(role="user", content=user))
-        return stage_pb2.Generate(
-            messages=messages,
-            temperature=opts.temperature,
-            max_output_tokens=opts.max_output_tokens,
-            retention_ratio=session_config.retention_ratio(self._config.now),
-            tools=opts.tools,
-            tool_choice=opts.tool_choice,
-        )
+        history = await self._conversation.items()
+        return opts.request(history, session_config.retention_ratio(self._config.now), user)
 
     async def _replay(self, msg: Held) -> None:
         """What the stages sent of a preemptive answer, delivered as its response's own."""
@@ -276,7 +254,7 @@ class ResponseControl:
         await self._emitter.emit_all(
             r.terminal_events(status, reason, with_metrics=config.return_stage_metrics)
         )
-        self._ledgers.add(r.ledger)
+        self._playback.ended(r.ledger)
         self._metrics.responses.labels(status).inc()
         self._active = None
         if self._deferred is not None:
@@ -310,41 +288,14 @@ class ResponseControl:
         """A truncate of an answer's audio at `audio_end_ms`: what is still being
         said stops first, and history keeps the words heard by then (returned)."""
         await self.stop_for_truncate(item_id)
-        ledger = self._ledgers.find(item_id=item_id)
-        if ledger is None:
-            await self._conversation.get(item_id)  # an unknown id is item_not_found
-            raise invalid(
-                "invalid_value",
-                "only an assistant audio item of this session can be truncated",
-                "item_id",
-            )
-        if audio_end_ms > ledger.sent_ms:
-            raise invalid(
-                "invalid_value",
-                f"audio_end_ms {audio_end_ms} is past the item's audio ({ledger.sent_ms} ms)",
-                "audio_end_ms",
-            )
-        return await self._store_heard(ledger, audio_end_ms)
+        return await self._playback.truncate(item_id, audio_end_ms)
 
     async def acknowledge(self, ack: spb.PlaybackAck) -> spb.PlaybackAcknowledged:
-        """`output_audio.playback_ack`: what the client played of an answer,
-        and, once it is done, what history keeps of it."""
+        """`output_audio.playback_ack`: what the client played of an answer."""
         r = self._active
-        ledger = self._ledgers.find(response_id=ack.response_id, item_id=ack.item_id)
-        if ledger is None and r is not None and ack.response_id in ("", r.id):
-            ledger = r.ledger
-        if ledger is None:
-            raise invalid(
-                "response_not_found",
-                f"no response {ack.response_id or ack.item_id} of this session to acknowledge",
-                "response_id",
-            )
-        committed = ack.committed_ms if ack.HasField("committed_ms") else ack.played_ms
-        ledger.acknowledge(ack.played_ms, committed)
-        done = r is None or r.ledger is not ledger
-        if done and (ack.truncate or self._config.now.playback_commit_policy == "ack_only"):
-            # What was heard becomes the history (ack_only), or cuts it (truncate).
-            await self._store_heard(ledger, ledger.committed_ms)
+        active = r.ledger if r is not None and ack.response_id in ("", r.id) else None
+        ack_only = self._config.now.playback_commit_policy == "ack_only"
+        ledger = await self._playback.acknowledge(ack, active, ack_only=ack_only)
         return spb.PlaybackAcknowledged(
             session_id=self._config.session_id,
             epoch=self._links.epoch,
@@ -356,18 +307,6 @@ class ResponseControl:
             playback=ledger.playback(),
             history_committed=ledger.in_history,
         )
-
-    async def _store_heard(self, ledger: Ledger, audio_end_ms: int) -> str:
-        """Keep in history the words whose audio ends by `audio_end_ms`: the next prompt."""
-        heard = ledger.heard(audio_end_ms)
-        item = items.heard_item(ledger.item_id, heard)
-        if ledger.in_history:
-            await self._conversation.replace(item)
-        else:
-            # Right after the turn it answers, even if later turns came first.
-            await self._conversation.place(item, ledger.previous_item_id)
-            ledger.stored()
-        return heard
 
     # ---------------------------------------------------- stage results
     def current(self, response_id: str) -> ResponseState | None:

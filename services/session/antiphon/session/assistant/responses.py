@@ -27,8 +27,10 @@ from antiphon.common.ids import new_id
 from antiphon.session.actor.event_kinds import EventKind
 from antiphon.session.assistant.playback import Ledger
 from antiphon.session.config import tools
+from antiphon.session.conversation import items
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
+from antiphon.v1 import stage_pb2
 
 # (oneof field name, message): what the actor journals and sends.
 Event = tuple[EventKind, Message]
@@ -54,6 +56,34 @@ class ResponseOptions:
     def audio(self) -> bool:
         """Its answer is spoken."""
         return "audio" in self.output_modalities
+
+    def request(
+        self, history: list[cpb.Item], retention_ratio: float, user: str = ""
+    ) -> stage_pb2.Generate:
+        """What stage0 is asked for an answer: the instructions, the committed
+        `history`, then `user`'s words when a turn not yet committed is answered."""
+        messages = [cpb.ChatMessage(role="system", content=self.instructions)]
+        for item in history:
+            messages.extend(items.prompt_messages(item))
+        if user:
+            messages.append(cpb.ChatMessage(role="user", content=user))
+        return stage_pb2.Generate(
+            messages=messages,
+            temperature=self.temperature,
+            max_output_tokens=self.max_output_tokens,
+            retention_ratio=retention_ratio,
+            tools=self.tools,
+            tool_choice=self.tool_choice,
+        )
+
+
+@dataclass(frozen=True)
+class ActiveResponse:
+    """What the other parts may know of the response in flight: a copy of
+    its names, never the state itself (ResponseControl is its one writer)."""
+
+    id: str
+    item_id: str
 
 
 @dataclass
