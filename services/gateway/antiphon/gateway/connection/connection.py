@@ -70,10 +70,12 @@ from antiphon.gateway.connection.failover import FailOver, GrpcReplicas, Session
 from antiphon.gateway.connection.failover_state import Retry
 from antiphon.gateway.connection.outbox import Outbox
 from antiphon.gateway.dialects.dialect import OPENAI, Dialect
+from antiphon.gateway.dialects.halves import Lent
 from antiphon.gateway.edge.pinned import PinnedConfig
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.metrics import GatewayMetrics
-from antiphon.gateway.translate.translator import Translator, metric_label
+from antiphon.gateway.translate.commands import within_append_limit
+from antiphon.gateway.translate.translator import metric_label
 from antiphon.v1 import session_pb2 as spb
 
 tracer = trace.get_tracer("antiphon.gateway")
@@ -110,9 +112,14 @@ class Connection:
         self._audio_out = ws.audio_out
         self._metrics = metrics
         self._max_bytes = max_message_bytes
-        self._translator = Translator(dialect.client_types, pinned)
+        lent = Lent(
+            say=self._deliver,
+            refuse=self._refuse,
+            pinned=pinned,
+            max_append_bytes=max_append_bytes,
+        )
+        self._translator, self._project = dialect.connection_halves(lent)
         self._normalize = dialect.normalize
-        self._project = dialect.projector()
         self._opens_on_connect = dialect.opens_on_connect
         self._max_append = max_append_bytes
         self._first_event_timeout_s = first_event_timeout_s
@@ -188,6 +195,10 @@ class Connection:
         """No more frames but `last`; the writer then closes as `closing` says."""
         self._state.to(closing)
         self._outbox.close(closing, last, drop_backlog=drop_backlog)
+
+    def _refuse(self, error: ClientError) -> None:
+        """The dialect refuses this session (`Lent.refuse`): it ends, with `error`."""
+        self._leave(Leaving(error.code, CLOSE_POLICY, error, ends_session=True))
 
     def _end_first_event_window(self) -> None:
         """The client sent a frame (or is gone): its first-event window closes."""
@@ -302,7 +313,10 @@ class Connection:
                 else:
                     event = received
                     self._metrics.events_in.labels(metric_label(event)).inc()
-                    command = self._checked(self._translator.translate(event))
+                    translated = self._translator.translate(event)
+                    if translated is None:
+                        continue  # answered by the dialect itself
+                    command = self._checked(translated)
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
                 rejected = spb.ErrorEvent(
@@ -319,18 +333,7 @@ class Connection:
 
     def _checked(self, cmd: spb.ClientCommand) -> spb.ClientCommand:
         """A command within the limits no client can raise."""
-        if (
-            cmd.WhichOneof("kind") == "append_audio"
-            and len(cmd.append_audio.pcm16) > self._max_append
-        ):
-            # On the decoded audio, as OpenAI counts it (G.711 counts as the
-            # PCM16 it becomes: that is what crosses to the session).
-            raise ClientError(
-                "audio_too_large",
-                f"an append may carry at most {self._max_append} bytes of audio",
-                param="audio",
-            )
-        return cmd
+        return within_append_limit(cmd, self._max_append)
 
     # ----------------------------------------------------------- session
     async def _serve(self, first: spb.ClientCommand) -> None:
