@@ -24,8 +24,8 @@ from antiphon.gateway.dialects.halves import Interpreter, Lent, Projector
 from antiphon.gateway.dialects.openai_dialect import CLIENT_TYPES, OpenAIProjector
 from antiphon.gateway.dialects.projector import project
 from antiphon.gateway.dialects.shapes import Json
-from antiphon.gateway.live.live_state import LiveState
 from antiphon.gateway.live.inbound import LiveInterpreter
+from antiphon.gateway.live.live_state import LiveState
 from antiphon.gateway.live.outbound import LiveProjector
 from antiphon.gateway.translate.session_patch import query_flag
 from antiphon.gateway.translate.translator import Translator

@@ -120,7 +120,9 @@ class LiveInterpreter:
         raw = base64_audio(fields.required(event, "audio"), "audio")
         pcm16 = decode_field(raw, fmt.encoding, "audio").pcm16
         append = spb.AppendAudio(pcm16=pcm16, sample_rate_hz=fmt.sample_rate_hz)
-        cmd = within_append_limit(spb.ClientCommand(append_audio=append), state.lent.max_append_bytes)
+        cmd = within_append_limit(
+            spb.ClientCommand(append_audio=append), state.lent.max_append_bytes
+        )
         if state.muted:
             # Muted input is silence on the model's timeline, not a pause of it.
             cmd.append_audio.pcm16 = bytes(len(pcm16))

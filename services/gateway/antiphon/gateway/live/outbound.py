@@ -103,7 +103,12 @@ class LiveProjector:
         }
 
     def _error(self, e: spb.ErrorEvent) -> list[Json]:
-        error: Json = {"type": e.type, "code": e.code, "message": e.message, "param": e.param or None}
+        error: Json = {
+            "type": e.type,
+            "code": e.code,
+            "message": e.message,
+            "param": e.param or None,
+        }
         error.update(_answering(e.event_id))
         frame: Json = {
             "type": "error",

@@ -31,7 +31,7 @@ from __future__ import annotations
 import base64
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from antiphon.common.ids import new_id
@@ -67,22 +67,31 @@ class _Speech:
         return len(self.pcm16) // 2
 
 
-@dataclass
 class Timeline:
-    input_rate: int
-    # The track's chunk (PCM16 at TRACK_RATE) in the client's format.
-    convert: Callable[[bytes], bytes]
-    chunk_ms: int = CHUNK_MS
-    prebuffer_ms: int = PREBUFFER_MS
-    max_queue_ms: int = MAX_QUEUE_MS
-    usage_every_ms: int = USAGE_EVERY_MS
-    _heard: int = 0  # input samples at `input_rate`
-    _out: int = 0  # track samples sent
-    _queue: deque[_Speech] = field(default_factory=deque)
-    _last: _Speech | None = None  # the frame a transcript delta belongs to
-    _playing: bool = False
-    _ending: bool = False  # the utterance ended: play what is queued out
-    _usage_told: int = 0  # usage reports so far
+    def __init__(
+        self,
+        input_rate: int,
+        convert: Callable[[bytes], bytes],
+        *,
+        chunk_ms: int = CHUNK_MS,
+        prebuffer_ms: int = PREBUFFER_MS,
+        max_queue_ms: int = MAX_QUEUE_MS,
+        usage_every_ms: int = USAGE_EVERY_MS,
+    ) -> None:
+        self.input_rate = input_rate
+        # The track's chunk (PCM16 at TRACK_RATE) in the client's format.
+        self.convert = convert
+        self.chunk_ms = chunk_ms
+        self.prebuffer_ms = prebuffer_ms
+        self.max_queue_ms = max_queue_ms
+        self.usage_every_ms = usage_every_ms
+        self._heard = 0  # input samples at `input_rate`
+        self._out = 0  # track samples sent
+        self._queue: deque[_Speech] = deque()
+        self._last: _Speech | None = None  # the frame a transcript delta belongs to
+        self._playing = False
+        self._ending = False  # the utterance ended: play what is queued out
+        self._usage_told = 0  # usage reports so far
 
     # ------------------------------------------------------------ clock
     @property
@@ -105,7 +114,11 @@ class Timeline:
         while self.now_ms // self.usage_every_ms > self._usage_told:
             self._usage_told += 1
             frames.append(
-                {"type": "session.usage.updated", "event_id": new_id("event"), "usage": self.usage()}
+                {
+                    "type": "session.usage.updated",
+                    "event_id": new_id("event"),
+                    "usage": self.usage(),
+                }
             )
         return frames
 
