@@ -3,10 +3,12 @@ call_socket.py): read, translate, forward; receive, project, write.
 
 Exactly one task writes to the socket (the writer), so events keep the
 order the session gave them. The route picks the dialect (OpenAI's, the
-duplex extensions of `?duplex=1`, or the native `/v1/duplex` names); the
-connection holds that dialect's projector, which may send nothing for an
-event its dialect has no name for (or hold a frame back to keep its
-dialect's order). OpenAI's dialect opens the session as the socket is
+duplex extensions of `?duplex=1`, the native `/v1/duplex` names, or
+GPT-Live's); the connection holds that dialect's two halves, whose
+projector may send nothing for an event its dialect has no name for (or
+hold a frame back to keep its dialect's order). A dialect may answer an
+event itself, send frames of its own (GPT-Live's output track, clocked by
+the client's audio) or end the session (`Lent`). OpenAI's dialect opens the session as the socket is
 accepted (`session.created` first, with the server's defaults); the others
 open on the client's first `session.update` or `session.resume`.
 A refused client event is sent to the session as `rejected`, which journals
