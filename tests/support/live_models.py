@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from openai.types.live import ServerEvent
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
-from tests.support.openai_models import describe, extras, models_of
+from tests.support.openai_models import judged, models_of
 
 Frame = dict[str, Any]
 
@@ -22,16 +22,4 @@ _SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ServerEvent)
 
 def violations(frame: Frame) -> list[str]:
     """Everything a strict GPT-Live client refuses in `frame`; [] when none."""
-    model = SERVER_MODELS.get(frame.get("type", ""))
-    if model is None:
-        return [f"{frame.get('type')!r} is not a GPT-Live server event type"]
-    try:
-        parsed = model.model_validate(frame, strict=True)
-    except ValidationError as exc:
-        return [f"{model.__name__}: {describe(err)}" for err in exc.errors()]
-    problems = [f"undeclared field {path}" for path in extras(parsed)]
-    try:
-        _SERVER_EVENT.validate_python(frame, strict=True)
-    except ValidationError:
-        problems.append("the SDK's live ServerEvent union refuses it")
-    return problems
+    return judged(frame, SERVER_MODELS, _SERVER_EVENT, "GPT-Live", "live ServerEvent")

@@ -45,9 +45,22 @@ CLIENT_TYPES = frozenset(models_of(RealtimeClientEvent))
 
 def violations(frame: Frame) -> list[str]:
     """Everything a strict `openai` SDK client refuses in `frame`; [] when none."""
-    model = SERVER_MODELS.get(frame.get("type", ""))
+    # The union is what the Agents SDK and the `openai` SDK's own parsing go through.
+    return judged(frame, SERVER_MODELS, _SERVER_EVENT, "OpenAI", "RealtimeServerEvent")
+
+
+def judged(
+    frame: Frame,
+    models: dict[str, type[BaseModel]],
+    union: TypeAdapter[Any],
+    protocol: str,
+    union_name: str,
+) -> list[str]:
+    """What a strict client refuses in `frame`: the model of its type and
+    the event `union`, strictly; every key no model declares."""
+    model = models.get(frame.get("type", ""))
     if model is None:
-        return [f"{frame.get('type')!r} is not an OpenAI server event type"]
+        return [f"{frame.get('type')!r} is not an {protocol} server event type"]
     try:
         parsed = model.model_validate(frame, strict=True)
     except ValidationError as exc:
@@ -58,10 +71,9 @@ def violations(frame: Frame) -> list[str]:
         if (frame["type"], path) not in OPENAI_SENDS
     ]
     try:
-        # What the Agents SDK and the `openai` SDK's own parsing go through.
-        _SERVER_EVENT.validate_python(frame, strict=True)
+        union.validate_python(frame, strict=True)
     except ValidationError:
-        problems.append("the SDK's RealtimeServerEvent union refuses it")
+        problems.append(f"the SDK's {union_name} union refuses it")
     return problems
 
 

@@ -77,6 +77,7 @@ from antiphon.gateway.edge.pinned import PinnedConfig
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.translate.commands import within_append_limit
+from antiphon.gateway.translate.fields import client_event_id
 from antiphon.gateway.translate.translator import metric_label
 from antiphon.v1 import session_pb2 as spb
 
@@ -301,7 +302,9 @@ class Connection:
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
                 # No session yet, so nothing is journaled: seq 0 marks it.
-                self._local_error(err.type, err.code, err.message, err.param, _event_id(event))
+                self._local_error(
+                    err.type, err.code, err.message, err.param, client_event_id(event)
+                )
 
     async def _read_socket(self) -> None:
         """Client events -> commands, for the life of the connection."""
@@ -326,7 +329,7 @@ class Connection:
                     code=err.code,
                     message=err.message,
                     param=err.param,
-                    event_id=_event_id(event),
+                    event_id=client_event_id(event),
                 )
                 command = spb.ClientCommand(rejected=rejected)
             # Waits while the session stream is behind: the socket is not read
@@ -453,14 +456,3 @@ class Connection:
             return
         with contextlib.suppress(Exception):
             await self._ws.close(frame.code, frame.reason or None)
-
-
-def _event_id(event: dict[str, Any] | None) -> str:
-    eid = (event or {}).get("event_id")
-    if not isinstance(eid, str):
-        return ""
-    try:
-        eid.encode()
-    except UnicodeEncodeError:  # a lone surrogate (JSON may escape one) fits no protobuf string
-        return ""
-    return eid

@@ -78,7 +78,7 @@ class LiveInterpreter:
             )
         strict(event, _ENVELOPE | {"session"})
         config = start_config(event)
-        event_id = _event_id(event)
+        event_id = fields.client_event_id(event)
         self._state.start(config, event_id)
         open_ = spb.OpenSession(config=config.patch)
         return spb.ClientCommand(client_type=START, event_id=event_id, open=open_)
@@ -101,7 +101,7 @@ class LiveInterpreter:
         cmd = build(self, event)
         if cmd is not None:
             cmd.client_type = etype
-            cmd.event_id = _event_id(event)
+            cmd.event_id = fields.client_event_id(event)
         return cmd
 
     # ---------------------------------------------------------- events
@@ -136,7 +136,7 @@ class LiveInterpreter:
         frame: Json = {
             "type": "session.input_audio.muted" if muted else "session.input_audio.unmuted",
             "event_id": new_id("event"),
-            "client_event_id": _event_id(event) or None,
+            "client_event_id": fields.client_event_id(event) or None,
         }
         self._state.say([frame])
         return None
@@ -162,7 +162,7 @@ class LiveInterpreter:
 
     def _close(self, event: Json) -> spb.ClientCommand | None:
         strict(event, _ENVELOPE)
-        self._state.close_event_id = _event_id(event)
+        self._state.close_event_id = fields.client_event_id(event)
         return spb.ClientCommand(close=spb.CloseSession())
 
 
@@ -182,14 +182,3 @@ def _type(event: Json) -> str:
     if not isinstance(t, str) or not t:
         raise ClientError("missing_required_parameter", "every event needs a `type`", param="type")
     return t
-
-
-def _event_id(event: Json) -> str:
-    eid = event.get("event_id")
-    if not isinstance(eid, str):
-        return ""
-    try:
-        eid.encode()
-    except UnicodeEncodeError:  # a lone surrogate (JSON may escape one) fits no protobuf string
-        return ""
-    return eid
