@@ -7,6 +7,7 @@ import base64
 from typing import Any
 
 import pytest
+from openai.types.live import ClientEvent
 
 from antiphon.gateway.dialects.dialect import LIVE
 from antiphon.gateway.dialects.halves import Interpreter, Lent, Projector
@@ -15,6 +16,7 @@ from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from tests.gateway import server_events as server
 from tests.support.live_models import violations
+from tests.support.openai_models import models_of
 
 MODEL: dict[str, Any] = {
     "model": "gpt-live-1",
@@ -303,3 +305,15 @@ def test_every_server_event_kind_is_projected_or_left_out_and_what_goes_out_is_v
     sock.start()
     for frame in sock.project(server.event(kind)):
         assert violations(frame) == [], (kind, frame)
+
+
+def test_every_client_type_of_the_sdk_is_served_or_refused_by_name() -> None:
+    """A type the SDK gains fails here until the interpreter knows it."""
+    assert frozenset(models_of(ClientEvent)) == LIVE.client_types
+    for etype in LIVE.client_types or ():
+        sock = Socket()
+        sock.start()
+        try:
+            sock.inbound.translate({"type": etype})
+        except ClientError as err:
+            assert err.code != "invalid_value" or err.param != "type", etype

@@ -123,6 +123,7 @@ class Connection:
         )
         self._translator, self._project = dialect.connection_halves(lent)
         self._normalize = dialect.normalize
+        self._client_types = dialect.client_types
         self._opens_on_connect = dialect.opens_on_connect
         self._max_append = max_append_bytes
         self._first_event_timeout_s = first_event_timeout_s
@@ -297,7 +298,7 @@ class Connection:
                     if isinstance(received, spb.ClientCommand)
                     else received
                 )
-                self._metrics.events_in.labels(metric_label(event)).inc()
+                self._metrics.events_in.labels(metric_label(event, self._client_types)).inc()
                 return self._translator.open(event, query)
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
@@ -317,7 +318,7 @@ class Connection:
                     command = self._checked(received)
                 else:
                     event = received
-                    self._metrics.events_in.labels(metric_label(event)).inc()
+                    self._metrics.events_in.labels(metric_label(event, self._client_types)).inc()
                     translated = self._translator.translate(event)
                     if translated is None:
                         continue  # answered by the dialect itself

@@ -24,6 +24,7 @@ from antiphon.gateway.dialects.halves import Interpreter, Lent, Projector
 from antiphon.gateway.dialects.openai_dialect import CLIENT_TYPES, OpenAIProjector
 from antiphon.gateway.dialects.projector import project
 from antiphon.gateway.dialects.shapes import Json
+from antiphon.gateway.live.inbound import CLIENT_TYPES as LIVE_TYPES
 from antiphon.gateway.live.inbound import LiveInterpreter
 from antiphon.gateway.live.live_state import LiveState
 from antiphon.gateway.live.outbound import LiveProjector
@@ -45,6 +46,7 @@ class Dialect:
     # on connect), not on the client's first `session.update`.
     opens_on_connect: bool = False
     # The client event types it takes, as sent; None: all the translator knows.
+    # (GPT-Live's, which its own interpreter reads, name its metric labels.)
     client_types: frozenset[str] | None = None
     # Both halves at once, for a dialect whose halves share state (else the
     # `Translator` and `projector`).
@@ -77,7 +79,7 @@ def _live_halves(lent: Lent) -> tuple[Interpreter, Projector]:
     return LiveInterpreter(state), LiveProjector(state)
 
 
-LIVE = Dialect("live", _same, None, halves=_live_halves)
+LIVE = Dialect("live", _same, None, client_types=LIVE_TYPES, halves=_live_halves)
 
 
 def realtime_dialect(query: Mapping[str, str]) -> Dialect:

@@ -52,8 +52,22 @@ NOT_SERVED = {
     "decision.create": "Decisions are not served",
     "decision.item.create": "Decisions are not served",
     "decision.item.delete": "Decisions are not served",
-    "output_audio.fixture.play": "audio fixtures are not served",
+    "session.output_audio.fixture.play": "audio fixtures are not served",
 }
+
+
+# Every GPT-Live client event type (the SDK's `ClientEvent`), served or not.
+CLIENT_TYPES = frozenset(
+    {
+        START,
+        "session.input_audio.append",
+        "session.input_audio.mute",
+        "session.input_audio.unmute",
+        *CONTEXT_CHANNELS,
+        "session.close",
+        *NOT_SERVED,
+    }
+)
 
 
 class LiveInterpreter:

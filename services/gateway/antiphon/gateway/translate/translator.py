@@ -61,13 +61,14 @@ def canonical_type(event: Event) -> str:
     return ALIASES.get(t, t)
 
 
-def metric_label(event: Event) -> str:
+def metric_label(event: Event, dialect_types: frozenset[str] | None = None) -> str:
     """The event's type as a metric label; client-made names collapse to one,
-    so a client cannot grow the metric's series without bound."""
+    so a client cannot grow the metric's series without bound. A dialect's
+    own types (`dialect_types`: GPT-Live's) count as known."""
     t = event.get("type")
     if not isinstance(t, str):  # a list or object type is unhashable: never a lookup key
         return "unknown"
-    known = t in ALIASES or t in HANDLERS or t == "session.resume"
+    known = t in ALIASES or t in HANDLERS or t == "session.resume" or t in (dialect_types or ())
     return t if known else "unknown"
 
 
