@@ -317,3 +317,9 @@ def test_every_client_type_of_the_sdk_is_served_or_refused_by_name() -> None:
             sock.inbound.translate({"type": etype})
         except ClientError as err:
             assert err.code != "invalid_value" or err.param != "type", etype
+
+
+def test_a_string_no_protobuf_can_hold_is_refused_not_a_crash() -> None:
+    sock = Socket()
+    err = refusal(sock.inbound.open, with_session(model="gpt\ud800live"), {})
+    assert err.code == "invalid_value"

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from antiphon.common.ids import new_id
 from antiphon.gateway.dialects.halves import Json
-from antiphon.gateway.errors import ClientError
+from antiphon.gateway.errors import ClientError, not_unicode
 from antiphon.gateway.live.live_state import LiveState
 from antiphon.gateway.live.start_config import start_config, strict
 from antiphon.gateway.translate import fields
@@ -75,6 +75,12 @@ class LiveInterpreter:
         self._state = state
 
     def open(self, event: Json, query: dict[str, str]) -> spb.ClientCommand:
+        try:
+            return self._open(event)
+        except UnicodeEncodeError as exc:
+            raise not_unicode() from exc
+
+    def _open(self, event: Json) -> spb.ClientCommand:
         etype = _type(event)
         if etype != START:
             raise ClientError(
@@ -104,6 +110,12 @@ class LiveInterpreter:
         """Nothing to adopt: a GPT-Live socket never resumes a session."""
 
     def translate(self, event: Json) -> spb.ClientCommand | None:
+        try:
+            return self._translate(event)
+        except UnicodeEncodeError as exc:
+            raise not_unicode() from exc
+
+    def _translate(self, event: Json) -> spb.ClientCommand | None:
         etype = _type(event)
         build = _EVENTS.get(etype)
         if build is None:

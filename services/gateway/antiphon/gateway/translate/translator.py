@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from antiphon.common.audio_formats import PCM16
 from antiphon.gateway.edge.pinned import PinnedConfig
-from antiphon.gateway.errors import ClientError
+from antiphon.gateway.errors import ClientError, not_unicode
 from antiphon.gateway.translate import commands, fields
 from antiphon.gateway.translate.audio_formats import WAV, base64_audio, decode_field, event_format
 from antiphon.gateway.translate.fields import Event
@@ -96,7 +96,7 @@ class Translator:
         try:
             return self._translate(event)
         except UnicodeEncodeError as exc:
-            raise _not_unicode() from exc
+            raise not_unicode() from exc
 
     def _translate(self, event: Event) -> spb.ClientCommand:
         if self._client_types is not None:
@@ -129,7 +129,7 @@ class Translator:
         try:
             return self._open(event, query)
         except UnicodeEncodeError as exc:
-            raise _not_unicode() from exc
+            raise not_unicode() from exc
 
     def _open(self, event: Event, query: dict[str, str]) -> spb.ClientCommand:
         etype = canonical_type(event)
@@ -207,11 +207,6 @@ class Translator:
 
     def _create_item(self, event: Event) -> spb.ClientCommand:
         return spb.ClientCommand(create_item=create_item(event, self._input_encoding))
-
-
-def _not_unicode() -> ClientError:
-    # JSON may escape a lone UTF-16 surrogate ("\\ud800"); no protobuf string holds one.
-    return ClientError("invalid_value", "strings must be valid Unicode (no lone UTF-16 surrogates)")
 
 
 # A builder gets the connection's translator (for the declared input
