@@ -323,3 +323,22 @@ def test_a_string_no_protobuf_can_hold_is_refused_not_a_crash() -> None:
     sock = Socket()
     err = refusal(sock.inbound.open, with_session(model="gpt\ud800live"), {})
     assert err.code == "invalid_value"
+
+
+def test_session_started_comes_first_even_after_early_audio_and_a_mute() -> None:
+    """A client may append before it read `session.started`: what that audio
+    released (and the mute's answer) follows it."""
+    sock = Socket()
+    sock.inbound.open(START, {})
+    sock.append(bytes(9600))
+    sock.inbound.translate({"type": "session.input_audio.mute"})
+    assert sock.said == []
+    st = server.state(model="gpt-live-1")
+    st.capabilities.CopyFrom(MOSHI)
+    frames = sock.project(server.event("session_created", st))
+    assert [f["type"] for f in frames] == [
+        "session.started",
+        "session.output_audio.delta",
+        "session.output_audio.delta",
+        "session.input_audio.muted",
+    ]

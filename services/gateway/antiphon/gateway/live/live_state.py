@@ -9,7 +9,7 @@ socket: GPT-Live has no resume, so a new socket is a new session.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from antiphon.gateway.dialects.halves import Json, Lent
 from antiphon.gateway.live.start_config import StartConfig
@@ -29,6 +29,7 @@ class LiveState:
     # The client's ids that `session.started` and `session.closed` answer.
     start_event_id: str = ""
     close_event_id: str = ""
+    _held: list[Json] = field(default_factory=list)
 
     def start(self, config: StartConfig, event_id: str) -> None:
         self.config = config
@@ -37,5 +38,16 @@ class LiveState:
         self.timeline = Timeline(fmt.sample_rate_hz, TrackFormat(fmt).convert)
 
     def say(self, frames: list[Json]) -> None:
+        """Frames of the dialect's own; held until `session.started` went out,
+        which comes first (a client may append before it has read it)."""
+        if self.session is None:
+            self._held += frames
+            return
         for frame in frames:
             self.lent.say(frame)
+
+    def started(self, st: spb.SessionState) -> list[Json]:
+        """The session started: what was held goes out after its answer."""
+        self.session = st
+        held, self._held = self._held, []
+        return held

@@ -70,7 +70,7 @@ class LiveProjector:
         return []
 
     def _started(self, st: spb.SessionState) -> list[Json]:
-        self._state.session = st
+        held = self._state.started(st)
         if not st.capabilities.model_native:
             self._state.lent.refuse(
                 ClientError(
@@ -88,7 +88,8 @@ class LiveProjector:
                 "event_id": new_id("event"),
                 "session": self._resource(),
                 **_answering(self._state.start_event_id),
-            }
+            },
+            *held,
         ]
 
     def _closed(self, reason: str, client_event_id: str = "") -> Json:
