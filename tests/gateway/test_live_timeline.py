@@ -130,3 +130,15 @@ def test_g711_silence_is_encoded_silence() -> None:
     t = Timeline(8000, TrackFormat(fmt).convert)
     chunks = audio(t.heard(8000 // 5))
     assert chunks and all(set(c) == {0xFF} for c in chunks)  # mu-law's zero
+
+
+def test_a_word_is_told_after_the_delta_that_ends_its_audio_never_before() -> None:
+    t = timeline(prebuffer_ms=0)
+    t.spoke(speech(2 * FRAME))  # 160 ms: it ends in the second chunk
+    assert t.said("long") == []
+    first = t.heard(RATE // 10)
+    assert of(first, "session.output_transcript.delta") == []
+    second = t.heard(RATE // 10)
+    [told] = of(second, "session.output_transcript.delta")
+    assert (told["start_ms"], told["end_ms"]) == (0, 160)
+    assert second.index(told) > 0  # after the audio delta that ends it

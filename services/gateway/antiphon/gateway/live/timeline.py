@@ -18,7 +18,7 @@ its audio deltas into that track, with no I/O:
   input while the model went on talking) loses its oldest speech.
 - Each frame's text goes out as `session.output_transcript.delta` with the
   span its audio took on the track (`start_ms`, `end_ms`: timeline ms), once
-  that audio is placed.
+  all that audio went out: the text never runs ahead of the audio it names.
 - `session.usage.updated` every `usage_every_ms` of timeline: cumulative
   whole seconds.
 
@@ -89,6 +89,7 @@ class Timeline:
         self._out = 0  # track samples sent
         self._queue: deque[_Speech] = deque()
         self._last: _Speech | None = None  # the frame a transcript delta belongs to
+        self._placed: deque[_Speech] = deque()  # on the track, not yet all of it
         self._playing = False
         self._ending = False  # the utterance ended: play what is queued out
         self._usage_told = 0  # usage reports so far
@@ -134,14 +135,14 @@ class Timeline:
         return self._release()
 
     def said(self, text: str) -> list[Json]:
-        """The text of the frame last `spoke`; told once its audio is placed."""
+        """The text of the frame last `spoke`; told once all its audio went out."""
         speech = self._last
         if speech is None:
             # Text with no audio of its own: an instant on the track.
             return [self._transcript(text, self._out, self._out)]
         speech.text += text
-        if speech.start is None:
-            return []
+        if speech.start is None or speech.start + speech.samples > self._out:
+            return []  # told once all its audio is on the track
         return self._tell(speech)
 
     def quiet(self) -> list[Json]:
@@ -162,12 +163,11 @@ class Timeline:
                 ready = self._queued() >= self.prebuffer_ms * _SAMPLES_PER_MS
                 self._playing = bool(self._queue) and (ready or self._ending)
             pcm = bytearray()
-            placed: list[_Speech] = []
             while self._playing and self._queue and len(pcm) < chunk * 2:
                 speech = self._queue[0]
                 if speech.start is None:
                     speech.start = self._out + len(pcm) // 2
-                    placed.append(speech)
+                    self._placed.append(speech)
                 take = speech.pcm16[speech.played : speech.played + chunk * 2 - len(pcm)]
                 pcm += take
                 speech.played += len(take)
@@ -184,9 +184,14 @@ class Timeline:
                     "delta": base64.b64encode(self.convert(bytes(pcm))).decode(),
                 }
             )
-            for speech in placed:
-                frames += self._tell(speech)
+            while self._placed and self._ends(self._placed[0]) <= self._out:
+                frames += self._tell(self._placed.popleft())
         return frames
+
+    @staticmethod
+    def _ends(speech: _Speech) -> int:
+        assert speech.start is not None  # placed
+        return speech.start + speech.samples
 
     def _tell(self, speech: _Speech) -> list[Json]:
         if not speech.text or speech.told or speech.start is None:
