@@ -10,7 +10,9 @@ Hostile input is sent raw, as no SDK would send it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 import subprocess
 from typing import Any
@@ -19,6 +21,7 @@ import numpy as np
 import pytest
 import websockets
 from stack import LocalStack
+from websockets.exceptions import ConnectionClosed
 
 from tests.clients.harness import CLIENTS_PYTHON, HERE, Utterance, write_wav
 from tests.support.live_models import violations
@@ -140,3 +143,41 @@ async def test_hostile_input_gets_typed_errors(duplex_stack: LocalStack) -> None
         closed = await ask({"type": "session.close", "event_id": "e7"})
         assert (closed["type"], closed["reason"]) == ("session.closed", "close_requested")
     assert all(violations(f) == [] for f in got), [violations(f) for f in got]
+
+
+async def test_the_output_stalls_when_the_input_stops_and_resumes_with_it(
+    duplex_stack: LocalStack,
+) -> None:
+    """A second of audio buys a second of output; a silent client gets
+    nothing more however long it waits, and its next audio buys more. Muted
+    audio moves the clock as well (the model hears silence)."""
+    url = f"ws://127.0.0.1:{duplex_stack.ports.gateway}/v1/live/sessions"
+    second = base64.b64encode(bytes(48000)).decode()  # 1 s at 24 kHz
+    append = {"type": "session.input_audio.append", "audio": second}
+    got: list[Frame] = []
+    async with websockets.connect(url) as ws:
+
+        async def read_for(seconds: float) -> list[Frame]:
+            frames: list[Frame] = []
+            with contextlib.suppress(TimeoutError, ConnectionClosed):
+                async with asyncio.timeout(seconds):
+                    while True:
+                        frames.append(json.loads(await ws.recv()))
+            got.extend(frames)
+            return frames
+
+        await ws.send(json.dumps({"type": "session.start", "session": {"model": "gpt-live-1"}}))
+        await ws.send(json.dumps(append))
+        first = await read_for(2.0)
+        assert first[0]["type"] == "session.started"
+        assert len(of(first, "session.output_audio.delta")) == 10
+        assert of(await read_for(1.5), "session.output_audio.delta") == []  # stalled
+        await ws.send(json.dumps({"type": "session.input_audio.mute", "event_id": "m"}))
+        await ws.send(json.dumps(append))
+        resumed = await read_for(1.0)
+        assert resumed[0]["type"] == "session.input_audio.muted"
+        assert len(of(resumed, "session.output_audio.delta")) == 10
+        await ws.send(json.dumps({"type": "session.close"}))
+        [closed] = of(await read_for(5.0), "session.closed")
+        assert closed["usage"]["seconds"] == 2.0
+    assert all(violations(f) == [] for f in got)
