@@ -181,3 +181,32 @@ async def test_the_output_stalls_when_the_input_stops_and_resumes_with_it(
         [closed] = of(await read_for(5.0), "session.closed")
         assert closed["usage"]["seconds"] == 2.0
     assert all(violations(f) == [] for f in got)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "silence", "bytes_per_s"),
+    [
+        ({"type": "audio/pcmu", "rate": 8000}, b"\xff" * 8000, 8000),
+        ({"type": "audio/pcm", "rate": 16000}, bytes(32000), 32000),
+    ],
+    ids=["g711-ulaw", "pcm-16k"],
+)
+async def test_the_track_is_in_the_start_s_format_both_ways(
+    duplex_stack: LocalStack, fmt: Frame, silence: bytes, bytes_per_s: int
+) -> None:
+    """The session hears the client's format and speaks the track's PCM; the
+    gateway gives the track back in the client's format, a second for a second."""
+    url = f"ws://127.0.0.1:{duplex_stack.ports.gateway}/v1/live/sessions"
+    start = {"type": "session.start", "session": {"model": "m", "audio": {"format": fmt}}}
+    append = {"type": "session.input_audio.append", "audio": base64.b64encode(silence).decode()}
+    async with websockets.connect(url) as ws:
+        await ws.send(json.dumps(start))
+        started = json.loads(await ws.recv())
+        assert started["type"] == "session.started", started
+        assert started["session"]["audio"]["format"] == fmt
+        await ws.send(json.dumps(append))
+        deltas = [json.loads(await ws.recv()) for _ in range(10)]
+    audio = b"".join(base64.b64decode(d["delta"]) for d in deltas)
+    assert {d["type"] for d in deltas} == {"session.output_audio.delta"}
+    # A second of output, less the resampler's few ms of delay.
+    assert bytes_per_s * 0.97 <= len(audio) <= bytes_per_s
