@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from antiphon.common.event_kinds import kind_of
 from antiphon.common.ids import new_id
+from antiphon.gateway.connection.failover import SessionUnavailable
 from antiphon.gateway.dialects.halves import Json
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.live.live_state import LiveState
@@ -39,8 +40,6 @@ EXPIRED = {
     "idle_ttl_expired": "expired",
     "disconnect_grace_expired": "connection_lost",
 }
-# The gateway's own error when no session replica took the session back.
-SESSION_UNAVAILABLE = "session_unavailable"
 
 
 class LiveProjector:
@@ -117,7 +116,8 @@ class LiveProjector:
             "error": error,
             **_answering(e.event_id),
         }
-        if e.code == SESSION_UNAVAILABLE and self._state.session is not None:
+        if e.code == SessionUnavailable.code and self._state.session is not None:
+            # No session replica took the session back: it is lost to this client.
             return [frame, self._closed("connection_lost")]
         return [frame]
 
