@@ -105,6 +105,16 @@ def test_the_start_opens_the_session_and_is_answered_with_the_resolved_resource(
             "session.audio.format.type",
         ),
         (
+            with_session(audio={"format": {"type": "pcm16", "rate": 24000}}),
+            "invalid_value",
+            "session.audio.format.type",
+        ),
+        (
+            with_session(audio={"format": {"type": "audio/pcmu", "rate": 16000}}),
+            "invalid_value",
+            "session.audio.format.rate",
+        ),
+        (
             with_session(audio={"format": {"type": "audio/pcm", "bits": 16}}),
             "unknown_parameter",
             "session.audio.format.bits",

@@ -25,23 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from antiphon.common.audio_formats import (
-    G711,
-    G711_ALAW,
-    G711_RATE,
-    G711_ULAW,
-    PCM16,
-    PCM_INPUT_RATES,
-)
+from antiphon.common.audio_formats import G711, G711_RATE, PCM16, PCM_INPUT_RATES
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.live.track_format import TRACK_RATE
 from antiphon.gateway.translate import fields
+from antiphon.gateway.translate.audio_formats import NAMES, ga_type
 from antiphon.v1 import common_pb2 as cpb
 
 Json = dict[str, Any]
 
-# GPT-Live's format types; OpenAI's default format.
-TYPES = {"audio/pcm": PCM16, "audio/pcmu": G711_ULAW, "audio/pcma": G711_ALAW}
+# OpenAI's default format.
 DEFAULT_FORMAT = cpb.AudioFormat(encoding=PCM16, sample_rate_hz=TRACK_RATE)
 _SESSION_KEYS = frozenset(
     {
@@ -136,8 +129,9 @@ def audio_format(value: Any) -> cpb.AudioFormat:
     fmt = fields.obj(value, param)
     strict(fmt, frozenset({"type", "rate"}), f"{param}.")
     name = fields.string(fields.required(fmt, "type", f"{param}.type"), f"{param}.type")
-    encoding = TYPES.get(name)
-    if encoding is None:
+    encoding = NAMES.get(name)
+    # GPT-Live names its formats by their GA types only (no "pcm16", no WAV).
+    if encoding is None or ga_type(encoding) != name:
         raise ClientError(
             "invalid_value",
             f"Invalid value: '{name}'. Supported values are: 'audio/pcm', 'audio/pcmu', "
@@ -157,5 +151,4 @@ def audio_format(value: Any) -> cpb.AudioFormat:
 
 def format_json(fmt: cpb.AudioFormat) -> Json:
     """The resolved `audio.format` as GPT-Live writes it."""
-    name = next(t for t, encoding in TYPES.items() if encoding == fmt.encoding)
-    return {"type": name, "rate": fmt.sample_rate_hz}
+    return {"type": ga_type(fmt.encoding), "rate": fmt.sample_rate_hz}
