@@ -7,6 +7,9 @@ workers (`mimi`: Mimi's decoder), real Redis, real gRPC and WebSockets, the
 tokens are sampled, so the random model talks and goes quiet by itself as a
 real one does: the tests hold the contract to whatever it decides.
 
+The stack (`duplex_stack`, tests/e2e/conftest.py) starts once per test
+session: GPT-Live's tests (test_live_sessions.py) talk to it too.
+
 Audio goes out as a microphone sends it (a 200 ms append every 200 ms, then
 live silence), in two voices at both input rates.
 """
@@ -17,12 +20,12 @@ import asyncio
 import base64
 import contextlib
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
-from stack import REPO, LocalStack, Ports, free_port
+from stack import LocalStack
 
 from antiphon.client import Microphone
 from tests.support.realtime import (
@@ -33,11 +36,10 @@ from tests.support.realtime import (
     realtime_url,
 )
 from tests.support.speech import VOICES, Voice, spoken
-from tests.support.stacks import bound_worker, respawn, started
+from tests.support.stacks import bound_worker, respawn
 
 pytestmark = [pytest.mark.stack, pytest.mark.models]
 
-PROFILE = REPO / "deploy" / "profiles" / "duplex.yaml"
 QUESTION = "Hello there, how are you doing today?"
 # What a response of this model looks like on the wire, in order.
 OPENING = [
@@ -47,45 +49,6 @@ OPENING = [
     "response.output_item.added",
     "response.content_part.added",
 ]
-
-
-@pytest.fixture(scope="module")
-def spare_ports() -> dict[str, int]:
-    """The ports of each stage's second worker, by process name."""
-    return {"stage0_b": free_port(), "stage1_b": free_port()}
-
-
-@pytest.fixture(scope="module")
-def duplex_stack(
-    request: pytest.FixtureRequest, spare_ports: dict[str, int]
-) -> Iterator[LocalStack]:
-    ports = Ports.free()
-    spare0, spare1 = spare_ports["stage0_b"], spare_ports["stage1_b"]
-    stack = LocalStack(
-        ports=ports,
-        profile=PROFILE,
-        extra_env={
-            # Both stages read it: stage0 builds the encoder and LM, stage1 the decoder.
-            "ANTIPHON_DUPLEX_CHECKPOINT": "random:tiny",
-            # Sampled (greedy random weights settle on one token): the model
-            # talks, pads and goes quiet by itself.
-            "ANTIPHON_DUPLEX_TEMPERATURE": "1.0",
-            "ANTIPHON_DUPLEX_TEXT_TEMPERATURE": "1.0",
-            "ANTIPHON_DUPLEX_QUIET_FRAMES": "2",
-            "ANTIPHON_DUPLEX_SEED": "7",
-            "ANTIPHON_CAPACITY": "3",
-            "ANTIPHON_MAX_SESSIONS": "4",
-            "ANTIPHON_DISCONNECT_GRACE_S": "10",
-            "ANTIPHON_STAGE0_ADDRESSES": f'["127.0.0.1:{ports.stage0}", "127.0.0.1:{spare0}"]',
-            "ANTIPHON_STAGE1_ADDRESSES": f'["127.0.0.1:{ports.stage1}", "127.0.0.1:{spare1}"]',
-        },
-    )
-    with started(request, stack, timeout_s=180):
-        stack.spawn_grpc("stage0_b", "stage0", spare0, free_port())
-        stack.spawn_grpc("stage1_b", "stage1", spare1, free_port())
-        stack.wait_grpc_ready(spare0, "antiphon.v1.Stage0Service")
-        stack.wait_grpc_ready(spare1, "antiphon.v1.Stage1Service")
-        yield stack
 
 
 def session(rate: int) -> dict[str, Any]:

@@ -99,3 +99,24 @@ async def test_a_drain_closes_a_socket_not_yet_open_with_1012(
         assert await _until_closed(ws) == []
         assert (ws.close_code, ws.close_reason) == (1012, "service_restart")
         await draining
+
+
+async def test_a_gpt_live_socket_refuses_events_before_its_start_then_opens_on_it(
+    gateway: tuple[str, Drain],
+) -> None:
+    """`/v1/live/sessions` opens on `session.start` only; the session it finds
+    no replica for ends as lost, in GPT-Live's own shapes."""
+    url, _drain = gateway
+    async with websockets.connect(f"{url}/v1/live/sessions") as ws:
+        early = {"type": "session.input_audio.append", "audio": "", "event_id": "e1"}
+        await ws.send(json.dumps(early))
+        refused = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert (refused["error"]["code"], refused["client_event_id"]) == (
+            "session_not_started",
+            "e1",
+        )
+        start = {"type": "session.start", "session": {"model": "gpt-live-1"}}
+        await ws.send(json.dumps(start))
+        got = await _until_closed(ws)
+        assert [(e["type"], e["error"]["code"]) for e in got] == [("error", "session_unavailable")]
+        assert ws.close_code == 1011

@@ -51,6 +51,7 @@ def test_every_server_event_kind_is_projected_or_not_sent_for_a_reason(
     """The kinds are the protos' (read from the descriptor): a kind they gain fails
     here, in each dialect, until the dialect projects it or says why it does not."""
     ev = server.event(kind)
+    assert dialect.projector is not None  # GPT-Live's: test_live_dialect.py
     frames = dialect.projector()(ev)
     reason = NOT_SENT[dialect.name].get(kind_of(ev))
     if reason is None:
@@ -63,5 +64,6 @@ def test_every_server_event_kind_is_projected_or_not_sent_for_a_reason(
 def test_an_event_without_a_kind_is_refused_by_every_dialect() -> None:
     """An event whose oneof holds no kind is a bug upstream: no dialect guesses a frame."""
     for dialect in (DUPLEX, NATIVE, OPENAI):
+        assert dialect.projector is not None
         with pytest.raises(ValueError):
             dialect.projector()(spb.ServerEvent(seq=1, event_id="event_x"))

@@ -71,6 +71,7 @@ def test_session_config_after_the_open_is_an_update() -> None:
 def test_the_duplex_dialect_renames_nothing() -> None:
     event = {"type": "session.create"}
     assert DUPLEX.normalize(event) is event
+    assert DUPLEX.projector is not None and NATIVE.projector is not None
     (frame,) = DUPLEX.projector()(_event("input_cancelled"))
     assert frame["type"] == "input_audio_buffer.cleared"
     (native_frame,) = NATIVE.projector()(_event("input_cancelled"))

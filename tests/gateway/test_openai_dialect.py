@@ -291,6 +291,7 @@ def _user_item_events(kinds: tuple[str, ...], item_id: str = "item_9b2d") -> lis
 
 
 def _run(events: list[spb.ServerEvent]) -> list[str]:
+    assert OPENAI.projector is not None
     project_socket = OPENAI.projector()
     return [f["type"] for ev in events for f in project_socket(ev)]
 
@@ -306,6 +307,7 @@ def test_a_committed_user_item_is_added_after_its_commit_as_openai_orders_it() -
         "conversation.item.done",
     ]
     # The duplex dialect keeps the reference's order.
+    assert DUPLEX.projector is not None
     duplex = DUPLEX.projector()
     kinds = ("item_added", "item_created", "input_committed")
     assert [f["type"] for ev in _user_item_events(kinds) for f in duplex(ev)] == [
@@ -323,6 +325,7 @@ def test_a_created_user_item_keeps_its_order() -> None:
         "conversation.item.done",
     ]
     # An assistant item is never held.
+    assert OPENAI.projector is not None
     project_socket = OPENAI.projector()
     (frame,) = project_socket(
         server.event("item_added", spb.ItemEvent(item=server.assistant_item("in_progress")))

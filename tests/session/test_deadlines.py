@@ -40,3 +40,10 @@ def test_zero_means_no_limit() -> None:
     d = Deadlines(1, max_duration_s=0, idle_ttl_s=0, monotonic=clock)
     clock.now += 1e9
     assert d.passed() is None
+
+
+def test_expires_at_is_the_open_plus_the_age_limit_and_zero_without_one() -> None:
+    """What a client is told of its session's end (GPT-Live's `expires_at`)."""
+    assert Deadlines(1_000_000, max_duration_s=60, idle_ttl_s=0).expires_at_s == 1060
+    assert Deadlines(1_000_000, max_duration_s=0, idle_ttl_s=0).expires_at_s == 0
+    assert Deadlines(0, max_duration_s=60, idle_ttl_s=0).expires_at_s == 0

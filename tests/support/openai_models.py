@@ -30,7 +30,7 @@ OPENAI_SENDS = {
 _SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 
 
-def _models(union: Any) -> dict[str, type[BaseModel]]:
+def models_of(union: Any) -> dict[str, type[BaseModel]]:
     """Wire type -> the SDK model of that type, from an event union."""
     models: dict[str, type[BaseModel]] = {}
     for model in typing.get_args(typing.get_args(union)[0]):
@@ -39,46 +39,58 @@ def _models(union: Any) -> dict[str, type[BaseModel]]:
     return models
 
 
-SERVER_MODELS = _models(RealtimeServerEvent)
-CLIENT_TYPES = frozenset(_models(RealtimeClientEvent))
+SERVER_MODELS = models_of(RealtimeServerEvent)
+CLIENT_TYPES = frozenset(models_of(RealtimeClientEvent))
 
 
 def violations(frame: Frame) -> list[str]:
     """Everything a strict `openai` SDK client refuses in `frame`; [] when none."""
-    model = SERVER_MODELS.get(frame.get("type", ""))
+    # The union is what the Agents SDK and the `openai` SDK's own parsing go through.
+    return judged(frame, SERVER_MODELS, _SERVER_EVENT, "OpenAI", "RealtimeServerEvent")
+
+
+def judged(
+    frame: Frame,
+    models: dict[str, type[BaseModel]],
+    union: TypeAdapter[Any],
+    protocol: str,
+    union_name: str,
+) -> list[str]:
+    """What a strict client refuses in `frame`: the model of its type and
+    the event `union`, strictly; every key no model declares."""
+    model = models.get(frame.get("type", ""))
     if model is None:
-        return [f"{frame.get('type')!r} is not an OpenAI server event type"]
+        return [f"{frame.get('type')!r} is not an {protocol} server event type"]
     try:
         parsed = model.model_validate(frame, strict=True)
     except ValidationError as exc:
-        return [f"{model.__name__}: {_describe(err)}" for err in exc.errors()]
+        return [f"{model.__name__}: {describe(err)}" for err in exc.errors()]
     problems = [
         f"undeclared field {path}"
-        for path in _extras(parsed)
+        for path in extras(parsed)
         if (frame["type"], path) not in OPENAI_SENDS
     ]
     try:
-        # What the Agents SDK and the `openai` SDK's own parsing go through.
-        _SERVER_EVENT.validate_python(frame, strict=True)
+        union.validate_python(frame, strict=True)
     except ValidationError:
-        problems.append("the SDK's RealtimeServerEvent union refuses it")
+        problems.append(f"the SDK's {union_name} union refuses it")
     return problems
 
 
-def _describe(err: Any) -> str:
+def describe(err: Any) -> str:
     loc = ".".join(str(part) for part in err["loc"])
     return f"{loc}: {err['msg']} (got {err.get('input')!r})"
 
 
-def _extras(value: Any, path: str = "") -> list[str]:
+def extras(value: Any, path: str = "") -> list[str]:
     """Paths of the keys no model in `value` declares."""
     found: list[str] = []
     if isinstance(value, BaseModel):
         for key in value.__pydantic_extra__ or {}:
             found.append(f"{path}{key}")
         for name in type(value).model_fields:
-            found += _extras(getattr(value, name), f"{path}{name}.")
+            found += extras(getattr(value, name), f"{path}{name}.")
     elif isinstance(value, list):
         for i, entry in enumerate(value):
-            found += _extras(entry, f"{path.rstrip('.')}[{i}].")
+            found += extras(entry, f"{path.rstrip('.')}[{i}].")
     return found

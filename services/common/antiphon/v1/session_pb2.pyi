@@ -221,7 +221,7 @@ class ClientCommand(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., operation_id: _Optional[str] = ..., client_type: _Optional[str] = ..., open: _Optional[_Union[OpenSession, _Mapping]] = ..., update: _Optional[_Union[UpdateSession, _Mapping]] = ..., append_audio: _Optional[_Union[AppendAudio, _Mapping]] = ..., commit: _Optional[_Union[CommitInput, _Mapping]] = ..., clear_input: _Optional[_Union[ClearInput, _Mapping]] = ..., create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ..., close: _Optional[_Union[CloseSession, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., rejected: _Optional[_Union[ErrorEvent, _Mapping]] = ..., resume: _Optional[_Union[ResumeSession, _Mapping]] = ..., event_ack: _Optional[_Union[EventAck, _Mapping]] = ..., cancel_input: _Optional[_Union[CancelInput, _Mapping]] = ..., append_text: _Optional[_Union[AppendText, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., retrieve_item: _Optional[_Union[ItemRef, _Mapping]] = ..., delete_item: _Optional[_Union[ItemRef, _Mapping]] = ..., truncate_item: _Optional[_Union[TruncateItem, _Mapping]] = ..., clear_output_audio: _Optional[_Union[ClearOutputAudio, _Mapping]] = ..., barge_in: _Optional[_Union[BargeIn, _Mapping]] = ..., playback_ack: _Optional[_Union[PlaybackAck, _Mapping]] = ..., client_gone: _Optional[_Union[ClientGone, _Mapping]] = ...) -> None: ...
 
 class SessionState(_message.Message):
-    __slots__ = ("config", "session_id", "incarnation", "attachment_generation", "resume_token", "epoch", "turn_id", "state", "active_response_id", "playback", "capabilities")
+    __slots__ = ("config", "session_id", "incarnation", "attachment_generation", "resume_token", "epoch", "turn_id", "state", "active_response_id", "playback", "capabilities", "expires_at")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
@@ -233,6 +233,7 @@ class SessionState(_message.Message):
     ACTIVE_RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
     PLAYBACK_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     config: _common_pb2.SessionConfig
     session_id: str
     incarnation: int
@@ -244,7 +245,8 @@ class SessionState(_message.Message):
     active_response_id: str
     playback: _common_pb2.Playback
     capabilities: _common_pb2.Capabilities
-    def __init__(self, config: _Optional[_Union[_common_pb2.SessionConfig, _Mapping]] = ..., session_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., attachment_generation: _Optional[int] = ..., resume_token: _Optional[str] = ..., epoch: _Optional[int] = ..., turn_id: _Optional[int] = ..., state: _Optional[str] = ..., active_response_id: _Optional[str] = ..., playback: _Optional[_Union[_common_pb2.Playback, _Mapping]] = ..., capabilities: _Optional[_Union[_common_pb2.Capabilities, _Mapping]] = ...) -> None: ...
+    expires_at: int
+    def __init__(self, config: _Optional[_Union[_common_pb2.SessionConfig, _Mapping]] = ..., session_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., attachment_generation: _Optional[int] = ..., resume_token: _Optional[str] = ..., epoch: _Optional[int] = ..., turn_id: _Optional[int] = ..., state: _Optional[str] = ..., active_response_id: _Optional[str] = ..., playback: _Optional[_Union[_common_pb2.Playback, _Mapping]] = ..., capabilities: _Optional[_Union[_common_pb2.Capabilities, _Mapping]] = ..., expires_at: _Optional[int] = ...) -> None: ...
 
 class SessionClosed(_message.Message):
     __slots__ = ("session_id", "reason")

@@ -19,7 +19,7 @@ from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
 from antiphon.gateway.connection.client_socket import ClientSocket, WebSocketClient
 from antiphon.gateway.connection.connection import Connection
-from antiphon.gateway.dialects.dialect import NATIVE, Dialect, realtime_dialect
+from antiphon.gateway.dialects.dialect import LIVE, NATIVE, Dialect, realtime_dialect
 from antiphon.gateway.drain import Drain
 from antiphon.gateway.edge.edge import Admitted, Edge
 from antiphon.gateway.metrics import GatewayMetrics
@@ -148,6 +148,11 @@ def create_app(settings: GatewaySettings) -> Starlette:
         # The native dialect: same sessions, the runner's own event names.
         await serve(ws, NATIVE)
 
+    async def live(ws: WebSocket) -> None:
+        # OpenAI's GPT-Live: the model decides when to speak, on a timeline
+        # clocked by the client's audio (antiphon.gateway.live).
+        await serve(ws, LIVE)
+
     app = Starlette(
         routes=[
             Route("/", index),
@@ -156,6 +161,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             Route("/metrics", metrics_endpoint),
             WebSocketRoute("/v1/realtime", realtime),
             WebSocketRoute("/v1/duplex", duplex),
+            WebSocketRoute("/v1/live/sessions", live),
             *edge.routes(),
             *(calls.routes() if calls is not None else []),
         ],

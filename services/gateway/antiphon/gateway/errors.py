@@ -23,3 +23,8 @@ class ClientError(Exception):
         self.message = message
         self.param = param
         self.type = type_
+
+
+def not_unicode() -> ClientError:
+    # JSON may escape a lone UTF-16 surrogate ("\\ud800"); no protobuf string holds one.
+    return ClientError("invalid_value", "strings must be valid Unicode (no lone UTF-16 surrogates)")

@@ -3,10 +3,12 @@ call_socket.py): read, translate, forward; receive, project, write.
 
 Exactly one task writes to the socket (the writer), so events keep the
 order the session gave them. The route picks the dialect (OpenAI's, the
-duplex extensions of `?duplex=1`, or the native `/v1/duplex` names); the
-connection holds that dialect's projector, which may send nothing for an
-event its dialect has no name for (or hold a frame back to keep its
-dialect's order). OpenAI's dialect opens the session as the socket is
+duplex extensions of `?duplex=1`, the native `/v1/duplex` names, or
+GPT-Live's); the connection holds that dialect's two halves, whose
+projector may send nothing for an event its dialect has no name for (or
+hold a frame back to keep its dialect's order). A dialect may answer an
+event itself, send frames of its own (GPT-Live's output track, clocked by
+the client's audio) or end the session (`Lent`). OpenAI's dialect opens the session as the socket is
 accepted (`session.created` first, with the server's defaults); the others
 open on the client's first `session.update` or `session.resume`.
 A refused client event is sent to the session as `rejected`, which journals
@@ -70,10 +72,13 @@ from antiphon.gateway.connection.failover import FailOver, GrpcReplicas, Session
 from antiphon.gateway.connection.failover_state import Retry
 from antiphon.gateway.connection.outbox import Outbox
 from antiphon.gateway.dialects.dialect import OPENAI, Dialect
+from antiphon.gateway.dialects.halves import Lent
 from antiphon.gateway.edge.pinned import PinnedConfig
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.metrics import GatewayMetrics
-from antiphon.gateway.translate.translator import Translator, metric_label
+from antiphon.gateway.translate.commands import within_append_limit
+from antiphon.gateway.translate.fields import client_event_id
+from antiphon.gateway.translate.translator import metric_label
 from antiphon.v1 import session_pb2 as spb
 
 tracer = trace.get_tracer("antiphon.gateway")
@@ -110,9 +115,15 @@ class Connection:
         self._audio_out = ws.audio_out
         self._metrics = metrics
         self._max_bytes = max_message_bytes
-        self._translator = Translator(dialect.client_types, pinned)
+        lent = Lent(
+            say=self._deliver,
+            refuse=self._refuse,
+            pinned=pinned,
+            max_append_bytes=max_append_bytes,
+        )
+        self._translator, self._project = dialect.connection_halves(lent)
         self._normalize = dialect.normalize
-        self._project = dialect.projector()
+        self._client_types = dialect.client_types
         self._opens_on_connect = dialect.opens_on_connect
         self._max_append = max_append_bytes
         self._first_event_timeout_s = first_event_timeout_s
@@ -188,6 +199,10 @@ class Connection:
         """No more frames but `last`; the writer then closes as `closing` says."""
         self._state.to(closing)
         self._outbox.close(closing, last, drop_backlog=drop_backlog)
+
+    def _refuse(self, error: ClientError) -> None:
+        """The dialect refuses this session (`Lent.refuse`): it ends, with `error`."""
+        self._leave(Leaving(error.code, CLOSE_POLICY, error, ends_session=True))
 
     def _end_first_event_window(self) -> None:
         """The client sent a frame (or is gone): its first-event window closes."""
@@ -283,12 +298,14 @@ class Connection:
                     if isinstance(received, spb.ClientCommand)
                     else received
                 )
-                self._metrics.events_in.labels(metric_label(event)).inc()
+                self._metrics.events_in.labels(metric_label(event, self._client_types)).inc()
                 return self._translator.open(event, query)
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
                 # No session yet, so nothing is journaled: seq 0 marks it.
-                self._local_error(err.type, err.code, err.message, err.param, _event_id(event))
+                self._local_error(
+                    err.type, err.code, err.message, err.param, client_event_id(event)
+                )
 
     async def _read_socket(self) -> None:
         """Client events -> commands, for the life of the connection."""
@@ -301,8 +318,11 @@ class Connection:
                     command = self._checked(received)
                 else:
                     event = received
-                    self._metrics.events_in.labels(metric_label(event)).inc()
-                    command = self._checked(self._translator.translate(event))
+                    self._metrics.events_in.labels(metric_label(event, self._client_types)).inc()
+                    translated = self._translator.translate(event)
+                    if translated is None:
+                        continue  # answered by the dialect itself
+                    command = self._checked(translated)
             except ClientError as err:
                 self._metrics.client_errors.labels(err.code).inc()
                 rejected = spb.ErrorEvent(
@@ -310,7 +330,7 @@ class Connection:
                     code=err.code,
                     message=err.message,
                     param=err.param,
-                    event_id=_event_id(event),
+                    event_id=client_event_id(event),
                 )
                 command = spb.ClientCommand(rejected=rejected)
             # Waits while the session stream is behind: the socket is not read
@@ -319,18 +339,7 @@ class Connection:
 
     def _checked(self, cmd: spb.ClientCommand) -> spb.ClientCommand:
         """A command within the limits no client can raise."""
-        if (
-            cmd.WhichOneof("kind") == "append_audio"
-            and len(cmd.append_audio.pcm16) > self._max_append
-        ):
-            # On the decoded audio, as OpenAI counts it (G.711 counts as the
-            # PCM16 it becomes: that is what crosses to the session).
-            raise ClientError(
-                "audio_too_large",
-                f"an append may carry at most {self._max_append} bytes of audio",
-                param="audio",
-            )
-        return cmd
+        return within_append_limit(cmd, self._max_append)
 
     # ----------------------------------------------------------- session
     async def _serve(self, first: spb.ClientCommand) -> None:
@@ -448,14 +457,3 @@ class Connection:
             return
         with contextlib.suppress(Exception):
             await self._ws.close(frame.code, frame.reason or None)
-
-
-def _event_id(event: dict[str, Any] | None) -> str:
-    eid = (event or {}).get("event_id")
-    if not isinstance(eid, str):
-        return ""
-    try:
-        eid.encode()
-    except UnicodeEncodeError:  # a lone surrogate (JSON may escape one) fits no protobuf string
-        return ""
-    return eid

@@ -7,6 +7,9 @@
   plus the duplex extensions (`projector`); the session opens on the first
   `session.update` (or `session.resume`).
 - `NATIVE`: `/v1/duplex`, the runner's own names (`native`), opening as `DUPLEX`.
+- `LIVE`: `/v1/live/sessions`, OpenAI's GPT-Live (`antiphon.gateway.live`):
+  opens on the client's `session.start`; its halves share a timeline
+  (`halves`), so it builds both per connection.
 
 The session service never knows which one a client speaks.
 """
@@ -17,15 +20,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from antiphon.gateway.dialects import native
+from antiphon.gateway.dialects.halves import Interpreter, Lent, Projector
 from antiphon.gateway.dialects.openai_dialect import CLIENT_TYPES, OpenAIProjector
 from antiphon.gateway.dialects.projector import project
 from antiphon.gateway.dialects.shapes import Json
+from antiphon.gateway.live.inbound import CLIENT_TYPES as LIVE_TYPES
+from antiphon.gateway.live.inbound import LiveInterpreter
+from antiphon.gateway.live.live_state import LiveState
+from antiphon.gateway.live.outbound import LiveProjector
 from antiphon.gateway.translate.session_patch import query_flag
+from antiphon.gateway.translate.translator import Translator
 from antiphon.v1 import session_pb2 as spb
-
-# A typed event as this dialect's frames: usually one; none where the dialect
-# has no event for it; a frame held back may come out with a later event.
-Projector = Callable[[spb.ServerEvent], list[Json]]
 
 
 @dataclass(frozen=True)
@@ -36,12 +41,23 @@ class Dialect:
     # Client event -> the event the translator validates (identity but for native).
     normalize: Callable[[Json], Json]
     # A fresh projector per connection, so a projector may keep per-socket state.
-    projector: Callable[[], Projector]
+    projector: Callable[[], Projector] | None
     # Open the session as the socket is accepted (OpenAI sends `session.created`
     # on connect), not on the client's first `session.update`.
     opens_on_connect: bool = False
     # The client event types it takes, as sent; None: all the translator knows.
+    # (GPT-Live's, which its own interpreter reads, name its metric labels.)
     client_types: frozenset[str] | None = None
+    # Both halves at once, for a dialect whose halves share state (else the
+    # `Translator` and `projector`).
+    halves: Callable[[Lent], tuple[Interpreter, Projector]] | None = None
+
+    def connection_halves(self, lent: Lent) -> tuple[Interpreter, Projector]:
+        """One connection's inbound and outbound halves."""
+        if self.halves is not None:
+            return self.halves(lent)
+        assert self.projector is not None  # a dialect has one or the other
+        return Translator(self.client_types, lent.pinned), self.projector()
 
 
 def _same(event: Json) -> Json:
@@ -56,6 +72,14 @@ def _one(project: Callable[[spb.ServerEvent], Json]) -> Callable[[], Projector]:
 OPENAI = Dialect("openai", _same, OpenAIProjector, opens_on_connect=True, client_types=CLIENT_TYPES)
 DUPLEX = Dialect("duplex", _same, _one(project))
 NATIVE = Dialect("native", native.normalize, _one(native.project_native))
+
+
+def _live_halves(lent: Lent) -> tuple[Interpreter, Projector]:
+    state = LiveState(lent)
+    return LiveInterpreter(state), LiveProjector(state)
+
+
+LIVE = Dialect("live", _same, None, client_types=LIVE_TYPES, halves=_live_halves)
 
 
 def realtime_dialect(query: Mapping[str, str]) -> Dialect:

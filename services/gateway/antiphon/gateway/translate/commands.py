@@ -129,3 +129,18 @@ def playback_ack(event: Event) -> spb.ClientCommand:
     if event.get("truncate") is not None:
         ack.truncate = fields.boolean(event["truncate"], "truncate")
     return spb.ClientCommand(playback_ack=ack)
+
+
+def within_append_limit(cmd: spb.ClientCommand, max_bytes: int) -> spb.ClientCommand:
+    """`cmd`, unless it is an append of more audio than `max_bytes`.
+
+    Counted on the decoded audio, as OpenAI counts it (G.711 counts as the
+    PCM16 it becomes: that is what crosses to the session).
+    """
+    if cmd.WhichOneof("kind") == "append_audio" and len(cmd.append_audio.pcm16) > max_bytes:
+        raise ClientError(
+            "audio_too_large",
+            f"an append may carry at most {max_bytes} bytes of audio",
+            param="audio",
+        )
+    return cmd

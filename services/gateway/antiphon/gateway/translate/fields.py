@@ -121,3 +121,15 @@ def string_list(value: Any, param: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
         raise _invalid(param, "be a list of strings")
     return list(value)
+
+
+def client_event_id(event: Event | None) -> str:
+    """The client's `event_id`, echoed in what answers it ("" when none or unusable)."""
+    eid = (event or {}).get("event_id")
+    if not isinstance(eid, str):
+        return ""
+    try:
+        eid.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON may escape one) fits no protobuf string
+        return ""
+    return eid

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from antiphon.common.audio_formats import PCM16
 from antiphon.gateway.edge.pinned import PinnedConfig
-from antiphon.gateway.errors import ClientError
+from antiphon.gateway.errors import ClientError, not_unicode
 from antiphon.gateway.translate import commands, fields
 from antiphon.gateway.translate.audio_formats import WAV, base64_audio, decode_field, event_format
 from antiphon.gateway.translate.fields import Event
@@ -61,13 +61,14 @@ def canonical_type(event: Event) -> str:
     return ALIASES.get(t, t)
 
 
-def metric_label(event: Event) -> str:
+def metric_label(event: Event, dialect_types: frozenset[str] | None = None) -> str:
     """The event's type as a metric label; client-made names collapse to one,
-    so a client cannot grow the metric's series without bound."""
+    so a client cannot grow the metric's series without bound. A dialect's
+    own types (`dialect_types`: GPT-Live's) count as known."""
     t = event.get("type")
     if not isinstance(t, str):  # a list or object type is unhashable: never a lookup key
         return "unknown"
-    known = t in ALIASES or t in HANDLERS or t == "session.resume"
+    known = t in ALIASES or t in HANDLERS or t == "session.resume" or t in (dialect_types or ())
     return t if known else "unknown"
 
 
@@ -95,7 +96,7 @@ class Translator:
         try:
             return self._translate(event)
         except UnicodeEncodeError as exc:
-            raise _not_unicode() from exc
+            raise not_unicode() from exc
 
     def _translate(self, event: Event) -> spb.ClientCommand:
         if self._client_types is not None:
@@ -128,7 +129,7 @@ class Translator:
         try:
             return self._open(event, query)
         except UnicodeEncodeError as exc:
-            raise _not_unicode() from exc
+            raise not_unicode() from exc
 
     def _open(self, event: Event, query: dict[str, str]) -> spb.ClientCommand:
         etype = canonical_type(event)
@@ -206,11 +207,6 @@ class Translator:
 
     def _create_item(self, event: Event) -> spb.ClientCommand:
         return spb.ClientCommand(create_item=create_item(event, self._input_encoding))
-
-
-def _not_unicode() -> ClientError:
-    # JSON may escape a lone UTF-16 surrogate ("\\ud800"); no protobuf string holds one.
-    return ClientError("invalid_value", "strings must be valid Unicode (no lone UTF-16 surrogates)")
 
 
 # A builder gets the connection's translator (for the declared input

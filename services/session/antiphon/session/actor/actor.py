@@ -447,6 +447,7 @@ class SessionActor:
             active_response_id=active.id if active else "",
             playback=cpb.Playback(),
             capabilities=self._links.capabilities,
+            expires_at=self._deadlines.expires_at_s,
         )
 
     def snapshot(self) -> Snapshot:

@@ -31,6 +31,13 @@ class Deadlines:
         """The client did something: the idle lease starts again."""
         self._last_activity = self._monotonic()
 
+    @property
+    def expires_at_s(self) -> int:
+        """When the session ends by age, in Unix seconds (0: no age limit)."""
+        if not (self._max_duration_s and self._created_ms):
+            return 0
+        return int((self._created_ms + self._max_duration_s * 1000) // 1000)
+
     def passed(self) -> str | None:
         """The reason the session expires now, if one of its deadlines passed."""
         limit_s = self._max_duration_s

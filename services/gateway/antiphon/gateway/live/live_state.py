@@ -1,0 +1,53 @@
+"""What one GPT-Live socket knows of its session, shared by its two halves.
+
+The inbound half writes what the client said (the start, the mute, the
+ids a later server event answers); the outbound half writes what the
+session said (its state, which backend it has). The timeline is made at
+the start, when the input format is known. Nothing here outlives the
+socket: GPT-Live has no resume, so a new socket is a new session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from antiphon.gateway.dialects.halves import Json, Lent
+from antiphon.gateway.live.start_config import StartConfig
+from antiphon.gateway.live.timeline import Timeline
+from antiphon.gateway.live.track_format import TrackFormat
+from antiphon.v1 import session_pb2 as spb
+
+
+@dataclass
+class LiveState:
+    lent: Lent
+    config: StartConfig | None = None
+    timeline: Timeline | None = None
+    # The session as `session.started` told it (its backend's capabilities).
+    session: spb.SessionState | None = None
+    muted: bool = False
+    # The client's ids that `session.started` and `session.closed` answer.
+    start_event_id: str = ""
+    close_event_id: str = ""
+    _held: list[Json] = field(default_factory=list)
+
+    def start(self, config: StartConfig, event_id: str) -> None:
+        self.config = config
+        self.start_event_id = event_id
+        fmt = config.audio_format
+        self.timeline = Timeline(fmt.sample_rate_hz, TrackFormat(fmt).convert)
+
+    def say(self, frames: list[Json]) -> None:
+        """Frames of the dialect's own; held until `session.started` went out,
+        which comes first (a client may append before it has read it)."""
+        if self.session is None:
+            self._held += frames
+            return
+        for frame in frames:
+            self.lent.say(frame)
+
+    def started(self, st: spb.SessionState) -> list[Json]:
+        """The session started: what was held goes out after its answer."""
+        self.session = st
+        held, self._held = self._held, []
+        return held
