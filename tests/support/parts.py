@@ -4,14 +4,12 @@ the test's Redis."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from google.protobuf.message import Message
 from prometheus_client import CollectorRegistry
 
 from antiphon.session.actor.attachment import Attachment
 from antiphon.session.actor.event_kinds import EventKind
-from antiphon.session.actor.journal import Emitter, Fields
+from antiphon.session.actor.journal import Emitter, EventLog
 from antiphon.session.assistant.preemption import Preemption
 from antiphon.session.assistant.response_control import ResponseControl
 from antiphon.session.config.current_config import CurrentConfig
@@ -20,16 +18,6 @@ from antiphon.session.metrics import SessionMetrics
 from antiphon.session.stage.stage_links import StageLinks
 from antiphon.session.user.turns import Turns
 from antiphon.v1 import common_pb2 as cpb
-
-
-class Journal(Protocol):
-    async def commit(
-        self,
-        session_id: str,
-        token: str,
-        events: list[tuple[int, bytes]],
-        fields: Fields | None = None,
-    ) -> None: ...
 
 
 class FlushingEmitter(Emitter):
@@ -46,7 +34,7 @@ def response_control(
     session_id: str,
     owner_token: str,
     config: cpb.SessionConfig,
-    journal: Journal,
+    journal: EventLog,
     links: StageLinks,
     conversation: Conversation,
     last_item_id: str = "",
