@@ -177,6 +177,8 @@ WIRE_TYPE = {
     "function_call_arguments_done": "response.function_call_arguments.done",
     # The raw fallback of a malformed model call.
     "function_call_malformed": "duplex.function_call.done",
+    # A GPT-Live append taken into the model's context (issue 49).
+    "context_appended": "session.context.appended",
 }
 
 

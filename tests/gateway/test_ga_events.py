@@ -26,6 +26,7 @@ TIER3_KINDS = {
     "playback_acknowledged",
     "overlap_decision",
     "function_call_malformed",
+    "context_appended",
 }
 
 

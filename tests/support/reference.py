@@ -59,8 +59,13 @@ def client_types() -> list[str]:
 
 # OpenAI GA server events the catalogue lacks that an issue asked us to send
 # (partial transcripts, issue 26), each with its tier: OpenAI's own ("1").
-# tests/gateway/test_ga_events.py holds each to the stock SDK's model.
-BEYOND_CATALOGUE = {"conversation.item.input_audio_transcription.delta": "1"}
+# tests/gateway/test_ga_events.py holds each to the stock SDK's model. And
+# the duplex extension that answers a GPT-Live context append (issue 49),
+# which the duplex dialect projects as it projects every kind ("3").
+BEYOND_CATALOGUE = {
+    "conversation.item.input_audio_transcription.delta": "1",
+    "session.context.appended": "3",
+}
 
 
 def server_types() -> list[str]:

@@ -60,6 +60,7 @@ EventKind = Literal[
     "function_call_arguments_done",
     "function_call_malformed",
     "transcription_delta",
+    "context_appended",
 ]
 KINDS: tuple[EventKind, ...] = get_args(EventKind)
 

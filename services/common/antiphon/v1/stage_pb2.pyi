@@ -116,8 +116,18 @@ class StageCancelResponse(_message.Message):
     response_id: str
     def __init__(self, response_id: _Optional[str] = ...) -> None: ...
 
+class Stage0Context(_message.Message):
+    __slots__ = ("epoch", "id", "text")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    id: str
+    text: str
+    def __init__(self, epoch: _Optional[int] = ..., id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
 class Stage0Request(_message.Message):
-    __slots__ = ("open", "audio", "commit", "clear_input", "generate", "cancel", "configure", "cancel_response")
+    __slots__ = ("open", "audio", "commit", "clear_input", "generate", "cancel", "configure", "cancel_response", "context")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +136,7 @@ class Stage0Request(_message.Message):
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     CONFIGURE_FIELD_NUMBER: _ClassVar[int]
     CANCEL_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
     open: Stage0Open
     audio: Stage0Audio
     commit: Stage0Commit
@@ -134,7 +145,8 @@ class Stage0Request(_message.Message):
     cancel: Stage0Cancel
     configure: Stage0Open
     cancel_response: StageCancelResponse
-    def __init__(self, open: _Optional[_Union[Stage0Open, _Mapping]] = ..., audio: _Optional[_Union[Stage0Audio, _Mapping]] = ..., commit: _Optional[_Union[Stage0Commit, _Mapping]] = ..., clear_input: _Optional[_Union[Stage0ClearInput, _Mapping]] = ..., generate: _Optional[_Union[Generate, _Mapping]] = ..., cancel: _Optional[_Union[Stage0Cancel, _Mapping]] = ..., configure: _Optional[_Union[Stage0Open, _Mapping]] = ..., cancel_response: _Optional[_Union[StageCancelResponse, _Mapping]] = ...) -> None: ...
+    context: Stage0Context
+    def __init__(self, open: _Optional[_Union[Stage0Open, _Mapping]] = ..., audio: _Optional[_Union[Stage0Audio, _Mapping]] = ..., commit: _Optional[_Union[Stage0Commit, _Mapping]] = ..., clear_input: _Optional[_Union[Stage0ClearInput, _Mapping]] = ..., generate: _Optional[_Union[Generate, _Mapping]] = ..., cancel: _Optional[_Union[Stage0Cancel, _Mapping]] = ..., configure: _Optional[_Union[Stage0Open, _Mapping]] = ..., cancel_response: _Optional[_Union[StageCancelResponse, _Mapping]] = ..., context: _Optional[_Union[Stage0Context, _Mapping]] = ...) -> None: ...
 
 class VadSpeechStarted(_message.Message):
     __slots__ = ("epoch", "audio_start_ms")
@@ -276,8 +288,18 @@ class StageError(_message.Message):
     message: str
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
+class ContextTaken(_message.Message):
+    __slots__ = ("epoch", "id", "index")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    id: str
+    index: int
+    def __init__(self, epoch: _Optional[int] = ..., id: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+
 class Stage0Event(_message.Message):
-    __slots__ = ("speech_started", "speech_stopped", "utterance", "unit_decision", "transcript", "delta", "done", "error", "tool_call", "frame", "pause", "resumed", "partial")
+    __slots__ = ("speech_started", "speech_stopped", "utterance", "unit_decision", "transcript", "delta", "done", "error", "tool_call", "frame", "pause", "resumed", "partial", "context_taken")
     SPEECH_STARTED_FIELD_NUMBER: _ClassVar[int]
     SPEECH_STOPPED_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_FIELD_NUMBER: _ClassVar[int]
@@ -291,6 +313,7 @@ class Stage0Event(_message.Message):
     PAUSE_FIELD_NUMBER: _ClassVar[int]
     RESUMED_FIELD_NUMBER: _ClassVar[int]
     PARTIAL_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_TAKEN_FIELD_NUMBER: _ClassVar[int]
     speech_started: VadSpeechStarted
     speech_stopped: VadSpeechStopped
     utterance: Utterance
@@ -304,7 +327,8 @@ class Stage0Event(_message.Message):
     pause: UtterancePause
     resumed: SpeechResumed
     partial: TranscriptPartial
-    def __init__(self, speech_started: _Optional[_Union[VadSpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[VadSpeechStopped, _Mapping]] = ..., utterance: _Optional[_Union[Utterance, _Mapping]] = ..., unit_decision: _Optional[_Union[UnitDecision, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., delta: _Optional[_Union[GenerationDelta, _Mapping]] = ..., done: _Optional[_Union[GenerationDone, _Mapping]] = ..., error: _Optional[_Union[StageError, _Mapping]] = ..., tool_call: _Optional[_Union[GenerationToolCall, _Mapping]] = ..., frame: _Optional[_Union[ModelFrame, _Mapping]] = ..., pause: _Optional[_Union[UtterancePause, _Mapping]] = ..., resumed: _Optional[_Union[SpeechResumed, _Mapping]] = ..., partial: _Optional[_Union[TranscriptPartial, _Mapping]] = ...) -> None: ...
+    context_taken: ContextTaken
+    def __init__(self, speech_started: _Optional[_Union[VadSpeechStarted, _Mapping]] = ..., speech_stopped: _Optional[_Union[VadSpeechStopped, _Mapping]] = ..., utterance: _Optional[_Union[Utterance, _Mapping]] = ..., unit_decision: _Optional[_Union[UnitDecision, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., delta: _Optional[_Union[GenerationDelta, _Mapping]] = ..., done: _Optional[_Union[GenerationDone, _Mapping]] = ..., error: _Optional[_Union[StageError, _Mapping]] = ..., tool_call: _Optional[_Union[GenerationToolCall, _Mapping]] = ..., frame: _Optional[_Union[ModelFrame, _Mapping]] = ..., pause: _Optional[_Union[UtterancePause, _Mapping]] = ..., resumed: _Optional[_Union[SpeechResumed, _Mapping]] = ..., partial: _Optional[_Union[TranscriptPartial, _Mapping]] = ..., context_taken: _Optional[_Union[ContextTaken, _Mapping]] = ...) -> None: ...
 
 class Stage1Open(_message.Message):
     __slots__ = ("session_id", "voice", "sample_rate_hz", "speed")

@@ -83,6 +83,7 @@ NOT_SENT: dict[EventKind, str] = {
     "session_closed": "its socket is gone (a clean close) or never asked",
     "session_resumed": "the gateway's own fail-over: the client carries on",
     "function_call_malformed": "a duplex diagnostic: the reply goes on in speech",
+    "context_appended": "it answers a GPT-Live append, which Realtime has not",
 }
 
 # Kinds that end this socket's session with no OpenAI event of their own:

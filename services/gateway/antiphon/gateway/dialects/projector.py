@@ -174,6 +174,15 @@ _DUPLEX: dict[EventKind, Projection] = {
     ),
     "overlap_decision": ("overlap.decision", _overlap_decision),
     "function_call_malformed": ("duplex.function_call.done", _malformed_call),
+    # Only a GPT-Live socket appends context; told here all the same, as every kind is.
+    "context_appended": (
+        "session.context.appended",
+        lambda e: {
+            "channel": e.channel,
+            "client_event_id": e.client_event_id or None,
+            "frame_index": e.frame_index,
+        },
+    ),
 }
 
 
