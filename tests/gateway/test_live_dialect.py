@@ -124,7 +124,41 @@ def test_the_start_opens_the_session_and_is_answered_with_the_resolved_resource(
             "unsupported_capability",
             "input",
         ),
-        (with_session(delegation={"type": "client"}), "unsupported_capability", "delegation"),
+        (
+            with_session(delegation={"type": "decisions", "decisions": {}}),
+            "unsupported_capability",
+            "session.delegation.type",
+        ),
+        (
+            with_session(delegation={"type": "client", "responses": {"model": "m"}}),
+            "unknown_parameter",
+            "session.delegation.responses",
+        ),
+        (
+            with_session(delegation={"type": "responses"}),
+            "missing_required_parameter",
+            "session.delegation.responses",
+        ),
+        (
+            with_session(delegation={"type": "responses", "responses": {"tools": []}}),
+            "missing_required_parameter",
+            "session.delegation.responses.model",
+        ),
+        (
+            with_session(
+                delegation={
+                    "type": "responses",
+                    "responses": {"model": "m", "tools": [{"type": "web_search"}]},
+                }
+            ),
+            "unsupported_capability",
+            "session.delegation.responses.tools[0].type",
+        ),
+        (
+            with_session(delegation={"type": "responses", "responses": {"model": "m", "top": 1}}),
+            "unknown_parameter",
+            "session.delegation.responses.top",
+        ),
         (with_session(store=True), "unsupported_capability", "session.store"),
         (
             {"type": "session.start", "session": {"instructions": "x"}},
@@ -152,8 +186,8 @@ def test_a_second_start_is_refused_the_config_is_immutable() -> None:
     sock = Socket()
     sock.start()
     assert refusal(sock.inbound.translate, START).code == "session_already_started"
-    update = {"type": "session.update", "session": {"delegation": None}}
-    assert refusal(sock.inbound.translate, update).code == "unsupported_capability"
+    update = {"type": "session.update", "session": {"model": "gpt-live-2"}}
+    assert refusal(sock.inbound.translate, update).code == "unknown_parameter"
 
 
 def test_g711_at_8_khz_is_declared_to_the_session_and_16_khz_pcm_too() -> None:
@@ -213,14 +247,73 @@ def test_mute_answers_at_once_and_muted_input_is_silence_on_the_timeline() -> No
     "etype",
     ["session.instructions.append", "session.thinking.append", "session.commentary.append"],
 )
-def test_text_into_the_model_s_context_is_refused_naming_the_backend(etype: str) -> None:
+def test_text_into_the_model_s_context_goes_to_the_session_and_is_told_when_taken(
+    etype: str,
+) -> None:
     sock = Socket()
     sock.start()
-    event = {"type": etype, "content": "The user is called Ada.", "delegation_id": None}
-    err = refusal(sock.inbound.translate, event)
-    assert err.code == "unsupported_capability" and "model_native_duplex" in err.message
+    channel = etype.split(".")[1]
+    event = {"type": etype, "event_id": "c1", "content": "The user is called Ada."}
+    cmd = sock.inbound.translate({**event, "delegation_id": None})
+    assert cmd is not None and cmd.event_id == "c1"
+    assert (cmd.append_context.channel, cmd.append_context.text) == (channel, event["content"])
     err = refusal(sock.inbound.translate, {**event, "delegation_id": "del_1"})
     assert err.code == "delegation_not_found"
+    sock.append(bytes(9600))  # 200 ms of input: 200 ms of track out
+    taken = spb.ContextAppended(channel=channel, client_event_id="c1", frame_index=3)
+    [frame] = sock.project(server.event("context_appended", taken))
+    assert frame["type"] == f"session.{channel}.appended"
+    assert (frame["start_ms"], frame["end_ms"], frame["client_event_id"]) == (200, 200, "c1")
+    assert violations(frame) == []
+
+
+def test_a_delegation_update_changes_its_settings_not_its_type() -> None:
+    sock = Socket()
+    responses = {"model": "qwen", "tools": [{"type": "function", "name": "get_weather"}]}
+    sock.start(with_session(delegation={"type": "responses", "responses": responses}))
+    tools = [{"type": "function", "name": "book"}]
+    update = {
+        "type": "session.update",
+        "event_id": "u1",
+        "session": {"delegation": {"type": "responses", "responses": {"tools": tools}}},
+    }
+    assert sock.inbound.translate(update) is None
+    [updated] = [f for f in sock.said if f["type"] == "session.updated"]
+    assert updated["client_event_id"] == "u1" and violations(updated) == []
+    delegation = updated["session"]["delegation"]
+    assert delegation["responses"] == {"model": "qwen", "tools": tools}
+    err = refusal(
+        sock.inbound.translate,
+        {"type": "session.update", "session": {"delegation": {"type": "client"}}},
+    )
+    assert (err.code, err.param) == ("invalid_value", "session.delegation.type")
+    cmd = sock.inbound.translate({"type": "response.create", "event_id": "r1"})
+    assert cmd is not None and cmd.create_response.delegated
+    assert [t.name for t in cmd.create_response.tools] == ["book"]
+
+
+def test_responses_items_become_the_session_s_items_and_need_a_responses_delegation() -> None:
+    sock = Socket()
+    sock.start(with_session(delegation={"type": "responses", "responses": {"model": "qwen"}}))
+    cmd = sock.inbound.translate(
+        {"type": "response.item.create", "item": {"role": "developer", "content": "Be brief."}}
+    )
+    assert cmd is not None
+    item = cmd.create_item.item
+    assert (item.type, item.role, item.content[0].type) == ("message", "system", "input_text")
+    output = {"type": "function_call_output", "call_id": "call_1", "output": '{"t": 21}'}
+    cmd = sock.inbound.translate({"type": "response.item.create", "item": output})
+    assert cmd is not None
+    assert (cmd.create_item.item.call_id, cmd.create_item.item.output) == ("call_1", '{"t": 21}')
+    err = refusal(
+        sock.inbound.translate,
+        {"type": "response.item.create", "item": {"type": "reasoning", "summary": []}},
+    )
+    assert err.code == "unsupported_capability"
+    plain = Socket()
+    plain.start()
+    for event in ({"type": "response.create"}, {"type": "response.item.create", "item": output}):
+        assert refusal(plain.inbound.translate, event).code == "responses_delegation_required"
 
 
 def test_errors_echo_the_client_event_id_in_openai_s_shape() -> None:

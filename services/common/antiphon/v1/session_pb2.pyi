@@ -42,7 +42,7 @@ class ClearInput(_message.Message):
     def __init__(self) -> None: ...
 
 class CreateResponse(_message.Message):
-    __slots__ = ("instructions", "output_modalities", "temperature", "max_output_tokens", "metadata", "tools", "has_tools", "tool_choice")
+    __slots__ = ("instructions", "output_modalities", "temperature", "max_output_tokens", "metadata", "tools", "has_tools", "tool_choice", "delegated")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class CreateResponse(_message.Message):
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     HAS_TOOLS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    DELEGATED_FIELD_NUMBER: _ClassVar[int]
     instructions: str
     output_modalities: _containers.RepeatedScalarFieldContainer[str]
     temperature: float
@@ -66,7 +67,8 @@ class CreateResponse(_message.Message):
     tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]
     has_tools: bool
     tool_choice: _common_pb2.ToolChoice
-    def __init__(self, instructions: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ..., has_tools: _Optional[bool] = ..., tool_choice: _Optional[_Union[_common_pb2.ToolChoice, _Mapping]] = ...) -> None: ...
+    delegated: bool
+    def __init__(self, instructions: _Optional[str] = ..., output_modalities: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ..., has_tools: _Optional[bool] = ..., tool_choice: _Optional[_Union[_common_pb2.ToolChoice, _Mapping]] = ..., delegated: _Optional[bool] = ...) -> None: ...
 
 class CancelResponse(_message.Message):
     __slots__ = ("response_id",)

@@ -12,13 +12,15 @@ before it) and once. What each event does here:
 - `session.input_audio.mute` / `.unmute`: answered here at once
   (`session.input_audio.muted` / `.unmuted`).
 - `session.instructions.append`, `.thinking.append`, `.commentary.append`:
-  text into the running model's context, which no backend behind this
-  surface takes (the Moshi architecture's text stream is the model's own,
-  and stage0 takes text only as the prompt at its open): refused with
-  `unsupported_capability`, naming the bound backend.
-- `session.update` (delegation only), `response.item.create`,
-  `response.create` (Responses delegation), Decisions and fixtures: not
-  served yet, refused with `unsupported_capability`.
+  text into the running model's context (`AppendContext`); the session
+  refuses it for a backend that does not take it, and says
+  `session.*.appended` when the model has taken it.
+- `session.update`: the delegation's settings only (`live.delegation`),
+  held and answered here (`session.updated`).
+- `response.item.create` / `response.create` (Responses delegation only):
+  an item of the delegated conversation (the session's history), and a
+  delegated answer with the delegation's settings (`CreateResponse.delegated`).
+- Decisions and fixtures: not served, `unsupported_capability`.
 - `session.close`: ends the session (`session.closed`, `close_requested`).
 """
 
@@ -29,8 +31,11 @@ from collections.abc import Callable
 from antiphon.common.ids import new_id
 from antiphon.gateway.dialects.halves import Json
 from antiphon.gateway.errors import ClientError, not_unicode
+from antiphon.gateway.live import delegation
+from antiphon.gateway.live.delegation import Delegation
 from antiphon.gateway.live.live_state import LiveState
-from antiphon.gateway.live.start_config import start_config, strict
+from antiphon.gateway.live.responses_items import responses_item
+from antiphon.gateway.live.start_config import start_config
 from antiphon.gateway.translate import fields
 from antiphon.gateway.translate.audio_formats import base64_audio, decode_field
 from antiphon.gateway.translate.commands import within_append_limit
@@ -46,9 +51,6 @@ CONTEXT_CHANNELS = (
 )
 # Client types the SDK knows that this server does not serve yet, and why.
 NOT_SERVED = {
-    "session.update": "only `delegation` may change, and delegation is not served yet",
-    "response.item.create": "Responses delegation is not served yet",
-    "response.create": "Responses delegation is not served yet",
     "decision.create": "Decisions are not served",
     "decision.item.create": "Decisions are not served",
     "decision.item.delete": "Decisions are not served",
@@ -64,6 +66,9 @@ CLIENT_TYPES = frozenset(
         "session.input_audio.mute",
         "session.input_audio.unmute",
         *CONTEXT_CHANNELS,
+        "session.update",
+        "response.item.create",
+        "response.create",
         "session.close",
         *NOT_SERVED,
     }
@@ -96,7 +101,7 @@ class LiveInterpreter:
                 "client secrets are not served on GPT-Live yet; use an API key",
                 param="type",
             )
-        strict(event, _ENVELOPE | {"session"})
+        fields.known_keys(event, _ENVELOPE | {"session"})
         config = start_config(event)
         event_id = fields.client_event_id(event)
         self._state.start(config, event_id)
@@ -139,7 +144,7 @@ class LiveInterpreter:
         )
 
     def _append(self, event: Json) -> spb.ClientCommand | None:
-        strict(event, _ENVELOPE | {"audio"})
+        fields.known_keys(event, _ENVELOPE | {"audio"})
         state, config, timeline = self._state, self._state.config, self._state.timeline
         assert config is not None and timeline is not None  # made by the start
         fmt = config.audio_format
@@ -156,7 +161,7 @@ class LiveInterpreter:
         return cmd
 
     def _mute(self, event: Json) -> spb.ClientCommand | None:
-        strict(event, _ENVELOPE)
+        fields.known_keys(event, _ENVELOPE)
         muted = event["type"] == "session.input_audio.mute"
         self._state.muted = muted
         frame: Json = {
@@ -168,26 +173,60 @@ class LiveInterpreter:
         return None
 
     def _context(self, event: Json) -> spb.ClientCommand | None:
-        strict(event, _ENVELOPE | {"content", "delegation_id"})
-        fields.string(fields.required(event, "content"), "content")
+        fields.known_keys(event, _ENVELOPE | {"content", "delegation_id"})
+        text = fields.string(fields.required(event, "content"), "content")
         if event.get("delegation_id") is not None:
+            # The voice model behind this surface never hands a task off.
             raise ClientError(
                 "delegation_not_found",
                 f"no delegation {event['delegation_id']!r}: this session has none",
                 param="delegation_id",
             )
-        session = self._state.session
-        backend = session.capabilities.implementation_level if session else "unknown"
-        raise ClientError(
-            "unsupported_capability",
-            f"{event['type']} puts text into the running model's context, which the bound "
-            f"backend ({backend}) does not take: its text stream is the model's own, and it "
-            "reads text only as its prompt at the start (`instructions`)",
-            param="type",
-        )
+        channel = event["type"].split(".")[1]
+        return spb.ClientCommand(append_context=spb.AppendContext(channel=channel, text=text))
+
+    def _update(self, event: Json) -> spb.ClientCommand | None:
+        """Only the delegation's settings change after the start; answered here."""
+        fields.known_keys(event, _ENVELOPE | {"session"})
+        s = fields.obj(fields.required(event, "session"), "session")
+        fields.known_keys(s, frozenset({"delegation", "triggers"}), "session.")
+        if s.get("triggers"):
+            raise ClientError(
+                "unsupported_capability", "Decisions triggers are not served", param="triggers"
+            )
+        state = self._state
+        state.delegation = delegation.updated(state.delegation, s.get("delegation"))
+        updated: Json = {
+            "type": "session.updated",
+            "event_id": new_id("event"),
+            "session": state.resource(),
+            "client_event_id": fields.client_event_id(event) or None,
+        }
+        state.say([updated])
+        return None
+
+    def _response_item(self, event: Json) -> spb.ClientCommand | None:
+        fields.known_keys(event, _ENVELOPE | {"item"})
+        self._responses_delegation()
+        return spb.ClientCommand(create_item=responses_item(event))
+
+    def _response_create(self, event: Json) -> spb.ClientCommand | None:
+        fields.known_keys(event, _ENVELOPE)
+        return spb.ClientCommand(create_response=self._responses_delegation().response())
+
+    def _responses_delegation(self) -> Delegation:
+        current = self._state.delegation
+        if current is None or not current.served_by_responses:
+            raise ClientError(
+                "responses_delegation_required",
+                "response.item.create and response.create need `delegation: {type: "
+                "'responses'}` (set at session.start)",
+                param="type",
+            )
+        return current
 
     def _close(self, event: Json) -> spb.ClientCommand | None:
-        strict(event, _ENVELOPE)
+        fields.known_keys(event, _ENVELOPE)
         self._state.close_event_id = fields.client_event_id(event)
         return spb.ClientCommand(close=spb.CloseSession())
 
@@ -199,6 +238,9 @@ _EVENTS: dict[str, _Build] = {
     "session.input_audio.mute": LiveInterpreter._mute,
     "session.input_audio.unmute": LiveInterpreter._mute,
     **{channel: LiveInterpreter._context for channel in CONTEXT_CHANNELS},
+    "session.update": LiveInterpreter._update,
+    "response.item.create": LiveInterpreter._response_item,
+    "response.create": LiveInterpreter._response_create,
     "session.close": LiveInterpreter._close,
 }
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from antiphon.gateway.dialects.halves import Json, Lent
-from antiphon.gateway.live.start_config import StartConfig
+from antiphon.gateway.live.delegation import Delegation
+from antiphon.gateway.live.start_config import StartConfig, format_json
 from antiphon.gateway.live.timeline import Timeline
 from antiphon.gateway.live.track_format import TrackFormat
 from antiphon.v1 import session_pb2 as spb
@@ -26,6 +27,8 @@ class LiveState:
     # The session as `session.started` told it (its backend's capabilities).
     session: spb.SessionState | None = None
     muted: bool = False
+    # Who answers a handed-off task; the one setting a `session.update` changes.
+    delegation: Delegation | None = None
     # The client's ids that `session.started` and `session.closed` answer.
     start_event_id: str = ""
     close_event_id: str = ""
@@ -33,6 +36,7 @@ class LiveState:
 
     def start(self, config: StartConfig, event_id: str) -> None:
         self.config = config
+        self.delegation = config.delegation
         self.start_event_id = event_id
         fmt = config.audio_format
         self.timeline = Timeline(fmt.sample_rate_hz, TrackFormat(fmt).convert)
@@ -51,3 +55,26 @@ class LiveState:
         self.session = st
         held, self._held = self._held, []
         return held
+
+    def resource(self) -> Json:
+        """The session resource: what the session says, in GPT-Live's shape."""
+        st, config = self.session, self.config
+        if st is None or config is None:
+            return {"id": "", "expires_at": 0, "model": "", "status": "active"}
+        out: Json = {
+            "id": st.session_id,
+            "expires_at": st.expires_at,
+            "model": st.config.model,
+            "status": "active",
+            "instructions": st.config.instructions,
+            "audio": {
+                "format": format_json(config.audio_format),
+                "output": {"voice": st.config.voice},
+            },
+            "delegation": self.delegation.resource() if self.delegation else None,
+            "input": [],
+            "store": False,
+        }
+        if config.safety_identifier is not None:
+            out["safety_identifier"] = config.safety_identifier
+        return out

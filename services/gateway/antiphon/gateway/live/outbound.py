@@ -17,6 +17,8 @@ spans (`timeline`), usage, and errors. So of the typed stream:
   or `connection_lost` (its grace ran out, or the journal could not be
   replayed); the session service lost for good is `connection_lost` after
   its error. Each carries the final usage and the session resource.
+- `context_appended` is `session.{instructions,thinking,commentary}.appended`
+  once the model took the append: an instant on the track where it is then.
 - `error` is OpenAI's error, with the client's `event_id` as
   `client_event_id` on the event and in its `error`.
 - everything else (the response lifecycle, items, speech and VAD events,
@@ -31,9 +33,10 @@ from antiphon.gateway.connection.failover import SessionUnavailable
 from antiphon.gateway.dialects.halves import Json
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.live.live_state import LiveState
-from antiphon.gateway.live.start_config import format_json
 from antiphon.v1 import session_pb2 as spb
 
+# The append channels (`session.<channel>.append` / `.appended`).
+CHANNELS = ("instructions", "thinking", "commentary")
 # `session_expired.reason` -> `session.closed.reason`.
 EXPIRED = {
     "max_duration_expired": "expired",
@@ -58,6 +61,8 @@ class LiveProjector:
                 return timeline.said(ev.audio_transcript_delta.delta)
             case "response_done" | "response_listen" if timeline is not None:
                 return timeline.quiet()
+            case "context_appended" if timeline is not None:
+                return _appended(ev.context_appended, timeline.played_ms)
             case "session_closed":
                 return [self._closed("close_requested", self._state.close_event_id)]
             case "session_expired":
@@ -85,7 +90,7 @@ class LiveProjector:
             {
                 "type": "session.started",
                 "event_id": new_id("event"),
-                "session": self._resource(),
+                "session": self._state.resource(),
                 **_answering(self._state.start_event_id),
             },
             *held,
@@ -97,7 +102,7 @@ class LiveProjector:
             "type": "session.closed",
             "event_id": new_id("event"),
             "reason": reason,
-            "session": self._resource(),
+            "session": self._state.resource(),
             "usage": timeline.usage() if timeline else {"seconds": 0.0},
             **_answering(client_event_id),
         }
@@ -121,28 +126,22 @@ class LiveProjector:
             return [frame, self._closed("connection_lost")]
         return [frame]
 
-    def _resource(self) -> Json:
-        """The session resource: what the session says, in GPT-Live's shape."""
-        st, config = self._state.session, self._state.config
-        if st is None or config is None:
-            return {"id": "", "expires_at": 0, "model": "", "status": "active"}
-        out: Json = {
-            "id": st.session_id,
-            "expires_at": st.expires_at,
-            "model": st.config.model,
-            "status": "active",
-            "instructions": st.config.instructions,
-            "audio": {
-                "format": format_json(config.audio_format),
-                "output": {"voice": st.config.voice},
-            },
-            "delegation": None,
-            "input": [],
-            "store": False,
+
+def _appended(e: spb.ContextAppended, at_ms: int) -> list[Json]:
+    """The model took an append: an instant on the track, where it is now
+    (the model's next frames, the first to follow it, play from there).
+    A delegated answer the session put there itself is no client's append."""
+    if e.channel not in CHANNELS:
+        return []
+    return [
+        {
+            "type": f"session.{e.channel}.appended",
+            "event_id": new_id("event"),
+            "start_ms": at_ms,
+            "end_ms": at_ms,
+            **_answering(e.client_event_id),
         }
-        if config.safety_identifier is not None:
-            out["safety_identifier"] = config.safety_identifier
-        return out
+    ]
 
 
 def _answering(client_event_id: str) -> Json:

@@ -16,8 +16,10 @@ the start. What this server does with each field:
 - `audio.output.voice`: a voice name, as a Realtime session's `voice`.
 - `safety_identifier`: taken and not used (no safety monitoring here).
 - `store`: false only (no recordings, no forks).
-- `input` (text history), `delegation`, `triggers` and `client` are not
-  served: a non-empty one is refused with `unsupported_capability`.
+- `delegation`: the application's (null, `client`) or a Responses model's
+  (`live.delegation`).
+- `input` (text history), `triggers` and `client` are not served: a
+  non-empty one is refused with `unsupported_capability`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Any
 
 from antiphon.common.audio_formats import G711, G711_RATE, PCM16, PCM_INPUT_RATES
 from antiphon.gateway.errors import ClientError
+from antiphon.gateway.live import delegation
+from antiphon.gateway.live.delegation import Delegation
 from antiphon.gateway.live.track_format import TRACK_RATE
 from antiphon.gateway.translate import fields
 from antiphon.gateway.translate.audio_formats import NAMES, ga_type
@@ -51,7 +55,6 @@ _SESSION_KEYS = frozenset(
 )
 _NOT_SERVED = {
     "input": "text history before the start (the duplex model's context is its own audio)",
-    "delegation": "delegation (Responses or client): not served yet",
     "triggers": "Decisions triggers: not served",
     "client": "a WebRTC frontend's permissions: this is a WebSocket",
 }
@@ -65,23 +68,13 @@ class StartConfig:
     # Both directions' format (GPT-Live has one).
     audio_format: cpb.AudioFormat
     safety_identifier: str | None
-
-
-def strict(obj: Json, allowed: frozenset[str], where: str = "") -> None:
-    """Refuse the first key of `obj` that is not in `allowed`."""
-    for key in obj:
-        if key not in allowed:
-            raise ClientError(
-                "unknown_parameter",
-                f"Unknown parameter: '{where}{key}'.",
-                param=f"{where}{key}",
-            )
+    delegation: Delegation | None
 
 
 def start_config(event: Json) -> StartConfig:
     """The `session` of a `session.start`; raises ClientError."""
     s = fields.obj(fields.required(event, "session"), "session")
-    strict(s, _SESSION_KEYS, "session.")
+    fields.known_keys(s, _SESSION_KEYS, "session.")
     for key, what in _NOT_SERVED.items():
         if s.get(key):  # null, [] and {} ask for nothing
             raise ClientError(
@@ -99,13 +92,13 @@ def start_config(event: Json) -> StartConfig:
     if s.get("instructions") is not None:
         patch.instructions = fields.string(s["instructions"], "session.instructions")
     audio = fields.obj(s.get("audio"), "session.audio")
-    strict(audio, frozenset({"format", "output"}), "session.audio.")
+    fields.known_keys(audio, frozenset({"format", "output"}), "session.audio.")
     fmt = audio_format(audio.get("format"))
     # The session hears the client's format and speaks the track's.
     patch.input_audio_format.CopyFrom(fmt)
     patch.output_audio_format.CopyFrom(DEFAULT_FORMAT)
     output = fields.obj(audio.get("output"), "session.audio.output")
-    strict(output, frozenset({"voice"}), "session.audio.output.")
+    fields.known_keys(output, frozenset({"voice"}), "session.audio.output.")
     voice = output.get("voice")
     if isinstance(voice, dict):
         raise ClientError(
@@ -118,7 +111,7 @@ def start_config(event: Json) -> StartConfig:
     safety = s.get("safety_identifier")
     if safety is not None:
         safety = fields.string(safety, "session.safety_identifier")
-    return StartConfig(patch, fmt, safety)
+    return StartConfig(patch, fmt, safety, delegation.at_start(s.get("delegation")))
 
 
 def audio_format(value: Any) -> cpb.AudioFormat:
@@ -127,7 +120,7 @@ def audio_format(value: Any) -> cpb.AudioFormat:
         return DEFAULT_FORMAT
     param = "session.audio.format"
     fmt = fields.obj(value, param)
-    strict(fmt, frozenset({"type", "rate"}), f"{param}.")
+    fields.known_keys(fmt, frozenset({"type", "rate"}), f"{param}.")
     name = fields.string(fields.required(fmt, "type", f"{param}.type"), f"{param}.type")
     encoding = NAMES.get(name)
     # GPT-Live names its formats by their GA types only (no "pcm16", no WAV).

@@ -105,6 +105,11 @@ class Timeline:
         """Usage: whole seconds of timeline."""
         return float(self.now_ms // 1000)
 
+    @property
+    def played_ms(self) -> int:
+        """Where the output track is: milliseconds of it sent."""
+        return self._out // _SAMPLES_PER_MS
+
     def usage(self) -> Json:
         return {"seconds": self.seconds}
 

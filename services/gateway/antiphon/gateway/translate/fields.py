@@ -33,6 +33,16 @@ def _typed(value: Any, kind: type[T], what: str, param: str) -> T:
     return value
 
 
+def known_keys(obj: Event, allowed: frozenset[str], where: str = "") -> None:
+    """Refuse the first key of `obj` outside `allowed`, as OpenAI's strict
+    schemas do (GPT-Live's): `where` prefixes the key in `param`."""
+    for key in obj:
+        if key not in allowed:
+            raise ClientError(
+                "unknown_parameter", f"Unknown parameter: '{where}{key}'.", param=f"{where}{key}"
+            )
+
+
 def only(event: Event, allowed: frozenset[str]) -> None:
     """Refuse a type outside `allowed` as OpenAI refuses an unknown type."""
     t = event.get("type")
