@@ -80,7 +80,8 @@ READS = frozenset(
 # ledger stored).
 RECORDS = {
     "Ledger": frozenset({"ResponseControl", "ResponseState", "Playback"}),
-    "ResponseState": frozenset({"ResponseControl"}),
+    # A delegated answer's is its delegate's own (assistant/delegate.py).
+    "ResponseState": frozenset({"ResponseControl", "Delegate"}),
 }
 RECORD_ARGS = frozenset({("<record>",)})
 # What every part writes to and none reads: counters, not facts.

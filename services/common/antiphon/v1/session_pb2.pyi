@@ -399,7 +399,7 @@ class TranscriptionDelta(_message.Message):
     def __init__(self, item_id: _Optional[str] = ..., content_index: _Optional[int] = ..., delta: _Optional[str] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("id", "status", "status_reason", "output", "output_modalities", "epoch", "turn_id", "playback", "metadata", "stage_metrics", "has_stage_metrics", "session_id", "committed")
+    __slots__ = ("id", "status", "status_reason", "output", "output_modalities", "epoch", "turn_id", "playback", "metadata", "stage_metrics", "has_stage_metrics", "session_id", "committed", "delegated")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -420,6 +420,7 @@ class Response(_message.Message):
     HAS_STAGE_METRICS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    DELEGATED_FIELD_NUMBER: _ClassVar[int]
     id: str
     status: str
     status_reason: str
@@ -433,7 +434,8 @@ class Response(_message.Message):
     has_stage_metrics: bool
     session_id: str
     committed: bool
-    def __init__(self, id: _Optional[str] = ..., status: _Optional[str] = ..., status_reason: _Optional[str] = ..., output: _Optional[_Iterable[_Union[_common_pb2.Item, _Mapping]]] = ..., output_modalities: _Optional[_Iterable[str]] = ..., epoch: _Optional[int] = ..., turn_id: _Optional[int] = ..., playback: _Optional[_Union[_common_pb2.Playback, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., stage_metrics: _Optional[_Union[_common_pb2.StageMetrics, _Mapping]] = ..., has_stage_metrics: _Optional[bool] = ..., session_id: _Optional[str] = ..., committed: _Optional[bool] = ...) -> None: ...
+    delegated: bool
+    def __init__(self, id: _Optional[str] = ..., status: _Optional[str] = ..., status_reason: _Optional[str] = ..., output: _Optional[_Iterable[_Union[_common_pb2.Item, _Mapping]]] = ..., output_modalities: _Optional[_Iterable[str]] = ..., epoch: _Optional[int] = ..., turn_id: _Optional[int] = ..., playback: _Optional[_Union[_common_pb2.Playback, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., stage_metrics: _Optional[_Union[_common_pb2.StageMetrics, _Mapping]] = ..., has_stage_metrics: _Optional[bool] = ..., session_id: _Optional[str] = ..., committed: _Optional[bool] = ..., delegated: _Optional[bool] = ...) -> None: ...
 
 class ResponseEvent(_message.Message):
     __slots__ = ("response",)

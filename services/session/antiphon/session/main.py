@@ -53,7 +53,10 @@ async def serve(settings: SessionSettings) -> None:
     )
     # Workers registered in Redis first; the static lists when none is.
     pool = StagePool(
-        settings.stage0_addresses, settings.stage1_addresses, registry=WorkerRegistry(client)
+        settings.stage0_addresses,
+        settings.stage1_addresses,
+        registry=WorkerRegistry(client),
+        delegate=settings.delegate_addresses,
     )
     sessions = SessionRegistry(settings=settings, store=store, pool=pool, metrics=session_metrics)
     service = SessionService(sessions)

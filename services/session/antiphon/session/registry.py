@@ -51,6 +51,10 @@ class Stages(Protocol):
         self, on_event: OnEvent, *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage1Request], stage_pb2.StageInfo]: ...
 
+    async def bind_delegate(
+        self, on_event: OnEvent
+    ) -> tuple[Binding[stage_pb2.Stage0Request], stage_pb2.StageInfo]: ...
+
 
 class SessionRegistry:
     def __init__(
@@ -204,7 +208,10 @@ class SessionRegistry:
 
         async def rebind(stage: str, failed: str) -> tuple[Binding[Any], stage_pb2.StageInfo]:
             """A binding to a worker of `stage` other than `failed` ("": any);
-            raises BindError. After a worker died, and on resuming a detached session."""
+            raises BindError. After a worker died, and on resuming a detached session;
+            and a delegate's LLM for one delegated answer (assistant/delegate.py)."""
+            if stage == "delegate":
+                return await self._pool.bind_delegate(poster("delegate"))
             if stage == "stage0":
                 return await self._pool.bind_stage0(poster("stage0"), avoid=failed)
             return await self._pool.bind_stage1(poster("stage1"), avoid=failed)

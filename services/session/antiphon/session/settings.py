@@ -23,6 +23,10 @@ class SessionSettings(ServiceSettings):
     redis_max_connections: int = 64
     stage0_addresses: list[str] = Field(default_factory=lambda: ["127.0.0.1:50061"])
     stage1_addresses: list[str] = Field(default_factory=lambda: ["127.0.0.1:50071"])
+    # Stage0 workers with an LLM (the cascade's) that answer GPT-Live's
+    # Responses delegations for model-native sessions (docs/gpt-live.md);
+    # empty: a delegated `response.create` is refused (`delegate_unavailable`).
+    delegate_addresses: list[str] = Field(default_factory=list)
     # A session's owner lease: another replica may take an owner's sessions
     # over once it has not renewed for this long (renewed every third of it).
     owner_lease_s: float = 6.0

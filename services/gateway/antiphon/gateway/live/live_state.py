@@ -56,6 +56,11 @@ class LiveState:
         held, self._held = self._held, []
         return held
 
+    def delegate_model(self) -> str:
+        """The Responses model the delegation names (echoed in its events)."""
+        d = self.delegation
+        return str(d.responses.get("model", "")) if d is not None else ""
+
     def resource(self) -> Json:
         """The session resource: what the session says, in GPT-Live's shape."""
         st, config = self.session, self.config

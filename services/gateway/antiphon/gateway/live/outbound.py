@@ -19,6 +19,8 @@ spans (`timeline`), usage, and errors. So of the typed stream:
   its error. Each carries the final usage and the session resource.
 - `context_appended` is `session.{instructions,thinking,commentary}.appended`
   once the model took the append: an instant on the track where it is then.
+- a delegate LLM's answer (`Response.delegated`) is `response.event`s
+  (`responses_stream`).
 - `error` is OpenAI's error, with the client's `event_id` as
   `client_event_id` on the event and in its `error`.
 - everything else (the response lifecycle, items, speech and VAD events,
@@ -33,6 +35,7 @@ from antiphon.gateway.connection.failover import SessionUnavailable
 from antiphon.gateway.dialects.halves import Json
 from antiphon.gateway.errors import ClientError
 from antiphon.gateway.live.live_state import LiveState
+from antiphon.gateway.live.responses_stream import ResponsesStream
 from antiphon.v1 import session_pb2 as spb
 
 # The append channels (`session.<channel>.append` / `.appended`).
@@ -48,9 +51,12 @@ EXPIRED = {
 class LiveProjector:
     def __init__(self, state: LiveState) -> None:
         self._state = state
+        self._delegated = ResponsesStream(state.delegate_model)
 
     def __call__(self, ev: spb.ServerEvent) -> list[Json]:
         kind = kind_of(ev)
+        if (envelopes := self._delegated(kind, ev)) is not None:
+            return envelopes
         timeline = self._state.timeline
         match kind:
             case "session_created":

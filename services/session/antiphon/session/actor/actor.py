@@ -106,6 +106,7 @@ class SessionActor:
         self._links = parts.links
         self._turns = parts.turns
         self._responses = parts.responses
+        self._delegate = parts.delegate
         self._listening = parts.listening
         self._workers = parts.workers
         self._stage_events = parts.stage_events
@@ -392,6 +393,7 @@ class SessionActor:
             return  # another replica's now, or Redis gone: not ours to clean
         self._closed.set()
         await self._links.close()
+        await self._delegate.close()
         await self._store.expire(self.session_id, self._settings.resume_replay_ttl_s)
         await self._store.release(self.session_id)
 

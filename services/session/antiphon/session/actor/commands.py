@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 from antiphon.session.actor import errors
 from antiphon.session.actor.journal import Emitter
+from antiphon.session.assistant.delegate import Delegate
+from antiphon.session.assistant.model_context import ModelContext
 from antiphon.session.assistant.response_control import ResponseControl
 from antiphon.session.config import policy
 from antiphon.session.config.current_config import CurrentConfig
@@ -36,6 +38,8 @@ class ClientCommands:
         links: StageLinks,
         listening: Listening,
         responses: ResponseControl,
+        context: ModelContext,
+        delegate: Delegate,
         edits: Edits,
         state: Callable[[], spb.SessionState],
     ) -> None:
@@ -47,6 +51,8 @@ class ClientCommands:
         self._links = links
         self._listening = listening
         self._responses = responses
+        self._context = context
+        self._delegate = delegate
         self._edits = edits
         self._state = state
 
@@ -75,8 +81,12 @@ class ClientCommands:
                 await self._edits.playback_ack(cmd.playback_ack)
             case "update":
                 await self._update(cmd)
+            case "create_response" if cmd.create_response.delegated:
+                await self._delegate.create(cmd.create_response)
             case "create_response":
                 await self._responses.create(cmd.create_response)
+            case "append_context":
+                await self._context.append(cmd)
             case "cancel_response":
                 await self._responses.cancel(cmd.cancel_response.response_id)
             case "heartbeat":

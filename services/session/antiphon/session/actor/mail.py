@@ -112,9 +112,9 @@ class Mailbox:
     ) -> None:
         self._queue: asyncio.Queue[Mail] = asyncio.Queue()
         self._commands = asyncio.Semaphore(max_commands)
-        self._stage = {
-            stage: asyncio.Semaphore(max_stage_results) for stage in ("stage0", "stage1")
-        }
+        # A delegated answer's LLM (assistant/delegate.py) is a stage of its own here.
+        stages = ("stage0", "stage1", "delegate")
+        self._stage = {stage: asyncio.Semaphore(max_stage_results) for stage in stages}
         # A counter labelled by stage: results that found no room at once.
         self._waited = waited
 

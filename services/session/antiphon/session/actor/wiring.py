@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from antiphon.session.actor.attachment import Attachment
 from antiphon.session.actor.commands import ClientCommands
 from antiphon.session.actor.journal import Emitter
+from antiphon.session.assistant.delegate import Delegate
+from antiphon.session.assistant.model_context import ModelContext
 from antiphon.session.assistant.preemption import Preemption
 from antiphon.session.assistant.response_control import ResponseControl
 from antiphon.session.config.current_config import CurrentConfig
@@ -48,6 +50,7 @@ class Parts:
     links: StageLinks
     turns: Turns
     responses: ResponseControl
+    delegate: Delegate
     listening: Listening
     workers: StageWorkers
     stage_events: StageEvents
@@ -108,6 +111,17 @@ def wire(
             count=lambda outcome: metrics.preemptive_answers.labels(outcome).inc(),
         ),
     )
+    context = ModelContext(links=links, emitter=emitter)
+    delegate = Delegate(
+        config=config,
+        emitter=emitter,
+        links=links,
+        turns=turns,
+        conversation=conversation,
+        context=context,
+        rebind=rebind,
+        metrics=metrics,
+    )
     listening = Listening(
         config=config,
         settings=settings,
@@ -131,6 +145,8 @@ def wire(
         links=links,
         listening=listening,
         responses=responses,
+        context=context,
+        delegate=delegate,
         workers=workers,
         emitter=emitter,
         metrics=metrics,
@@ -144,9 +160,20 @@ def wire(
         links=links,
         listening=listening,
         responses=responses,
+        context=context,
+        delegate=delegate,
         edits=edits,
         state=state,
     )
     return Parts(
-        attachment, emitter, links, turns, responses, listening, workers, stage_events, commands
+        attachment,
+        emitter,
+        links,
+        turns,
+        responses,
+        delegate,
+        listening,
+        workers,
+        stage_events,
+        commands,
     )

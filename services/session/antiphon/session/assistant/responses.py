@@ -111,6 +111,8 @@ class ResponseState:
     metrics: cpb.StageMetrics = field(default_factory=cpb.StageMetrics)
     # The functions it called (`function_call` items), in order.
     calls: list[cpb.Item] = field(default_factory=list)
+    # A delegate LLM's answer (delegate.py), not the session's own model's.
+    delegated: bool = False
     # The audio sent so far, its transcript and word marks (what truncation cuts by).
     ledger: Ledger = field(init=False)
 
@@ -177,6 +179,7 @@ class ResponseState:
             metadata=self.options.metadata,
             session_id=self.session_id,
             playback=self.ledger.playback(),
+            delegated=self.delegated,
         )
 
     # ------------------------------------------------------------ events

@@ -1,7 +1,9 @@
 """What the stage workers send a session, routed to the part it is for.
 
 Stage0's news about the user's input goes to listening, generation to the
-response control, stage1's speech to the response control. Each event's
+response control, stage1's speech to the response control, what the model
+took into its context to the model context, and a delegate LLM's answer to
+the delegate. Each event's
 message type finds its handler (`Routes`); results of a binding the
 session let go are dropped; a binding's end means its worker died: what it
 owed ends with a typed reason and another worker takes over.
@@ -13,6 +15,9 @@ import logging
 from typing import Any
 
 from antiphon.session.actor.journal import Emitter
+from antiphon.session.assistant import delegate as delegation
+from antiphon.session.assistant.delegate import Delegate
+from antiphon.session.assistant.model_context import ModelContext
 from antiphon.session.assistant.response_control import ResponseControl
 from antiphon.session.config.current_config import CurrentConfig
 from antiphon.session.metrics import SessionMetrics
@@ -48,6 +53,8 @@ class StageEvents:
         links: StageLinks,
         listening: Listening,
         responses: ResponseControl,
+        context: ModelContext,
+        delegate: Delegate,
         workers: StageWorkers,
         emitter: Emitter,
         metrics: SessionMetrics,
@@ -56,6 +63,8 @@ class StageEvents:
         self._links = links
         self._listening = listening
         self._responses = responses
+        self._context = context
+        self._delegate = delegate
         self._workers = workers
         self._emitter = emitter
         self._metrics = metrics
@@ -74,6 +83,7 @@ class StageEvents:
             .route(stage_pb2.ModelFrame, responses.on_model_frame)
             .route(stage_pb2.UtterancePause, self._pause)
             .route(stage_pb2.SpeechResumed, self._resumed)
+            .route(stage_pb2.ContextTaken, context.on_taken)
         )
         self.stage1 = (
             Routes(stage_pb2.Stage1Event)
@@ -83,6 +93,9 @@ class StageEvents:
         )
 
     async def handle(self, stage: str, result: Any) -> None:
+        if stage == delegation.STAGE:
+            await self._delegate.handle(result)
+            return
         if isinstance(result, StreamEnded):
             await self._stage_lost(stage, result.binding)
             return
@@ -151,6 +164,9 @@ class StageEvents:
             await self._responses.listen("model_listen")
 
     async def _stage0_error(self, msg: stage_pb2.StageError) -> None:
+        if self._context.owns(msg.response_id):
+            await self._context.on_error(msg)
+            return
         await self._stage_error("stage0", msg)
 
     async def _stage1_error(self, msg: stage_pb2.StageError) -> None:

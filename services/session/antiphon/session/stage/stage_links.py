@@ -116,6 +116,10 @@ class StageLinks:
         request.epoch = self._epoch
         self._send0(generate=request)
 
+    def context(self, context_id: str, text: str) -> None:
+        """Text into the running model's context (model_context.py)."""
+        self._send0(context=stage_pb2.Stage0Context(epoch=self._epoch, id=context_id, text=text))
+
     def cancel_response(self, response_id: str) -> None:
         """Both stages stop one response's work (a preemptive answer dropped);
         the epoch and all other work stay as they are."""

@@ -199,11 +199,14 @@ class StagePool:
         stage0: Sequence[str],
         stage1: Sequence[str],
         registry: WorkerRegistry | None = None,
+        delegate: Sequence[str] = (),
     ) -> None:
-        self._static = {"stage0": list(stage0), "stage1": list(stage1)}
-        self._channels = {a: channel(a) for a in (*stage0, *stage1)}
+        # `delegate`: stage0 workers whose LLM answers GPT-Live's delegated
+        # responses (assistant/delegate.py); static only, and not needed for readiness.
+        self._static = {"stage0": list(stage0), "stage1": list(stage1), "delegate": list(delegate)}
+        self._channels = {a: channel(a) for a in (*stage0, *stage1, *delegate)}
         self._ready: dict[str, bool] = dict.fromkeys(self._channels, False)
-        self._turns = {"stage0": itertools.count(), "stage1": itertools.count()}
+        self._turns = {stage: itertools.count() for stage in self._static}
         self._registry = registry
 
     async def refresh(self) -> bool:
@@ -219,6 +222,10 @@ class StagePool:
             for addr, ok in zip(addresses, await asyncio.gather(*probes), strict=True):
                 self._ready[addr] = ok
             ready.append(any(self._ready[a] for a in addresses))
+        delegates = self._static["delegate"]
+        probes = [check_ready(self._channel(a), STAGE0_SERVICE) for a in delegates]
+        for addr, ok in zip(delegates, await asyncio.gather(*probes), strict=True):
+            self._ready[addr] = ok
         return all(ready)
 
     def _channel(self, addr: str) -> grpc.aio.Channel:
@@ -243,6 +250,14 @@ class StagePool:
         self, on_event: OnEvent, *, avoid: str = ""
     ) -> tuple[Binding[stage_pb2.Stage1Request], stage_pb2.StageInfo]:
         return await self._bind("stage1", self.stage1, on_event, avoid)
+
+    async def bind_delegate(
+        self, on_event: OnEvent
+    ) -> tuple[Binding[stage_pb2.Stage0Request], stage_pb2.StageInfo]:
+        """Bind to a delegate LLM's worker, for one delegated answer."""
+        if not self._static["delegate"]:
+            raise NoWorkerError("no delegate LLM is configured (delegate_addresses)")
+        return await self._bind("delegate", self.stage0, on_event, "")
 
     async def _bind(
         self,
@@ -276,7 +291,11 @@ class StagePool:
     async def _candidates(self, stage: str, avoid: str, full: list[str]) -> list[str]:
         """Addresses to try, best first; registered workers with no room go to `full`."""
         turn = next(self._turns[stage])
-        registered = [w for w in await self._registered(stage) if w.address != avoid]
+        registered = [
+            w
+            for w in (await self._registered(stage) if stage != "delegate" else [])
+            if w.address != avoid
+        ]
         if registered:
             with_room = _rotated([w for w in registered if w.room > 0], turn)
             full.extend(
