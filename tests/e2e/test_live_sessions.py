@@ -135,10 +135,14 @@ async def test_hostile_input_gets_typed_errors(duplex_stack: LocalStack) -> None
         oversize = base64.b64encode(bytes(15 * 1024 * 1024 + 2)).decode()
         huge = {"type": "session.input_audio.append", "audio": oversize, "event_id": "e4"}
         assert code(await ask(huge)) == ("audio_too_large", "audio", "e4")
-        think = {"type": "session.thinking.append", "content": "hm", "delegation_id": None}
-        assert code(await ask({**think, "event_id": "e5"}))[0] == "unsupported_capability"
+        think = {"type": "session.thinking.append", "content": "hm", "delegation_id": "d1"}
+        assert code(await ask({**think, "event_id": "e5"})) == (
+            "delegation_not_found",
+            "delegation_id",
+            "e5",
+        )
         assert code(await ask({"type": "response.create", "event_id": "e6"}))[0] == (
-            "unsupported_capability"
+            "responses_delegation_required"
         )
         closed = await ask({"type": "session.close", "event_id": "e7"})
         assert (closed["type"], closed["reason"]) == ("session.closed", "close_requested")
