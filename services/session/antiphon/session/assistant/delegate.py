@@ -147,15 +147,12 @@ class Delegate:
 
     async def _finish(self, r: ResponseState, status: str, reason: str = "") -> None:
         r.settle(status)
-        previous = r.previous_item_id
-        if r.opened and status == "completed":
-            await self._conversation.place(r.item(item_status(status)), previous)
-            previous = r.item_id
-        for call in r.calls:
-            await self._conversation.place(call, previous)
-            previous = call.id
-        if previous != r.previous_item_id:
-            self._turns.item_added(previous)
+        # Last in the history, as it came last: the voice may have spoken
+        # (its own items) while the delegate thought.
+        placed = [r.item(item_status(status))] if r.opened and status == "completed" else []
+        for item in [*placed, *r.calls]:
+            await self._conversation.append(item)
+            self._turns.item_added(item.id)
         await self._emitter.emit_all(r.terminal_events(status, reason))
         self._metrics.responses.labels(status).inc()
         if status == "completed" and r.text:
