@@ -27,21 +27,11 @@ import websockets
 from stack import LocalStack, free_port
 
 from tests.support.live_models import violations
+from tests.support.weather import GET_WEATHER
 
 pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 Frame = dict[str, Any]
-GET_WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "description": "The city"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
 FORCED = {"type": "function", "name": "get_weather"}
 # Two LLM passes on two shared cores, beside the voice model's clock.
 ANSWER_TIMEOUT_S = 180

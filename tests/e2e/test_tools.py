@@ -24,20 +24,10 @@ from stack import LocalStack
 from tests.support import openai_models
 from tests.support.realtime import MANUAL, RealtimeClient, ask, duplex_url, of_type
 from tests.support.speech import spoken
+from tests.support.weather import GET_WEATHER
 
 pytestmark = [pytest.mark.stack, pytest.mark.models]
 
-GET_WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "description": "The city"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
 PARIS_WEATHER = {"city": "Paris", "temperature_c": 18, "sky": "sunny"}
 INSTRUCTIONS = "You are a helpful voice assistant. Keep your answers short."
 # A turn on two shared cores: ASR, up to three LLM passes, then speech.

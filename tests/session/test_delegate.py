@@ -18,7 +18,6 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
-from antiphon.session.actor.attachment import Attachment
 from antiphon.session.actor.errors import Rejection
 from antiphon.session.assistant.delegate import Delegate
 from antiphon.session.assistant.model_context import ModelContext
@@ -35,7 +34,7 @@ from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
 from tests.session.test_model_speech import Journal
 from tests.support.bindings import Recording, recording_links
-from tests.support.parts import FlushingEmitter
+from tests.support.parts import attached_emitter
 from tests.support.redis_dbs import flushed
 
 DB = 22  # this module's own database on the shared test Redis
@@ -80,19 +79,9 @@ async def parts(redis_url: str) -> AsyncIterator[Parts]:
 
         links, stage0, _ = recording_links(SID, rebind=rebind)
         links._info["stage0"] = moshi()
-        attachment = Attachment(SID, 0)
-        attachment.attach(seq=0)
         metrics = SessionMetrics(CollectorRegistry())
         journal = Journal()
-        emitter = FlushingEmitter(
-            journal=journal,
-            session_id=SID,
-            owner_token=TOKEN,
-            seq=0,
-            attachment=attachment,
-            metrics=metrics,
-            on_not_owner=lambda: None,
-        )
+        emitter = attached_emitter(SID, TOKEN, journal, metrics)
         conversation = Conversation(store, SID, TOKEN)
         context = ModelContext(links=links, emitter=emitter)
         delegate = Delegate(

@@ -29,6 +29,23 @@ class FlushingEmitter(Emitter):
         await self.flush()
 
 
+def attached_emitter(
+    session_id: str, owner_token: str, journal: EventLog, metrics: SessionMetrics
+) -> FlushingEmitter:
+    """An emitter to `journal` for a session with a stream attached from seq 0."""
+    attachment = Attachment(session_id, 0)
+    attachment.attach(seq=0)
+    return FlushingEmitter(
+        journal=journal,
+        session_id=session_id,
+        owner_token=owner_token,
+        seq=0,
+        attachment=attachment,
+        metrics=metrics,
+        on_not_owner=lambda: None,
+    )
+
+
 def response_control(
     *,
     session_id: str,
@@ -40,20 +57,10 @@ def response_control(
     last_item_id: str = "",
 ) -> ResponseControl:
     """`session_id`'s response control with an attached stream, writing events to `journal`."""
-    attachment = Attachment(session_id, 0)
-    attachment.attach(seq=0)
     metrics = SessionMetrics(CollectorRegistry())
     return ResponseControl(
         config=CurrentConfig(session_id, config, max_output_tokens=64),
-        emitter=FlushingEmitter(
-            journal=journal,
-            session_id=session_id,
-            owner_token=owner_token,
-            seq=0,
-            attachment=attachment,
-            metrics=metrics,
-            on_not_owner=lambda: None,
-        ),
+        emitter=attached_emitter(session_id, owner_token, journal, metrics),
         links=links,
         turns=Turns(session_id, last_item_id=last_item_id),
         conversation=conversation,
