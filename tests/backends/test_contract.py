@@ -142,6 +142,36 @@ async def test_a_session_answers_honours_its_capabilities_and_closes(
     assert await call.code() == grpc.StatusCode.OK
 
 
+async def test_text_into_a_running_context_is_taken_or_refused_as_declared(
+    backend_worker: Worker, stub: Any
+) -> None:
+    """Stage0: a `Stage0Context` is taken (`ContextTaken`) where the backend
+    declares `supports_context_text`, else refused typed with its id."""
+    if backend_worker.entry.stage != "stage0":
+        pytest.skip("stage1 takes no context text")
+    caps = (await stub.Describe(pb.DescribeRequest(), timeout=10)).capabilities
+    call = stub.Bind()
+    await call.write(opening("stage0", "kit-context"))
+    text = pb.Stage0Context(epoch=1, id="ctx-1", text="Paris is the capital.")
+    await call.write(pb.Stage0Request(context=text))
+    async for event in events(call, EVENT_TIMEOUT_S):
+        kind = event.WhichOneof("kind")
+        if kind in ("context_taken", "error"):
+            break
+    else:
+        pytest.fail("the stream ended before the context was answered")
+    if caps.supports_context_text:
+        assert kind == "context_taken", event
+        assert (event.context_taken.id, event.context_taken.epoch) == ("ctx-1", 1)
+    else:
+        assert kind == "error", event
+        assert (event.error.code, event.error.response_id) == ("unsupported_capability", "ctx-1")
+    await call.done_writing()
+    async for _ in events(call, EVENT_TIMEOUT_S):
+        pass  # what was already on its way, then the end: its slot is free again
+    assert await call.code() == grpc.StatusCode.OK
+
+
 def opening(stage: str, name: str) -> Any:
     if stage == "stage0":
         return pb.Stage0Request(open=pb.Stage0Open(session_id=name, lane=pb.LANE_MANUAL))

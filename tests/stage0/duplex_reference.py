@@ -8,7 +8,7 @@ different inputs make different answers: the isolation tests check they do.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,6 +55,7 @@ def tiny_lockstep(
     jitter_ms: int = 60_000,
     quiet_frames: int = 12,
     prompter: Prompter | None = None,
+    context_tokens: int = 2048,
 ) -> Lockstep:
     from antiphon.stage0.backends.moshi.lockstep import Lockstep
 
@@ -65,6 +66,7 @@ def tiny_lockstep(
         metrics=metrics or Stage0Metrics(CollectorRegistry()),
         jitter_ms=jitter_ms,
         quiet_frames=quiet_frames,
+        context_tokens=context_tokens,
     )
 
 
@@ -84,22 +86,30 @@ def voice(kind: int, frames: int) -> bytes:
 
 
 def reference(
-    audio: bytes, steps: int, dtype: torch.dtype, prefill: Sequence[ForcedFrame] = ()
+    audio: bytes,
+    steps: int,
+    dtype: torch.dtype,
+    prefill: Sequence[ForcedFrame] = (),
+    text_at: Mapping[int, int] | None = None,
 ) -> list[tuple[int, list[int]]]:
     """(text token, audio codes) per frame moshi's own loop makes of `audio`
     alone over `steps` steps (silence once it runs out), in a fresh state.
     With a `prefill`, its frames come first: their user codes in place of
     Mimi's (which encodes silence meanwhile), their text and agent codes
-    forced through LMGen's hooks, their output not kept; `audio` follows."""
+    forced through LMGen's hooks, their output not kept; `audio` follows.
+    `text_at`: text tokens forced (the text hook) at steps after the prompt."""
     import torch
     from moshi.models.lm import LMGen
 
     lm, mimi = tiny_parts(dtype)
     forcing: list[ForcedFrame | None] = [None]
+    said: list[int | None] = [None]
 
     def on_text(text: torch.Tensor) -> None:
         if forcing[0] is not None:
             text.fill_(forcing[0].text)
+        elif said[0] is not None:
+            text.fill_(said[0])
 
     def on_audio(audio_tokens: torch.Tensor) -> None:
         if forcing[0] is not None:
@@ -124,6 +134,7 @@ def reference(
             x = torch.from_numpy(pcm).to(dtype) / 32768.0
             codes = mimi.encode(x[None, None])
             forcing[0] = prefill[i] if live < 0 else None
+            said[0] = (text_at or {}).get(live) if live >= 0 else None
             if forcing[0] is not None:
                 codes = torch.tensor([forcing[0].user])[:, :, None]
             tokens = gen.step(codes)

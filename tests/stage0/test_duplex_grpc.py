@@ -85,6 +85,40 @@ async def test_a_bound_session_gets_a_frame_per_step(
     assert registry.get_sample_value("antiphon_stage0_duplex_rows_active") == 0
 
 
+async def test_a_context_in_comes_back_taken_at_the_frame_with_its_last_token(
+    worker: tuple[str, CollectorRegistry],
+) -> None:
+    address, _ = worker
+    taken = asyncio.Event()
+
+    async def requests() -> AsyncIterator[pb.Stage0Request]:
+        yield pb.Stage0Request(open=pb.Stage0Open(session_id="s1", lane=pb.LANE_NATIVE))
+        yield pb.Stage0Request(context=pb.Stage0Context(epoch=2, id="c1", text="hi there"))
+        await taken.wait()
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = stage_pb2_grpc.Stage0ServiceStub(channel)
+        caps = (await stub.Describe(pb.DescribeRequest(), timeout=10)).capabilities
+        assert caps.supports_context_text
+        frames: dict[int, pb.ModelFrame] = {}
+        got: pb.ContextTaken | None = None
+        call = stub.Bind(requests(), timeout=30)
+        async for event in call:
+            kind = event.WhichOneof("kind")
+            assert kind in ("frame", "context_taken"), event
+            if kind == "frame":
+                frames[event.frame.index] = event.frame
+            else:
+                got = event.context_taken
+            if got is not None and got.index in frames:
+                taken.set()
+        assert await call.code() == grpc.StatusCode.OK
+    assert got is not None and (got.epoch, got.id) == (2, "c1")
+    # Its last token ("e" of "there", a token a character on random weights)
+    # is that frame's text.
+    assert frames[got.index].text == " w" + str(4 + ord("e") % 4)
+
+
 async def test_a_moshi_worker_without_a_checkpoint_says_which_setting() -> None:
     settings = Stage0Settings(backend="moshi")
     with pytest.raises(SystemExit, match="duplex_checkpoint"):

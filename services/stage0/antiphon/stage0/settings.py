@@ -16,6 +16,7 @@ from antiphon.stage0.backends.cascade.llm.llm_models import (
     tool_check_threshold,
 )
 from antiphon.stage0.backends.cascade.llm.prompt import VOICE_PREAMBLE, VOICE_REMINDER, VOICE_STYLE
+from antiphon.stage0.backends.moshi.context import DEFAULT_LIMIT as CONTEXT_TEXT_LIMIT
 
 DuplexDtype = Literal["auto", "bfloat16", "float16", "float32"]
 DuplexPromptFormat = Literal["auto", "none", "personaplex"]
@@ -224,6 +225,10 @@ class Stage0Settings(WorkerSettings):
     # "none" (Moshi: nothing), "auto" (personaplex for PersonaPlex-shaped
     # weights, else none).
     duplex_prompt_format: DuplexPromptFormat = "auto"
+    # Text tokens a session may have waiting to go into its row's context
+    # (`Stage0Context`, backends/moshi/context.py); more is refused
+    # (`context_too_long`), as a bound on what one session holds queued.
+    duplex_context_text_max_tokens: int = Field(default=CONTEXT_TEXT_LIMIT, ge=1)
     # Voice prompts: `<voice>.wav` clips (any rate, mono or stereo), encoded
     # once each at start. Unset: `<checkpoint folder>/voices`.
     duplex_voice_dir: Path | None = None

@@ -165,6 +165,17 @@ class CascadeSession:
         if answer is not None:
             answer.cancel()
 
+    def _context(self, msg: pb.Stage0Context) -> None:
+        """The cascade's model has no running context to put text into: its
+        prompt is built from the history at each answer."""
+        error = pb.StageError(
+            epoch=msg.epoch,
+            response_id=msg.id,
+            code="unsupported_capability",
+            message="this backend takes no text into a running model's context",
+        )
+        self._emit(pb.Stage0Event(error=error))
+
     def _configure(self, open_: pb.Stage0Open) -> None:
         self.session_id = open_.session_id or self.session_id
         if self._settings.llm_warm_prefix and open_.instructions != self._warmed:
@@ -455,6 +466,7 @@ HANDLERS: Final[Mapping[str, Callable[[CascadeSession, pb.Stage0Request], None]]
     "generate": lambda s, req: s._generate(req.generate),
     "cancel": lambda s, req: s._cancel(req.cancel),
     "cancel_response": lambda s, req: s._cancel_response(req.cancel_response),
+    "context": lambda s, req: s._context(req.context),
 }
 # Kinds the cascade has nothing to do with, and why (none: it handles them all).
 IGNORED: Final[Mapping[str, str]] = {}

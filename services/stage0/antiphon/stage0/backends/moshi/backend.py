@@ -23,7 +23,8 @@ def capabilities(settings: Stage0Settings) -> cpb.Capabilities:
     """A model-native duplex backend (the Moshi architecture): it hears 24 kHz
     audio continuously and decides itself when to speak, one 80 ms frame per
     step. The user talking over it is the model's own business (no barge-in),
-    and a commit only records the user item."""
+    a commit only records the user item, and text goes into a running row's
+    context (its text stream, which the model says)."""
     return cpb.Capabilities(
         implementation_level="model_native_duplex",
         model_native=True,
@@ -32,6 +33,7 @@ def capabilities(settings: Stage0Settings) -> cpb.Capabilities:
         chunk_period_ms=FRAME_MS,
         input_sample_rate_hz=SAMPLE_RATE,
         input_modes=["append_audio_chunk"],
+        supports_context_text=True,
     )
 
 

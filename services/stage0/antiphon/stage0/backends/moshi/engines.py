@@ -53,6 +53,7 @@ class DuplexEngines:
             jitter_ms=settings.duplex_jitter_ms,
             quiet_frames=settings.duplex_quiet_frames,
             compile=settings.duplex_compile,
+            context_tokens=settings.duplex_context_text_max_tokens,
         )
         clock = LockstepClock(
             lockstep, thread_setup=torch_threads(settings.duplex_threads), on_failure=on_failure

@@ -22,6 +22,14 @@ generated for that row alone before it is written to the LM's cache. Its
 output over those steps is the prompt's and is not reported; what the
 session says meanwhile is dropped (counted) as it comes, and the model hears
 it from the first step after.
+
+Text a session puts into its row's context (context.py) goes through the
+same text hook, a token a step, once the row's prompt is done; unlike a
+prompt frame, the row still hears its input and its frames are reported.
+The frame whose text a row's step makes is `Row.made` at that step (frame j
+holds the text of its j-th step after the prompt: LMGen gives the text and
+codebook 0 of a step `max_delay` steps later), so a context's `ContextTaken`
+names the frame that carries its last token, sent `max_delay` frames later.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import torch
 
 from antiphon.common import moshi_checkpoint
 from antiphon.common.moshi_checkpoint import FRAME_MS, FRAME_SAMPLES
+from antiphon.stage0.backends.moshi.context import DEFAULT_LIMIT, ContextQueue, Offer
 from antiphon.stage0.backends.moshi.model import DuplexModel
 from antiphon.stage0.backends.moshi.prompt import ForcedFrame
 from antiphon.stage0.backends.moshi.rows import Row
@@ -67,16 +76,31 @@ class Batch:
     forced: list[ForcedFrame | None]
     # Per row: its output this step is the prompt's, not reported.
     discard: list[bool]
+    # Per row: the context token offered to its text stream, the queue it
+    # came from, and the frame whose text this step makes.
+    offers: list[Offer | None]
+    queues: list[ContextQueue | None]
+    made: list[int]
+    # Per row: its text token this step, after forcing (set by `compute` when
+    # a row had an offer: whether the model took it).
+    said: list[int] | None = None
 
 
 @dataclass
 class _Forcing:
     """One step's forced values, on the device, for the LMGen hooks."""
 
-    mask: torch.Tensor  # [B] bool
+    mask: torch.Tensor  # [B] bool: prompt rows (user, text and agent forced)
     user: torch.Tensor  # [B, K]
     text: torch.Tensor  # [B]
     agent: torch.Tensor  # [B, dep_q]
+    # [B] bool: text forced whatever the model sampled (prompt rows included)
+    firm: torch.Tensor
+    # [B] bool: text forced only where the model sampled no padding
+    offered: torch.Tensor
+    pads: torch.Tensor  # the padding ids
+    prompt: bool  # some row steps through a prompt frame
+    context: bool  # some row was offered a context token
 
 
 class Lockstep:
@@ -89,6 +113,7 @@ class Lockstep:
         jitter_ms: int,
         quiet_frames: int,
         compile: bool = False,
+        context_tokens: int = DEFAULT_LIMIT,
     ) -> None:
         self.model = model
         self.slots = slots
@@ -96,10 +121,13 @@ class Lockstep:
         self._jitter_ms = jitter_ms
         self._quiet_frames = quiet_frames
         self._compile = compile
+        self._context_tokens = context_tokens
         self._rows: list[Row | None] = [None] * slots
         self._fresh: set[int] = set()
-        # Set for the LM step of a batch with prompt frames (the hooks read it).
+        # Set for the LM step of a batch with forced text (the hooks read it),
+        # and that step's text tokens after forcing.
         self._forcing: _Forcing | None = None
+        self._said: torch.Tensor | None = None
         model.lm_gen.on_text_hook = self._force_text
         model.lm_gen.on_audio_hook = self._force_audio
         # The device and dtype Mimi's input must have.
@@ -125,6 +153,7 @@ class Lockstep:
                     emit,
                     jitter_ms=self._jitter_ms,
                     quiet_frames=self._quiet_frames,
+                    context=self._context_queue,
                     session_id=session_id,
                 )
                 self._rows[index] = row
@@ -147,6 +176,16 @@ class Lockstep:
         # The prompt's frames come out up to max_delay steps late.
         row.discard = len(prefill) + self.model.lm_gen.max_delay if prefill else 0
 
+    def _context_queue(self) -> ContextQueue:
+        lm = self.model.lm_gen.lm_model
+        return ContextQueue(
+            self._context_tokens, pad=lm.text_padding_token_id, end_pad=lm.end_of_text_padding_id
+        )
+
+    def next_frame(self, row: Row) -> int:
+        """The frame whose text `row`'s next step (after its prompt) makes."""
+        return row.frames if row.index in self._fresh else row.made
+
     def release(self, row: Row) -> None:
         """The session left: its row steps on silence until another takes it."""
         if self._rows[row.index] is row:
@@ -168,10 +207,18 @@ class Lockstep:
         pcm = np.zeros((self.slots, FRAME_SAMPLES), dtype=np.int16)
         forced: list[ForcedFrame | None] = [None] * self.slots
         discard = [False] * self.slots
+        offers: list[Offer | None] = [None] * self.slots
+        queues: list[ContextQueue | None] = [None] * self.slots
+        made = [0] * self.slots
+        reset = [index in self._fresh for index in range(self.slots)]
+        self._fresh.clear()
         silent = dropped_ms = 0
         for index, row in enumerate(self._rows):
             if row is None:
                 continue
+            if reset[index]:
+                # A new context: the old one's frames still owed are never made.
+                row.made = row.frames
             if row.discard:
                 row.discard -= 1
                 discard[index] = True
@@ -184,6 +231,9 @@ class Lockstep:
                 if row.audio.take_frame() is not None:
                     dropped_ms += FRAME_MS
                 continue
+            made[index] = row.made
+            row.made += 1
+            offers[index], queues[index] = row.context.offer(), row.context
             frame = row.audio.take_frame()
             if frame is None:
                 silent += 1
@@ -193,9 +243,7 @@ class Lockstep:
             self._metrics.duplex_silence_frames.inc(silent)
         if dropped_ms:
             self._metrics.duplex_dropped_input_ms.inc(dropped_ms)
-        reset = [index in self._fresh for index in range(self.slots)]
-        self._fresh.clear()
-        return Batch(list(self._rows), pcm, reset, forced, discard)
+        return Batch(list(self._rows), pcm, reset, forced, discard, offers, queues, made)
 
     def compute(self, batch: Batch) -> list[list[int]]:
         """Mimi's encoder and one LM step for every row: per row, the text token
@@ -209,14 +257,16 @@ class Lockstep:
                 model.lm_gen.reset_streaming(mask)
             audio = torch.from_numpy(batch.pcm).to(self._device, self._dtype) / 32768.0
             codes = model.mimi.encode(audio[:, None, :])
-            self._forcing = self._forcing_of(batch.forced)
+            self._forcing = self._forcing_of(batch.forced, batch.offers)
             try:
-                if self._forcing is not None:
+                if self._forcing is not None and self._forcing.prompt:
                     f = self._forcing
                     codes = torch.where(f.mask[:, None, None], f.user[:, :, None], codes)
                 out = model.lm_gen.step(codes)
+                if self._said is not None:
+                    batch.said = self._said.tolist()
             finally:
-                self._forcing = None
+                self._forcing = self._said = None
             assert out is not None  # support_out_of_sync: always a tensor
             tokens: list[list[int]] = out[:, : model.dep_q + 1, 0].tolist()
         self._metrics.duplex_step.observe(time.perf_counter() - t0)
@@ -228,12 +278,12 @@ class Lockstep:
             if row is None or self._rows[index] is not row:
                 continue  # free, or its session left while the step ran
             text_token, *codes = tokens[index]
-            if batch.discard[index] or text_token == UNGENERATED:
-                continue
-            text = self.model.text_of(text_token)
-            word = text_token not in self.model.silent_ids and bool(text)
-            row.frame(text, codes, word=word, late=late)
-            emitted += 1
+            if not (batch.discard[index] or text_token == UNGENERATED):
+                text = self.model.text_of(text_token)
+                word = text_token not in self.model.silent_ids and bool(text)
+                row.frame(text, codes, word=word, late=late)
+                emitted += 1
+            self._settle(batch, index, row)
         if late and emitted:
             self._metrics.duplex_late_frames.inc(emitted)
 
@@ -242,36 +292,67 @@ class Lockstep:
         batch = self.gather()
         self.deliver(batch, self.compute(batch), late=late)
 
-    # ----------------------------------------------------------- prompts
-    def _forcing_of(self, forced: list[ForcedFrame | None]) -> _Forcing | None:
-        """The batch's prompt frames as tensors (None: no row has one)."""
-        if all(frame is None for frame in forced):
+    def _settle(self, batch: Batch, index: int, row: Row) -> None:
+        """Tell `row`'s queue what its text became where a context token was
+        offered, and the session which contexts are now in (after the frame)."""
+        offer, queue, said = batch.offers[index], batch.queues[index], batch.said
+        if offer is None or said is None or queue is not row.context:
+            return  # nothing offered, or the row restarted: its old queue is gone
+        for taken in queue.settle(said[index], batch.made[index]):
+            row.emit(
+                pb.Stage0Event(
+                    context_taken=pb.ContextTaken(epoch=taken.epoch, id=taken.id, index=taken.index)
+                )
+            )
+
+    # ----------------------------------------------------------- forcing
+    def _forcing_of(
+        self, forced: list[ForcedFrame | None], offers: list[Offer | None]
+    ) -> _Forcing | None:
+        """The batch's prompt frames and context tokens as tensors (None: no
+        row has either)."""
+        if all(frame is None for frame in forced) and all(o is None for o in offers):
             return None
         dep_q = self.model.dep_q
-        k = next(len(frame.user) for frame in forced if frame is not None)
+        k = next((len(frame.user) for frame in forced if frame is not None), 0)
         user = [frame.user if frame else (0,) * k for frame in forced]
-        text = [frame.text if frame else 0 for frame in forced]
+        text = [
+            frame.text if frame else offer.token if offer else 0
+            for frame, offer in zip(forced, offers, strict=True)
+        ]
         agent = [frame.agent if frame else (0,) * dep_q for frame in forced]
+        mask = [frame is not None for frame in forced]
+        firm = [m or (o is not None and o.firm) for m, o in zip(mask, offers, strict=True)]
+        offered = [o is not None and not o.firm for o in offers]
         device = self._device
         return _Forcing(
-            mask=torch.tensor([frame is not None for frame in forced], device=device),
+            mask=torch.tensor(mask, device=device),
             user=torch.tensor(user, dtype=torch.long, device=device),
             text=torch.tensor(text, dtype=torch.long, device=device),
             agent=torch.tensor(agent, dtype=torch.long, device=device),
+            firm=torch.tensor(firm, device=device),
+            offered=torch.tensor(offered, device=device),
+            pads=torch.tensor(sorted(self.model.silent_ids), dtype=torch.long, device=device),
+            prompt=any(mask),
+            context=any(o is not None for o in offers),
         )
 
     def _force_text(self, text_token: torch.Tensor) -> None:
         """LMGen's hook on the sampled text tokens [B], before the depth
-        transformer reads them: the prompt's rows get theirs, in place."""
+        transformer reads them: the prompt's rows get theirs, a context's
+        token goes in where it is firm or the model would say a word, in place."""
         f = self._forcing
         if f is not None:
-            text_token.copy_(torch.where(f.mask, f.text, text_token))
+            force = f.firm | (f.offered & ~torch.isin(text_token, f.pads))
+            text_token.copy_(torch.where(force, f.text, text_token))
+            if f.context:
+                self._said = text_token.clone()
 
     def _force_audio(self, audio_tokens: torch.Tensor) -> None:
         """LMGen's hook on the depth transformer's codes [B, dep_q], before
         they are written to the cache (on CUDA, a graph's static output)."""
         f = self._forcing
-        if f is not None:
+        if f is not None and f.prompt:
             audio_tokens.copy_(torch.where(f.mask[:, None], f.agent, audio_tokens))
 
     def fail(self, message: str) -> None:

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from antiphon.common import moshi_checkpoint
+from antiphon.stage0.backends.moshi.context import words as context_words
 from antiphon.stage0.backends.moshi.prompt import (
+    Encode,
     ForcedFrame,
     Prompter,
     default_voice_dir,
     prompt_format,
+    text_encoder,
 )
 from antiphon.stage0.settings import Stage0Settings
 
@@ -74,8 +77,14 @@ class DuplexModel:
     silent_ids: frozenset[int]
     # Audio codebooks the model speaks per frame (ModelFrame.codes).
     dep_q: int
+    # Text as the model's text tokens (its own tokenizer).
+    encode_text: Encode
     # The rows' prompt (PersonaPlex's voice and instructions); None: no prompt.
     prompter: Prompter | None = None
+
+    def words(self, text: str) -> list[list[int]]:
+        """A context's text as the tokens forced into a row, word by word."""
+        return context_words(self.encode_text, text, self.silent_ids)
 
     def prefill(self, instructions: str, voice: str) -> list[ForcedFrame]:
         """What a new row steps through, forced, before its call (nothing
@@ -92,11 +101,13 @@ class DuplexModel:
         sampling: Sampling,
         piece: Callable[[int], str] | None = None,
         *,
+        encode_text: Encode | None = None,
         context: int | None = None,
         prompter: Prompter | None = None,
     ) -> DuplexModel:
-        """A model from loaded parts; `piece`: the tokenizer's id -> piece (None:
-        random weights, whose ids are spelled out)."""
+        """A model from loaded parts; `piece` and `encode_text`: the tokenizer's
+        id -> piece and text -> ids (None: random weights, whose ids are spelled
+        out and whose text is a token a character)."""
         from moshi.models.lm import LMGen
         from moshi.modules.transformer import set_attention_context
 
@@ -123,7 +134,8 @@ class DuplexModel:
                 return f" w{token}"
             return piece(token).replace("\u2581", " ")
 
-        return cls(lm_gen, mimi, text_of, silent, lm.dep_q, prompter)
+        encode = encode_text or text_encoder(None, int(lm.text_card))
+        return cls(lm_gen, mimi, text_of, silent, lm.dep_q, encode, prompter)
 
     @classmethod
     def load(cls, settings: Stage0Settings) -> DuplexModel:
@@ -163,6 +175,7 @@ class DuplexModel:
             mimi,
             sampling,
             tokenizer.id_to_piece if tokenizer is not None else None,
+            encode_text=text_encoder(tokenizer, int(lm.text_card)),
             context=settings.duplex_context,
             prompter=prompter,
         )

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import torch
     from moshi.models.compression import MimiModel
     from moshi.models.lm import LMModel
+    from sentencepiece import SentencePieceProcessor
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ _UNKNOWN_LOGGED = 1024
 
 PromptFormat = Literal["none", "personaplex"]
 Codes = tuple[int, ...]
+Encode = Callable[[str], list[int]]
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,19 @@ def system_prompt(instructions: str) -> str:
     return f"{SYSTEM_TAG} {inner} {SYSTEM_TAG}" if inner else f"{SYSTEM_TAG} {SYSTEM_TAG}"
 
 
+def text_encoder(tokenizer: SentencePieceProcessor | None, text_card: int) -> Encode:
+    """Text as the model's text tokens: its tokenizer's plain pieces (no BOS);
+    random weights have none, and each character is a valid id, so that tests
+    can run it."""
+
+    def encode(text: str) -> list[int]:
+        if tokenizer is None:
+            return [4 + ord(ch) % (text_card - 4) for ch in text]
+        return [int(i) for i in tokenizer.encode(text)]
+
+    return encode
+
+
 def default_voice_dir(checkpoint: Checkpoint) -> Path | None:
     """`<checkpoint folder>/voices`; None for random weights."""
     return None if checkpoint.random else Path(checkpoint.name) / "voices"
@@ -138,7 +153,7 @@ class Prompter:
         card: int,
         text_pad: int,
         num_codebooks: int,
-        encode_text: Callable[[str], list[int]],
+        encode_text: Encode,
         encode_voice: Callable[[npt.NDArray[np.float32]], list[Codes]],
         voice_dir: Path | None,
     ) -> None:
@@ -163,14 +178,7 @@ class Prompter:
     ) -> Prompter:
         """The prompter for `checkpoint`: its tokenizer (random weights: each
         character a valid id, so tests can run it) and a Mimi of its own."""
-        tokenizer = checkpoint.text_tokenizer()
-        text_card = int(lm.text_card)
-
-        def encode_text(text: str) -> list[int]:
-            if tokenizer is None:
-                return [4 + ord(ch) % (text_card - 4) for ch in text]
-            return [int(i) for i in tokenizer.encode(text)]
-
+        encode_text = text_encoder(checkpoint.text_tokenizer(), int(lm.text_card))
         mimi: list[MimiModel] = []
 
         def encode_voice(pcm: npt.NDArray[np.float32]) -> list[Codes]:

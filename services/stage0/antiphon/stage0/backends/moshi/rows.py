@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from antiphon.common.moshi_checkpoint import FRAME_SAMPLES, SAMPLE_RATE
+from antiphon.stage0.backends.moshi.context import ContextQueue
 from antiphon.v1 import stage_pb2 as pb
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ class Row:
         *,
         jitter_ms: int,
         quiet_frames: int,
+        context: Callable[[], ContextQueue],
         session_id: str = "",
     ) -> None:
         self.index = index
@@ -124,12 +126,19 @@ class Row:
         self.prefill: deque[ForcedFrame] = deque()
         # Steps left whose output is the prompt's, not the call's: not reported.
         self.discard = 0
+        # Text to force into the model's stream (context.py), and the frame
+        # whose text the row's next step (after its prompt) makes.
+        self._new_context = context
+        self.context = context()
+        self.made = 0
 
     def restart(self) -> None:
         """A new model context for the same session: it starts quiet, and
         what waited to be heard was said to the old one."""
         self.speaking = Speaking(self.speaking.quiet_frames)
         self.audio.clear()
+        # A new queue, not a cleared one: a step under way settles the old.
+        self.context = self._new_context()
 
     def frame(self, text: str, codes: list[int], *, word: bool, late: bool) -> None:
         """Report what the model said in this row's newest step."""

@@ -5,8 +5,9 @@ cascade's requests mean little here: audio goes to the row's jitter buffer
 (whatever its epoch: the user's voice is not a response's work to fence), a
 commit is answered at once with how much was heard (the model does not
 transcribe), a generate is nothing (the session hands the model's next
-speech to the response it made), and a cancel mutes what is left of the
-model's current answer.
+speech to the response it made), a cancel mutes what is left of the
+model's current answer, and a context's text is queued to go into the
+model's own text stream (context.py), which it then says.
 """
 
 from __future__ import annotations
@@ -97,6 +98,29 @@ class DuplexSession:
         row.epoch = msg.epoch
         row.speaking.mute()
 
+    def _context(self, msg: pb.Stage0Context) -> None:
+        """Queue the text for the row's text stream, behind what waits; with
+        nothing to say and nothing waiting it is in at once (the next frame)."""
+        row = self._row
+        if row is None:
+            self._error(0, "not_open", "context before open", response_id=msg.id)
+            return
+        row.epoch = max(row.epoch, msg.epoch)
+        tokens = self._lockstep.model.words(msg.text)
+        if not tokens and not row.context:
+            index = self._lockstep.next_frame(row)
+            taken = pb.ContextTaken(epoch=msg.epoch, id=msg.id, index=index)
+            self._emit(pb.Stage0Event(context_taken=taken))
+        elif not row.context.push(msg.epoch, msg.id, tokens):
+            count = sum(len(word) for word in tokens)
+            self._error(
+                msg.epoch,
+                "context_too_long",
+                f"{count} text tokens with {row.context.queued} queued: more than the "
+                f"{row.context.limit} a session may have waiting",
+                response_id=msg.id,
+            )
+
     def _configure(self, open_: pb.Stage0Open) -> None:
         """Only the persona and the voice mean anything to the model (its
         prompt); a new one starts the row afresh with it. The rest (lane, turn
@@ -138,8 +162,9 @@ class DuplexSession:
         )
         self._on_open()
 
-    def _error(self, epoch: int, code: str, message: str) -> None:
-        self._emit(pb.Stage0Event(error=pb.StageError(epoch=epoch, code=code, message=message)))
+    def _error(self, epoch: int, code: str, message: str, *, response_id: str = "") -> None:
+        error = pb.StageError(epoch=epoch, response_id=response_id, code=code, message=message)
+        self._emit(pb.Stage0Event(error=error))
 
     async def close(self) -> None:
         if self._row is not None:
@@ -165,6 +190,7 @@ HANDLERS: Final[Mapping[str, Callable[[DuplexSession, pb.Stage0Request], None]]]
     "clear_input": lambda s, req: s._clear_input(req.clear_input),
     "generate": lambda s, req: s._generate(req.generate),
     "cancel": lambda s, req: s._cancel(req.cancel),
+    "context": lambda s, req: s._context(req.context),
 }
 # Kinds this backend has nothing to do with, and why.
 IGNORED: Final[Mapping[str, str]] = {
