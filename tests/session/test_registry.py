@@ -50,6 +50,11 @@ class Pool:
     ) -> tuple[Binding[stage_pb2.Stage1Request], stage_pb2.StageInfo]:
         return self._bind("stage1"), stage_pb2.StageInfo()
 
+    async def bind_delegate(
+        self, on_event: OnEvent
+    ) -> tuple[Binding[stage_pb2.Stage0Request], stage_pb2.StageInfo]:
+        return self._bind("delegate"), stage_pb2.StageInfo()
+
     def _bind(self, stage: str) -> Binding[Any]:
         if stage in self.fail:
             raise self.fail[stage]
