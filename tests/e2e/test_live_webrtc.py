@@ -28,6 +28,7 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from openai import AsyncOpenAI
 from openai.types.live.connect_server_event import ConnectServerEvent
+from openai.types.live.media_session_config_param import MediaSessionConfigParam
 from pydantic import TypeAdapter
 from stack import LocalStack
 from websockets.exceptions import ConnectionClosed
@@ -43,7 +44,7 @@ from tests.support.speech import spoken
 pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 Frame = dict[str, Any]
-SESSION = {"model": "gpt-live-1"}
+SESSION: MediaSessionConfigParam = {"model": "gpt-live-1"}
 _SIDEBAND_MODELS = models_of(ConnectServerEvent)
 _SIDEBAND: TypeAdapter[Any] = TypeAdapter(ConnectServerEvent)
 
@@ -62,7 +63,7 @@ def sdk(stack: LocalStack, key: str = "sk-unused") -> AsyncOpenAI:
     return AsyncOpenAI(api_key=key, base_url=base, websocket_base_url=base.replace("http", "ws"))
 
 
-async def dial(client: AsyncOpenAI, session: Frame) -> tuple[Caller, str]:
+async def dial(client: AsyncOpenAI, session: MediaSessionConfigParam) -> tuple[Caller, str]:
     """An aiortc caller whose offer the SDK posts: the caller, and the session id."""
     peer = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     microphone = Speaker()
@@ -123,7 +124,7 @@ async def call(duplex_stack: LocalStack) -> Frame:
                 caller.say(question[i : i + piece] or bytes(piece), 24000)
                 await asyncio.sleep(0.2)
             await conn.send({"type": "session.input_audio.mute", "event_id": "sb_mute"})
-            await conn.send({"type": "session.start", "event_id": "sb_start", "session": SESSION})  # type: ignore[typeddict-item]
+            await conn.send({"type": "session.start", "event_id": "sb_start", "session": SESSION})  # type: ignore[arg-type]
             await wait_for(caller.events, "session.input_audio.muted")
             await asyncio.sleep(0.5)
             caller.send({"type": "session.close", "event_id": "evt_close"})
