@@ -68,7 +68,9 @@ class Sidebands:
         admitted.lease.release()  # a sideband opens no session of its own
         session_id = ws.path_params["id"]
         tap = self._taps.get(session_id)
-        await ws.accept()
+        # A browser that offered a subprotocol (its credential rides one) needs one back.
+        offered = ws.scope.get("subprotocols") or []
+        await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
         if tap is None or tap.key_id != admitted.principal.key_id:
             await _refuse(
                 ws,
