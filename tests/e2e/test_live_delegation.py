@@ -1,4 +1,4 @@
-"""GPT-Live's Responses delegation, through the whole stack: the voice is the
+"""GPT-Live's Responses delegation and context appends, through the whole stack: the voice is the
 Moshi architecture (`duplex_stack`, tiny random), the delegate is the
 cascade's real LLM (`model_stack`'s stage0 worker, Qwen2.5-Coder-1.5B).
 
@@ -9,8 +9,10 @@ message (`response.item.create`) and asks (`response.create`); the delegate
 answers with a forced `get_weather` call, told as `response.event`s; the
 client answers the call (`function_call_output`), lets the delegate choose
 freely (`session.update`), asks again, and the delegate's words come back
-as text, which goes into the voice model's context for it to say. Every
-frame is judged by the stock SDK's GPT-Live models in strict mode.
+as text, which goes into the voice model's context for it to say (its
+output transcript holds the words). A commentary append is said the same
+way, and told when taken. Every frame is judged by the stock SDK's GPT-Live
+models in strict mode.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -164,4 +167,38 @@ async def test_a_tool_call_round_trips_through_the_delegate_and_the_voice_says_i
         assert second[-1]["type"] == "response.completed", second[-1]
         text = "".join(e["delta"] for e in second if e["type"] == "response.output_text.delta")
         assert "18" in text or "sunny" in text.lower(), text
+        # The voice says it: the words are forced into its text stream.
+        answered = len(sock.frames)
+        await said_after(sock, answered, words(text))
         assert not [f for f in sock.frames if f["type"] == "error"]
+
+
+async def test_a_commentary_append_is_said_by_the_voice_and_told_when_taken(
+    duplex_stack: LocalStack,
+) -> None:
+    async with live(duplex_stack.ports.gateway, {"model": "gpt-live-1"}) as sock:
+        await sock.until(lambda f: f["type"] == "session.output_audio.delta", 10)
+        content = "Hello Ada, the train leaves at nine."
+        append = {"type": "session.commentary.append", "content": content, "event_id": "c1"}
+        await sock.send(append)
+        [*_, taken] = await sock.until(lambda f: f["type"] == "session.commentary.appended", 30)
+        assert taken["client_event_id"] == "c1" and taken["start_ms"] == taken["end_ms"] > 0
+        await said_after(sock, 0, words(content))
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+async def said_after(sock: LiveSocket, start: int, expected: set[str]) -> None:
+    """Until the output transcript from frame `start` on holds every word of `expected`."""
+
+    def heard() -> set[str]:
+        spans = sock.frames[start:]
+        return words(
+            "".join(f["delta"] for f in spans if f["type"] == "session.output_transcript.delta")
+        )
+
+    with contextlib.suppress(TimeoutError):
+        await sock.until(lambda f: expected <= heard(), 60)
+    assert expected <= heard(), (expected - heard(), heard())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,16 +19,20 @@ from antiphon.common.grpcserver import channel, check_ready
 from antiphon.common.metrics import service_registry
 from antiphon.gateway.connection.client_socket import ClientSocket, WebSocketClient
 from antiphon.gateway.connection.connection import Connection
-from antiphon.gateway.dialects.dialect import LIVE, NATIVE, Dialect, realtime_dialect
+from antiphon.gateway.dialects.dialect import NATIVE, Dialect, live_dialect, realtime_dialect
 from antiphon.gateway.drain import Drain
 from antiphon.gateway.edge.edge import Admitted, Edge
+from antiphon.gateway.live.sideband import Sidebands
+from antiphon.gateway.live.tap import TappedSocket
 from antiphon.gateway.metrics import GatewayMetrics
 from antiphon.gateway.settings import GatewaySettings
 
 if TYPE_CHECKING:
     from antiphon.gateway.calls.calls import Calls
+    from antiphon.gateway.live.calls import LiveCalls
 
 SESSION_SERVICE = "antiphon.v1.SessionService"
+Talk = Callable[[ClientSocket, Admitted], Awaitable[None]]
 STATIC = Path(__file__).parent / "static"
 
 
@@ -39,6 +43,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
     edge = Edge(settings, metrics)
     # Started by SIGTERM (`main.DrainingServer`), before uvicorn's own shutdown.
     drain = Drain(metrics)
+    # The GPT-Live sessions this gateway's connections hold, for sidebands.
+    sidebands = Sidebands(edge)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -100,7 +106,19 @@ def create_app(settings: GatewaySettings) -> Starlette:
             metrics.connections_active.dec()
             admitted.lease.release()
 
-    async def serve(ws: WebSocket, dialect: Dialect) -> None:
+    async def converse_live(client: ClientSocket, admitted: Admitted) -> None:
+        """A GPT-Live session (a WebSocket's or a WebRTC call's), which
+        sidebands may attach to from its `session.started` until it ends."""
+        tap = sidebands.tap(admitted.principal.key_id)
+        try:
+            await converse(TappedSocket(client, tap), live_dialect(tap), admitted)
+        finally:
+            sidebands.drop(tap)
+
+    def conversing(dialect: Dialect) -> Talk:
+        return lambda client, admitted: converse(client, dialect, admitted)
+
+    async def serve(ws: WebSocket, talk: Talk) -> None:
         if drain.draining:
             # A draining gateway opens no session: 503, as its /readyz says.
             metrics.server_closes.labels("draining").inc()
@@ -115,12 +133,14 @@ def create_app(settings: GatewaySettings) -> Starlette:
         except BaseException:
             admitted.lease.release()
             raise
-        await converse(WebSocketClient(ws), dialect, admitted)
+        await talk(WebSocketClient(ws), admitted)
 
     calls: Calls | None = None
+    live_calls: LiveCalls | None = None
     if settings.webrtc_calls:
         # aiortc (and PyAV's codecs) load with the WebRTC edge only.
         from antiphon.gateway.calls.calls import Calls
+        from antiphon.gateway.live.calls import LiveCalls
 
         # WebRTC calls speak OpenAI's dialect, as OpenAI's own do; `?duplex=1` on
         # the offer's URL gives the duplex extensions (a new call resumes a session).
@@ -135,6 +155,15 @@ def create_app(settings: GatewaySettings) -> Starlette:
             media_timeout_s=settings.call_media_timeout_s,
             ice_servers=settings.webrtc_ice_servers,
         )
+        # GPT-Live's calls (`POST /v1/live/sessions`) are calls of the same gateway.
+        live_calls = LiveCalls(
+            calls,
+            edge,
+            metrics,
+            converse_live,
+            draining=lambda: drain.draining,
+            media_timeout_s=settings.call_media_timeout_s,
+        )
 
     async def realtime(ws: WebSocket) -> None:
         if "call_id" in ws.query_params and calls is not None:
@@ -142,16 +171,16 @@ def create_app(settings: GatewaySettings) -> Starlette:
             await calls.attach(ws)
             return
         # OpenAI's own protocol; the reference's duplex extensions with `?duplex=1`.
-        await serve(ws, realtime_dialect(ws.query_params))
+        await serve(ws, conversing(realtime_dialect(ws.query_params)))
 
     async def duplex(ws: WebSocket) -> None:
         # The native dialect: same sessions, the runner's own event names.
-        await serve(ws, NATIVE)
+        await serve(ws, conversing(NATIVE))
 
     async def live(ws: WebSocket) -> None:
         # OpenAI's GPT-Live: the model decides when to speak, on a timeline
         # clocked by the client's audio (antiphon.gateway.live).
-        await serve(ws, LIVE)
+        await serve(ws, converse_live)
 
     app = Starlette(
         routes=[
@@ -162,8 +191,11 @@ def create_app(settings: GatewaySettings) -> Starlette:
             WebSocketRoute("/v1/realtime", realtime),
             WebSocketRoute("/v1/duplex", duplex),
             WebSocketRoute("/v1/live/sessions", live),
+            # A sideband must reach this replica: the session is held here (sideband.py).
+            WebSocketRoute("/v1/live/sessions/{id}/attach", sidebands.attach),
             *edge.routes(),
             *(calls.routes() if calls is not None else []),
+            *(live_calls.routes() if live_calls is not None else []),
         ],
         lifespan=lifespan,
     )

@@ -25,11 +25,12 @@ at most `max_calls` calls, and one whose media stopped for
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiortc import (
     RTCConfiguration,
@@ -45,6 +46,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.websockets import WebSocket
 
 from antiphon.common.ids import new_id
+from antiphon.gateway.calls.call_audio import Speaker
 from antiphon.gateway.calls.call_socket import CallSocket
 from antiphon.gateway.connection.client_socket import ClientSocket
 from antiphon.gateway.edge.edge import Admitted, Edge, bounded_body, deny
@@ -60,6 +62,20 @@ MAX_OFFER_BYTES = 256 * 1024
 Converse = Callable[[ClientSocket, Admitted], Awaitable[None]]
 
 
+class CallMedia(Protocol):
+    """What a call's peer feeds: a Realtime call (CallSocket) or a GPT-Live
+    one (live/call_socket.py)."""
+
+    speaker: Speaker
+    ended_by: str
+
+    def attach_channel(self, channel: RTCDataChannel) -> None: ...
+
+    def attach_microphone(self, track: MediaStreamTrack) -> None: ...
+
+    def end(self, why: str) -> None: ...
+
+
 class OfferError(ValueError):
     """A call request without a usable offer."""
 
@@ -67,7 +83,7 @@ class OfferError(ValueError):
 @dataclass
 class _Call:
     peer: RTCPeerConnection
-    socket: CallSocket
+    socket: CallMedia
     key_id: str
     task: asyncio.Task[None] | None = None
 
@@ -98,11 +114,11 @@ class Calls:
     def routes(self) -> list[BaseRoute]:
         both = ["POST", "OPTIONS"]
         return [
-            Route("/v1/realtime/calls", self._cross_origin(self.create), methods=both),
-            Route("/v1/realtime/calls/{id}/hangup", self._cross_origin(self.hangup), methods=both),
+            Route("/v1/realtime/calls", self.cross_origin(self.create), methods=both),
+            Route("/v1/realtime/calls/{id}/hangup", self.cross_origin(self.hangup), methods=both),
         ]
 
-    def _cross_origin(
+    def cross_origin(
         self, handler: Callable[[Request], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
         """A page of another origin calls too (an app's own page with a client
@@ -142,16 +158,9 @@ class Calls:
         if self._draining():
             self._metrics.server_closes.labels("draining").inc()
             return JSONResponse({"status": "draining"}, status_code=503)
-        if len(self._calls) >= self._max_calls:
-            refusal = Refusal(
-                429,
-                "rate_limit_exceeded",
-                "call_limit",
-                f"this gateway holds at most {self._max_calls} calls; try another",
-                "call_limit",
-            )
-            self._edge.refused(refusal, request.url.path)
-            return JSONResponse(refusal.body(), refusal.status)
+        full = self.refuse_if_full(request)
+        if full is not None:
+            return full
         try:
             offer, session = await _offer(request)
         except OfferError as err:
@@ -175,13 +184,35 @@ class Calls:
             headers={"location": f"/v1/realtime/calls/{call_id}"},
         )
 
+    def refuse_if_full(self, request: Request) -> Response | None:
+        """The answer to a call past this gateway's `max_calls`, or None."""
+        if len(self._calls) < self._max_calls:
+            return None
+        refusal = Refusal(
+            429,
+            "rate_limit_exceeded",
+            "call_limit",
+            f"this gateway holds at most {self._max_calls} calls; try another",
+            "call_limit",
+        )
+        self._edge.refused(refusal, request.url.path)
+        return JSONResponse(refusal.body(), refusal.status)
+
     async def _answer(
         self, offer: str, session: Mapping[str, Any] | None, request: Request, admitted: Admitted
     ) -> tuple[str, str]:
-        peer = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers))
         socket = CallSocket(dict(request.query_params), self._media_timeout_s)
         if session:
             socket.open_with(session)
+        return await self.place(offer, socket, admitted, self._converse(socket, admitted))
+
+    async def place(
+        self, offer: str, socket: CallMedia, admitted: Admitted, talk: Awaitable[None]
+    ) -> tuple[str, str]:
+        """A call of `offer` whose media feed `socket`, for as long as `talk`
+        (the conversation over it) runs: its id and the answer SDP. Raises
+        (closing `talk`) when the offer cannot be answered."""
+        peer = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers))
 
         @peer.on("datachannel")
         def on_channel(channel: RTCDataChannel) -> None:
@@ -204,18 +235,20 @@ class Calls:
             await peer.setLocalDescription(await peer.createAnswer())
         except BaseException:
             await peer.close()
+            if inspect.iscoroutine(talk):
+                talk.close()  # never started
             raise
         call_id = new_id("rtc")
         call = _Call(peer, socket, admitted.principal.key_id)
         self._calls[call_id] = call
-        call.task = asyncio.create_task(self._run(call_id, call, admitted))
+        call.task = asyncio.create_task(self._run(call_id, call, talk))
         return call_id, peer.localDescription.sdp
 
-    async def _run(self, call_id: str, call: _Call, admitted: Admitted) -> None:
+    async def _run(self, call_id: str, call: _Call, talk: Awaitable[None]) -> None:
         self._metrics.calls_active.inc()
         log.info("call started", extra={"call_id": call_id, "key_id": call.key_id})
         try:
-            await self._converse(call.socket, admitted)
+            await talk
         finally:
             await call.peer.close()
             self._calls.pop(call_id, None)
@@ -230,7 +263,11 @@ class Calls:
             return
         admitted.lease.release()  # watching a call opens no session
         call = self._calls.get(ws.query_params.get("call_id", ""))
-        if call is None or call.key_id != admitted.principal.key_id:
+        if (
+            call is None
+            or call.key_id != admitted.principal.key_id
+            or not isinstance(call.socket, CallSocket)  # GPT-Live's attach is a sideband
+        ):
             await deny(ws, _NO_SUCH_CALL)
             return
         offered = ws.scope.get("subprotocols") or []

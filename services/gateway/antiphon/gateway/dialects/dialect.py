@@ -17,7 +17,7 @@ The session service never knows which one a client speaks.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from antiphon.gateway.dialects import native
 from antiphon.gateway.dialects.halves import Interpreter, Lent, Projector
@@ -28,6 +28,7 @@ from antiphon.gateway.live.inbound import CLIENT_TYPES as LIVE_TYPES
 from antiphon.gateway.live.inbound import LiveInterpreter
 from antiphon.gateway.live.live_state import LiveState
 from antiphon.gateway.live.outbound import LiveProjector
+from antiphon.gateway.live.tap import Tap
 from antiphon.gateway.translate.session_patch import query_flag
 from antiphon.gateway.translate.translator import Translator
 from antiphon.v1 import session_pb2 as spb
@@ -74,12 +75,17 @@ DUPLEX = Dialect("duplex", _same, _one(project))
 NATIVE = Dialect("native", native.normalize, _one(native.project_native))
 
 
-def _live_halves(lent: Lent) -> tuple[Interpreter, Projector]:
-    state = LiveState(lent)
+def _live_halves(lent: Lent, tap: Tap | None = None) -> tuple[Interpreter, Projector]:
+    state = LiveState(lent, tap=tap)
     return LiveInterpreter(state), LiveProjector(state)
 
 
 LIVE = Dialect("live", _same, None, client_types=LIVE_TYPES, halves=_live_halves)
+
+
+def live_dialect(tap: Tap) -> Dialect:
+    """GPT-Live for one connection whose sidebands `tap` feeds (live/tap.py)."""
+    return replace(LIVE, halves=lambda lent: _live_halves(lent, tap))
 
 
 def realtime_dialect(query: Mapping[str, str]) -> Dialect:

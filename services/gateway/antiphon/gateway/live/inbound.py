@@ -154,6 +154,7 @@ class LiveInterpreter:
         cmd = within_append_limit(
             spb.ClientCommand(append_audio=append), state.lent.max_append_bytes
         )
+        state.reflect(pcm16)
         if state.muted:
             # Muted input is silence on the model's timeline, not a pause of it.
             cmd.append_audio.pcm16 = bytes(len(pcm16))

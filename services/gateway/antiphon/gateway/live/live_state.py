@@ -4,16 +4,20 @@ The inbound half writes what the client said (the start, the mute, the
 ids a later server event answers); the outbound half writes what the
 session said (its state, which backend it has). The timeline is made at
 the start, when the input format is known. Nothing here outlives the
-socket: GPT-Live has no resume, so a new socket is a new session.
+socket: GPT-Live has no resume, so a new socket is a new session. A
+connection that sidebands may attach to has a `tap` (tap.py), which sees
+the input as it arrived and the track as the timeline releases it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from antiphon.gateway.dialects.halves import Json, Lent
 from antiphon.gateway.live.delegation import Delegation
 from antiphon.gateway.live.start_config import StartConfig, format_json
+from antiphon.gateway.live.tap import Tap
 from antiphon.gateway.live.timeline import Timeline
 from antiphon.gateway.live.track_format import TrackFormat
 from antiphon.v1 import session_pb2 as spb
@@ -32,6 +36,7 @@ class LiveState:
     # The client's ids that `session.started` and `session.closed` answer.
     start_event_id: str = ""
     close_event_id: str = ""
+    tap: Tap | None = None
     _held: list[Json] = field(default_factory=list)
 
     def start(self, config: StartConfig, event_id: str) -> None:
@@ -39,7 +44,15 @@ class LiveState:
         self.delegation = config.delegation
         self.start_event_id = event_id
         fmt = config.audio_format
-        self.timeline = Timeline(fmt.sample_rate_hz, TrackFormat(fmt).convert)
+        convert: Callable[[bytes], bytes] = TrackFormat(fmt).convert
+        if self.tap is not None:
+            convert = self.tap.track(convert)
+        self.timeline = Timeline(fmt.sample_rate_hz, convert)
+
+    def reflect(self, pcm16: bytes) -> None:
+        """The client's audio as it arrived, before any mute, for the sidebands."""
+        if self.tap is not None and self.config is not None:
+            self.tap.heard(pcm16, self.config.audio_format.sample_rate_hz)
 
     def say(self, frames: list[Json]) -> None:
         """Frames of the dialect's own; held until `session.started` went out,
