@@ -16,6 +16,7 @@ from stack import LocalStack
 
 from tests.support.realtime import RealtimeClient, duplex_url, realtime_url
 
+
 async def _client(url: str) -> AsyncIterator[RealtimeClient]:
     c = await RealtimeClient.connect(url)
     try:
