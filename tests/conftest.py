@@ -1,8 +1,9 @@
 """Shared fixtures: a real Redis per test session, and the local stacks; the tier checks.
 
 Expensive things start once per test session and are shared: the Redis
-server, the synthetic stack (serving-path tests) and the real-model stack
-(end-to-end tests with Silero, Whisper, the LLM on vLLM and Piper). A test
+server, the synthetic stack (serving-path tests), the real-model stack
+(end-to-end tests with Silero, Whisper, the LLM on vLLM and Piper) and the
+duplex model's stack (the e2e tests and third-party GPT-Live clients). A test
 that uses a stack is marked `stack`, one that loads a model `models`, one
 that runs helm `npm`; the hooks below fail one that is not
 (`tests/support/tiers.py`). `--fast` (`make test-fast`) leaves those out and
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
-from stack import LocalStack, Ports, free_port, start_redis
+from stack import REPO, LocalStack, Ports, free_port, start_redis
 
 from tests.support import auth, tiers
 from tests.support.offline import Offline
@@ -155,6 +156,50 @@ def model_stack(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Loca
     tiers.require(request, tiers.MODELS, "starts the real-model stack")
     stack = _stack(redis_url, 2)
     with started(request, stack, timeout_s=600):
+        yield stack
+
+
+DUPLEX_PROFILE = REPO / "deploy" / "profiles" / "duplex.yaml"
+
+
+@pytest.fixture(scope="session")
+def spare_ports() -> dict[str, int]:
+    """The ports of each stage's second worker, by process name."""
+    return {"stage0_b": free_port(), "stage1_b": free_port()}
+
+
+@pytest.fixture(scope="session")
+def duplex_stack(
+    request: pytest.FixtureRequest, spare_ports: dict[str, int]
+) -> Iterator[LocalStack]:
+    """The Moshi architecture's tiny random configuration behind the whole stack,
+    with a second worker of each stage (`spare_ports`) to fail over to."""
+    ports = Ports.free()
+    spare0, spare1 = spare_ports["stage0_b"], spare_ports["stage1_b"]
+    stack = LocalStack(
+        ports=ports,
+        profile=DUPLEX_PROFILE,
+        extra_env={
+            # Both stages read it: stage0 builds the encoder and LM, stage1 the decoder.
+            "ANTIPHON_DUPLEX_CHECKPOINT": "random:tiny",
+            # Sampled (greedy random weights settle on one token): the model
+            # talks, pads and goes quiet by itself.
+            "ANTIPHON_DUPLEX_TEMPERATURE": "1.0",
+            "ANTIPHON_DUPLEX_TEXT_TEMPERATURE": "1.0",
+            "ANTIPHON_DUPLEX_QUIET_FRAMES": "2",
+            "ANTIPHON_DUPLEX_SEED": "7",
+            "ANTIPHON_CAPACITY": "3",
+            "ANTIPHON_MAX_SESSIONS": "4",
+            "ANTIPHON_DISCONNECT_GRACE_S": "10",
+            "ANTIPHON_STAGE0_ADDRESSES": f'["127.0.0.1:{ports.stage0}", "127.0.0.1:{spare0}"]',
+            "ANTIPHON_STAGE1_ADDRESSES": f'["127.0.0.1:{ports.stage1}", "127.0.0.1:{spare1}"]',
+        },
+    )
+    with started(request, stack, timeout_s=180):
+        stack.spawn_grpc("stage0_b", "stage0", spare0, free_port())
+        stack.spawn_grpc("stage1_b", "stage1", spare1, free_port())
+        stack.wait_grpc_ready(spare0, "antiphon.v1.Stage0Service")
+        stack.wait_grpc_ready(spare1, "antiphon.v1.Stage1Service")
         yield stack
 
 

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import wave
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,10 @@ def drive(
     interruption: Utterance | None,
     tmp: Path,
     follow_up: Utterance | None = None,
+    options: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Run `tests/clients/<driver>` in the clients venv; its JSON record."""
+    """Run `tests/clients/<driver>` in the clients venv (with the driver's own
+    `options`, if any); its JSON record."""
     if not CLIENTS_PYTHON.exists():
         pytest.fail(f"{CLIENTS_PYTHON} is missing: run `make clients`", pytrace=False)
     out = tmp / "record.json"
@@ -70,6 +73,7 @@ def drive(
         args += ["--interruption", str(write_wav(tmp / "interruption.wav", interruption))]
     if follow_up is not None:
         args += ["--follow-up", str(write_wav(tmp / "follow_up.wav", follow_up))]
+    args += options
     env = {
         **os.environ,
         # Nothing may be fetched from a model hub, and no trace leaves this machine.

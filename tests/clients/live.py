@@ -195,7 +195,10 @@ class Record:
         return out
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(
+    driver_options: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
+    """The arguments every driver takes, and a driver's own (`driver_options`)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True, help="OpenAI base URL (ws://host:port/v1)")
     parser.add_argument("--question", required=True, help="WAV: the spoken question")
@@ -203,6 +206,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--follow-up", help="WAV: a later question (where a driver has one)")
     parser.add_argument("--out", required=True, help="where the JSON record goes")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per step")
+    if driver_options is not None:
+        driver_options(parser)
     return parser.parse_args()
 
 

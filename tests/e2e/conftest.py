@@ -1,5 +1,4 @@
-"""Per-test Realtime clients on the session-scoped synthetic stacks; the
-duplex model's stack, started once for the modules that talk to it.
+"""Per-test Realtime clients on the session-scoped synthetic stacks.
 
 `client` / `slow_client` speak OpenAI's dialect (`/v1/realtime`, no opt-in:
 every frame they receive is checked against the `openai` SDK's models);
@@ -9,16 +8,13 @@ every frame they receive is checked against the `openai` SDK's models);
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from openai import AsyncOpenAI
-from stack import REPO, LocalStack, Ports, free_port
+from stack import LocalStack
 
 from tests.support.realtime import RealtimeClient, duplex_url, realtime_url
-from tests.support.stacks import started
-
-DUPLEX_PROFILE = REPO / "deploy" / "profiles" / "duplex.yaml"
 
 
 async def _client(url: str) -> AsyncIterator[RealtimeClient]:
@@ -66,44 +62,3 @@ async def openai_client(model_stack: LocalStack) -> AsyncIterator[AsyncOpenAI]:
     )
     yield client
     await client.close()
-
-
-@pytest.fixture(scope="session")
-def spare_ports() -> dict[str, int]:
-    """The ports of each stage's second worker, by process name."""
-    return {"stage0_b": free_port(), "stage1_b": free_port()}
-
-
-@pytest.fixture(scope="session")
-def duplex_stack(
-    request: pytest.FixtureRequest, spare_ports: dict[str, int]
-) -> Iterator[LocalStack]:
-    """The Moshi architecture's tiny random configuration behind the whole stack,
-    with a second worker of each stage (`spare_ports`) to fail over to."""
-    ports = Ports.free()
-    spare0, spare1 = spare_ports["stage0_b"], spare_ports["stage1_b"]
-    stack = LocalStack(
-        ports=ports,
-        profile=DUPLEX_PROFILE,
-        extra_env={
-            # Both stages read it: stage0 builds the encoder and LM, stage1 the decoder.
-            "ANTIPHON_DUPLEX_CHECKPOINT": "random:tiny",
-            # Sampled (greedy random weights settle on one token): the model
-            # talks, pads and goes quiet by itself.
-            "ANTIPHON_DUPLEX_TEMPERATURE": "1.0",
-            "ANTIPHON_DUPLEX_TEXT_TEMPERATURE": "1.0",
-            "ANTIPHON_DUPLEX_QUIET_FRAMES": "2",
-            "ANTIPHON_DUPLEX_SEED": "7",
-            "ANTIPHON_CAPACITY": "3",
-            "ANTIPHON_MAX_SESSIONS": "4",
-            "ANTIPHON_DISCONNECT_GRACE_S": "10",
-            "ANTIPHON_STAGE0_ADDRESSES": f'["127.0.0.1:{ports.stage0}", "127.0.0.1:{spare0}"]',
-            "ANTIPHON_STAGE1_ADDRESSES": f'["127.0.0.1:{ports.stage1}", "127.0.0.1:{spare1}"]',
-        },
-    )
-    with started(request, stack, timeout_s=180):
-        stack.spawn_grpc("stage0_b", "stage0", spare0, free_port())
-        stack.spawn_grpc("stage1_b", "stage1", spare1, free_port())
-        stack.wait_grpc_ready(spare0, "antiphon.v1.Stage0Service")
-        stack.wait_grpc_ready(spare1, "antiphon.v1.Stage1Service")
-        yield stack

@@ -7,7 +7,7 @@ workers (`mimi`: Mimi's decoder), real Redis, real gRPC and WebSockets, the
 tokens are sampled, so the random model talks and goes quiet by itself as a
 real one does: the tests hold the contract to whatever it decides.
 
-The stack (`duplex_stack`, tests/e2e/conftest.py) starts once per test
+The stack (`duplex_stack`, tests/conftest.py) starts once per test
 session: GPT-Live's tests (test_live_sessions.py) talk to it too.
 
 Audio goes out as a microphone sends it (a 200 ms append every 200 ms, then

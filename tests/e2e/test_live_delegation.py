@@ -29,6 +29,8 @@ import pytest
 import websockets
 from stack import LocalStack, free_port
 
+from antiphon.common import moshi_checkpoint
+from antiphon.stage0.backends.moshi.prompt import text_encoder
 from tests.support.live_models import violations
 from tests.support.weather import GET_WEATHER
 
@@ -39,6 +41,7 @@ FORCED = {"type": "function", "name": "get_weather"}
 # Two LLM passes on two shared cores, beside the voice model's clock.
 ANSWER_TIMEOUT_S = 180
 CHUNK = bytes(9600)  # 200 ms of silence at 24 kHz
+TRANSCRIPT = "session.output_transcript.delta"
 
 
 @pytest.fixture(scope="module")
@@ -168,8 +171,7 @@ async def test_a_tool_call_round_trips_through_the_delegate_and_the_voice_says_i
         text = "".join(e["delta"] for e in second if e["type"] == "response.output_text.delta")
         assert "18" in text or "sunny" in text.lower(), text
         # The voice says it: the words are forced into its text stream.
-        answered = len(sock.frames)
-        await said_after(sock, answered, words(text))
+        await said_after(sock, len(sock.frames), text)
         assert not [f for f in sock.frames if f["type"] == "error"]
 
 
@@ -183,22 +185,28 @@ async def test_a_commentary_append_is_said_by_the_voice_and_told_when_taken(
         await sock.send(append)
         [*_, taken] = await sock.until(lambda f: f["type"] == "session.commentary.appended", 30)
         assert taken["client_event_id"] == "c1" and taken["start_ms"] == taken["end_ms"] > 0
-        await said_after(sock, 0, words(content))
+        await said_after(sock, 0, content)
 
 
-def words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
+def spelled(text: str) -> list[str]:
+    """`text` as the tiny random model's text stream holds it: with no
+    tokenizer, stage0 spells each character as a token (`text_encoder`),
+    and the model's frames spell each token out ("w5"); a word's tokens go
+    in on consecutive frames, and the next word replaces the model's own."""
+    encode = text_encoder(None, moshi_checkpoint.TINY_TEXT_CARD)
+    return [f"w{token}" for word in text.split() for token in encode(word)]
 
 
-async def said_after(sock: LiveSocket, start: int, expected: set[str]) -> None:
-    """Until the output transcript from frame `start` on holds every word of `expected`."""
+async def said_after(sock: LiveSocket, start: int, text: str) -> None:
+    """Until the output transcript from frame `start` on says `text`, token by token."""
+    expected = spelled(text)
 
-    def heard() -> set[str]:
-        spans = sock.frames[start:]
-        return words(
-            "".join(f["delta"] for f in spans if f["type"] == "session.output_transcript.delta")
-        )
+    def said() -> bool:
+        deltas = (f["delta"] for f in sock.frames[start:] if f["type"] == TRANSCRIPT)
+        heard = re.findall(r"w\d+", "".join(deltas))
+        return any(heard[i : i + len(expected)] == expected for i in range(len(heard)))
 
     with contextlib.suppress(TimeoutError):
-        await sock.until(lambda f: expected <= heard(), 60)
-    assert expected <= heard(), (expected - heard(), heard())
+        await sock.until(lambda f: said(), 60)
+    deltas = [f["delta"] for f in sock.frames[start:] if f["type"] == TRANSCRIPT]
+    assert said(), (expected, "".join(deltas))

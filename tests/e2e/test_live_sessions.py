@@ -1,6 +1,6 @@
 """GPT-Live (`/v1/live/sessions`) served by the duplex model, through the whole stack.
 
-The stack is `duplex_stack` (tests/e2e/conftest.py): the Moshi architecture's
+The stack is `duplex_stack` (tests/conftest.py): the Moshi architecture's
 tiny random configuration, which talks and goes quiet by itself. The stock
 `openai` SDK (`client.live.connect()`, in the clients venv: `make clients`)
 holds a spoken exchange (tests/clients/drive_gpt_live.py): the question in

@@ -58,15 +58,16 @@ LM_FILE = "model.safetensors"
 MIMI_FILE = "tokenizer-e351c8d8-checkpoint125.safetensors"
 TOKENIZER_FILE = "tokenizer_spm_32k_3.model"
 
+# Eight text tokens: 0 (end of padding) and 3 (padding) say nothing, so a
+# sampled random model is quiet about a quarter of its frames.
+TINY_TEXT_CARD = 8
 # Overrides of moshi's 7B LM config (loaders._lm_kwargs) for `random:tiny`.
 _TINY_LM = {
     "dim": 64,
     "num_heads": 4,
     "num_layers": 2,
     "hidden_scale": 2,
-    # Eight text tokens: 0 (end of padding) and 3 (padding) say nothing, so a
-    # sampled random model is quiet about a quarter of its frames.
-    "text_card": 8,
+    "text_card": TINY_TEXT_CARD,
     "card": 32,
     # Frames the temporal transformer attends to: short, so a test call runs
     # past it many times over.
