@@ -138,6 +138,9 @@ async def test_a_stage_no_worker_takes_is_retried_at_each_tick(redis_url: str) -
         (error,) = [e.error for e in s.events() if e.HasField("error")]
         assert error.code == "stage_unavailable"
         assert len(workers.bound["stage1"]) == 1
+        await s.actor.handle(mail.Tick())
+        # Still none: tried again, and the client is not told again.
+        assert [e for e in s.events() if e.HasField("error")] == []
         workers.refuse.clear()
         await s.actor.handle(mail.Tick())
         assert len(workers.bound["stage1"]) == 2
@@ -170,4 +173,20 @@ async def test_a_model_native_worker_lost_tells_the_client_its_context_is_new(
         await s.attach()
         s.events()
         await s.lose("stage0")
+        assert [e.error.code for e in s.events() if e.HasField("error")] == ["model_context_reset"]
+
+
+async def test_a_model_native_session_with_no_worker_left_is_reset_once_one_takes_it(
+    redis_url: str,
+) -> None:
+    """No `model_context_reset` while no worker has the session: only once one does."""
+    native = stage_pb2.StageInfo(capabilities=cpb.Capabilities(model_native=True))
+    workers = Workers(info0=native, refuse={"stage0"})
+    async with session(redis_url, DB, workers=workers) as s:
+        await s.attach()
+        s.events()
+        await s.lose("stage0")
+        assert [e.error.code for e in s.events() if e.HasField("error")] == ["stage_unavailable"]
+        workers.refuse.clear()
+        await s.actor.handle(mail.Tick())
         assert [e.error.code for e in s.events() if e.HasField("error")] == ["model_context_reset"]

@@ -190,20 +190,10 @@ class StageEvents:
         self._metrics.stage_failovers.labels(stage).inc()
         self._responses.drop_preemption("worker_lost")
         if stage == "stage0":
-            # Transcripts it owed will not come: those turns end here.
+            # Transcripts it owed will not come: those turns end here; nor
+            # will the model take what waited for its context.
             self._listening.stage0_lost()
+            self._context.forget()
         # Never left open: a typed reason, and the next turn works.
         await self._responses.fail(f"{stage}_unavailable")
-        if not await self._workers.replace_lost(stage, binding.address):
-            return
-        if stage == "stage0" and self._links.model_native:
-            # A model-native model's memory of the call (its KV cache) died
-            # with the worker: the client is told the model starts afresh.
-            await self._emitter.error(
-                spb.ErrorEvent(
-                    type="server_error",
-                    code="model_context_reset",
-                    message="the model's worker was lost; the conversation goes on "
-                    "with a fresh model context (it no longer remembers the call so far)",
-                )
-            )
+        await self._workers.replace_lost(stage, binding.address)

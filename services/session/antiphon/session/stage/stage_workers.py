@@ -32,26 +32,41 @@ class StageWorkers:
             await self.replace(stage, failed)
 
     async def replace(self, stage: str, failed: str) -> None:
+        already_unbound = stage in self._links.unbound
         try:
             await self._links.replace(stage, failed)
         except Exception as exc:
-            # Tried again at every tick until a worker of the stage is back.
+            # Tried again at every tick until a worker of the stage is back;
+            # the client is told once, not at every try.
+            if not already_unbound:
+                await self._emitter.error(
+                    spb.ErrorEvent(
+                        type="server_error",
+                        code="stage_unavailable",
+                        message=f"no {stage} worker is available: {exc}",
+                    )
+                )
+            return
+        if stage == "stage0" and self._links.model_native:
+            # A model-native model's memory of the call (its KV cache) died
+            # with its worker: the client is told the model starts afresh,
+            # once another worker has really taken the session.
             await self._emitter.error(
                 spb.ErrorEvent(
                     type="server_error",
-                    code="stage_unavailable",
-                    message=f"no {stage} worker is available: {exc}",
+                    code="model_context_reset",
+                    message="the model's worker was lost; the conversation goes on "
+                    "with a fresh model context (it no longer remembers the call so far)",
                 )
             )
 
-    async def replace_lost(self, stage: str, failed: str) -> bool:
-        """The worker at `failed` died: carry on with another. False when the
-        session is detached: nobody to serve, a resume binds a worker again."""
+    async def replace_lost(self, stage: str, failed: str) -> None:
+        """The worker at `failed` died: carry on with another; none while the
+        session is detached (nobody to serve: a resume binds a worker again)."""
         if self._attachment.detached:
             await self.release(stage)
-            return False
+            return
         await self.replace(stage, failed)
-        return True
 
     async def release(self, stage: str) -> None:
         await self._links.release(stage)
