@@ -18,78 +18,52 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from aiortc import RTCDataChannel
-from aiortc.mediastreams import MediaStreamTrack
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from antiphon.common.ids import new_id
-from antiphon.gateway.calls.call_audio import SESSION_RATE, Microphone, Speaker
+from antiphon.gateway.calls.call_audio import SESSION_RATE, Speaker
+from antiphon.gateway.calls.call_media import CallMedia
 from antiphon.gateway.connection.close_codes import CLOSE_NORMAL
 from antiphon.v1 import session_pb2 as spb
 
 # Events an attached WebSocket may have unread before it is dropped.
 WATCHER_BACKLOG = 4096
-# Client events a call may have waiting for its session stream (the caller's
-# appends come in real time; a data channel that floods past this ends the
-# call, as a WebSocket's reader would stop reading).
-INBOX_LIMIT = 1024
-_RECEIVE = "websocket.receive"
 # What a microphone's piece is to the session: the append a client would send.
 _APPEND = "input_audio_buffer.append"
 
 
-@dataclass
-class CallSocket:
+class CallSocket(CallMedia):
     """One call as a `ClientSocket`: events on its data channel, audio on
     its tracks."""
 
-    query: Mapping[str, str]
-    media_timeout_s: float
-    append_ms: int = 100
-    speaker: Speaker = field(init=False)
-    _inbox: asyncio.Queue[Mapping[str, Any] | spb.ClientCommand] = field(init=False)
-    _channel: RTCDataChannel | None = field(init=False, default=None)
-    _unsent: list[str] = field(init=False, default_factory=list)
-    _listening: asyncio.Task[None] | None = field(init=False, default=None)
-    _response_id: str = field(init=False, default="")
-    # What the speaker was given since it was last quiet: [item_id, seconds].
-    _queued: list[list[Any]] = field(init=False, default_factory=list)
-    _watchers: list[asyncio.Queue[str | None]] = field(init=False, default_factory=list)
-    ended_by: str = field(init=False, default="")
-
-    def __post_init__(self) -> None:
-        self.speaker = Speaker(on_drained=self._drained)
-        self._inbox = asyncio.Queue()
+    def __init__(
+        self, query: Mapping[str, str], media_timeout_s: float, *, append_ms: int = 100
+    ) -> None:
+        super().__init__(media_timeout_s, Speaker(on_drained=self._drained), append_ms=append_ms)
+        self.query = query
+        self._response_id = ""
+        # What the speaker was given since it was last quiet: [item_id, seconds].
+        self._queued: list[list[Any]] = []
+        self._watchers: list[asyncio.Queue[str | None]] = []
 
     # ------------------------------------------------ what the call gives
     def open_with(self, session: Mapping[str, Any]) -> None:
         """The call request's `session` config: the client's first event."""
         self._from_client(json.dumps({"type": "session.update", "session": dict(session)}))
 
-    def attach_channel(self, channel: RTCDataChannel) -> None:
-        self._channel = channel
-        channel.on("message", self._on_message)
-        channel.on("close", lambda: self.end("channel_closed"))
-        for text in self._unsent:
-            channel.send(text)
-        self._unsent.clear()
+    def _ended(self, why: str) -> None:
+        # The attached sockets close with it.
+        for watcher in list(self._watchers):
+            self._let_go(watcher)
 
-    def attach_microphone(self, track: MediaStreamTrack) -> None:
-        if self._listening is None:
-            microphone = Microphone(track, append_ms=self.append_ms)
-            self._listening = asyncio.create_task(self._listen(microphone))
+    def _admit(self, text: str) -> str:
+        return _without_formats(text)
 
-    def end(self, why: str) -> None:
-        """The call is over (hangup, media gone, peer closed): the connection
-        reads a disconnect next, and the attached sockets close."""
-        if not self.ended_by:
-            self.ended_by = why
-            self._inbox.put_nowait({"type": "websocket.disconnect", "code": CLOSE_NORMAL})
-            for watcher in list(self._watchers):
-                self._let_go(watcher)
+    def _heard(self, pcm16: bytes) -> None:
+        append = spb.AppendAudio(pcm16=pcm16, sample_rate_hz=SESSION_RATE)
+        self._to_inbox(spb.ClientCommand(client_type=_APPEND, append_audio=append))
 
     async def attach(self, ws: WebSocket) -> None:
         """A server's WebSocket on this call, until either ends."""
@@ -117,30 +91,6 @@ class CallSocket:
             if message.get("text") is not None:
                 self._from_client(message["text"])
 
-    def _on_message(self, message: str | bytes) -> None:
-        if isinstance(message, bytes):
-            message = message.decode(errors="replace")
-        self._from_client(message)
-
-    def _from_client(self, text: str) -> None:
-        if self.ended_by:
-            return
-        if self._inbox.qsize() >= INBOX_LIMIT:
-            self.end("flooded")
-            return
-        self._inbox.put_nowait({"type": _RECEIVE, "text": _without_formats(text)})
-
-    async def _listen(self, microphone: Microphone) -> None:
-        try:
-            async for pcm in microphone.appends(silent_after_s=self.media_timeout_s):
-                append = spb.AppendAudio(pcm16=pcm, sample_rate_hz=SESSION_RATE)
-                command = spb.ClientCommand(client_type=_APPEND, append_audio=append)
-                self._inbox.put_nowait(command)
-        except TimeoutError:
-            self.end("media_timeout")
-            return
-        self.end("media_ended")
-
     # ------------------------------------------- ClientSocket, for Connection
     @property
     def query_params(self) -> Mapping[str, str]:
@@ -149,9 +99,6 @@ class CallSocket:
     @property
     def audio_out(self) -> CallSocket:
         return self
-
-    async def receive(self) -> Mapping[str, Any] | spb.ClientCommand:
-        return await self._inbox.get()
 
     def play(self, delta: spb.AudioDelta) -> None:
         """The answer's audio, on the call's track (`audio_out`)."""
@@ -166,14 +113,6 @@ class CallSocket:
             self._truncate_unheard(self.speaker.clear())
             self._say("output_audio_buffer.cleared", response_id=self._response_id)
         self._send_text(text)
-
-    async def close(self, code: int, reason: str | None) -> None:
-        self.end(reason or "closed")
-        self.speaker.stop()
-        if self._listening is not None:
-            self._listening.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listening
 
     # ------------------------------------------------------------ helpers
     def _queue(self, item_id: str, seconds: float) -> None:
@@ -225,11 +164,7 @@ class CallSocket:
                 self._let_go(watcher)
             else:
                 watcher.put_nowait(text)
-        channel = self._channel
-        if channel is None:
-            self._unsent.append(text)  # the client's channel is not open yet
-        elif channel.readyState == "open":
-            channel.send(text)
+        self._to_channel(text)
 
 
 def _without_formats(text: str) -> str:
