@@ -408,6 +408,7 @@ class SessionActor:
         self._emitter.drop_held()
         self._attachment.stop(self._emitter.journaled_seq, notify=notify)
         self._links.close_soon()
+        self._delegate.let_go()
 
     def _give_up(self) -> None:
         """Redis did not answer for `store_outage_max_s`: nothing more can be
@@ -426,6 +427,7 @@ class SessionActor:
         self._closed.set()
         self._attachment.resync(self._emitter.journaled_seq, "session_store_unavailable")
         self._links.close_soon()
+        self._delegate.let_go()
 
     async def _tick(self) -> None:
         """The registry's periodic check: stages to rebind, then the deadlines."""

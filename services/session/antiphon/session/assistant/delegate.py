@@ -159,9 +159,11 @@ class Delegate:
             # The voice says the answer (where its model takes text).
             self._context.say(r.text)
         self._active = None
-        self._let_go()
+        self.let_go()
 
-    def _let_go(self) -> None:
+    def let_go(self) -> None:
+        """Close the delegate's stream without waiting (the answer ended, or
+        the session stands down inside a handler)."""
         binding, self._binding = self._binding, None
         if binding is not None:
             # Not awaited: its reader's last post comes back through this actor.
@@ -170,6 +172,6 @@ class Delegate:
             closing.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
-        self._let_go()
+        self.let_go()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
