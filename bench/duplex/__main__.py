@@ -33,6 +33,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
     ap.add_argument("--context", type=int, default=None, help="attention window in frames")
+    ap.add_argument(
+        "--kv-cache",
+        choices=["model", "fp8"],
+        default="model",
+        help="the temporal transformer's KV cache (duplex_kv_cache), worker and reference",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch threads (workers, reference)")
     ap.add_argument("--levels", type=ints, default=[1, 16, 32, 64, 96, 128])
     ap.add_argument("--warmup-s", type=float, default=2.0)
@@ -106,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "date": time.strftime("%Y-%m-%d"),
         "checkpoint": args.checkpoint,
         "context": args.context,
+        "kv_cache": args.kv_cache,
         "dtype": args.dtype,
         "torch_device": args.device,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "table", "check")}

@@ -102,6 +102,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
     ap.add_argument(
+        "--kv-cache",
+        choices=["model", "fp8"],
+        default="model",
+        help="the temporal transformer's KV cache: moshi's own, or stage0's float8 one",
+    )
+    ap.add_argument(
         "--deadline-s", type=float, default=0.0, help="skip batches that would end after this"
     )
     args = ap.parse_args(argv)
@@ -111,10 +117,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     lm, mimi, context = build(args.checkpoint, args.device, args.dtype, args.context)
+    if args.kv_cache != "model":
+        # The worker's cache in moshi's loop, so the ratio compares like with like.
+        from antiphon.stage0.backends.moshi.kv_cache import install
+
+        install(lm.transformer, args.kv_cache)
     built = {
         "built_s": round(time.monotonic() - started, 1),
         "lm_params_b": round(sum(p.numel() for p in lm.parameters()) / 1e9, 3),
         "context_frames": context,
+        "kv_cache": args.kv_cache,
     }
     print(json.dumps(built), flush=True)
     last = 0.0

@@ -31,6 +31,7 @@ def run_reference(args: argparse.Namespace, result: dict[str, Any], deadline: fl
         f"--steps={steps}",
         f"--warmup={10 if args.device.startswith('cuda') else 2}",
         f"--threads={args.threads}",
+        f"--kv-cache={args.kv_cache}",
     ]
     if args.context:
         cmd.append(f"--context={args.context}")

@@ -41,6 +41,7 @@ def worker_profile(args: argparse.Namespace, ports: dict[str, int]) -> dict[str,
         "duplex_device": args.device,
         "duplex_dtype": args.dtype,
         "duplex_threads": args.threads,
+        "duplex_kv_cache": args.kv_cache,
         "capacity": capacity,
     }
     if args.context:

@@ -20,6 +20,7 @@ from antiphon.stage0.backends.moshi.model import DuplexModel, Sampling
 from antiphon.stage0.backends.moshi.prompt import ForcedFrame, Prompter
 from antiphon.stage0.backends.moshi.rows import FRAME_BYTES
 from antiphon.stage0.metrics import Stage0Metrics
+from antiphon.stage0.settings import KVCacheFormat
 
 if TYPE_CHECKING:
     import torch
@@ -56,12 +57,13 @@ def tiny_lockstep(
     quiet_frames: int = 12,
     prompter: Prompter | None = None,
     context_tokens: int = 2048,
+    kv_cache: KVCacheFormat = "model",
 ) -> Lockstep:
     from antiphon.stage0.backends.moshi.lockstep import Lockstep
 
     lm, mimi = tiny_parts(dtype)
     return Lockstep(
-        DuplexModel.build(lm, mimi, GREEDY, prompter=prompter),
+        DuplexModel.build(lm, mimi, GREEDY, prompter=prompter, kv_cache=kv_cache),
         slots,
         metrics=metrics or Stage0Metrics(CollectorRegistry()),
         jitter_ms=jitter_ms,

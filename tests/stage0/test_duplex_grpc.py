@@ -12,6 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from antiphon.common.binding import ActiveSessions
+from antiphon.stage0.backends.moshi.engines import DuplexEngines
+from antiphon.stage0.backends.moshi.kv_cache import Fp8CacheAttention
 from antiphon.stage0.main import load_engines
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.service import Stage0Service
@@ -25,11 +27,16 @@ pytestmark = pytest.mark.models
 FRAMES = 12
 
 
-@pytest.fixture
-async def worker() -> AsyncIterator[tuple[str, CollectorRegistry]]:
+@pytest.fixture(params=["model", "fp8"])
+async def worker(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[str, CollectorRegistry]]:
+    # The KV cache format as a deployment sets it, from the environment.
+    monkeypatch.setenv("ANTIPHON_DUPLEX_KV_CACHE", request.param)
     settings = Stage0Settings(
         backend="moshi", duplex_checkpoint="random:tiny", duplex_seed=0, capacity=2
     )
+    assert settings.duplex_kv_cache == request.param
     registry = CollectorRegistry()
     metrics = Stage0Metrics(registry)
     active = ActiveSessions(metrics.sessions_active, capacity=settings.capacity)
@@ -40,6 +47,10 @@ async def worker() -> AsyncIterator[tuple[str, CollectorRegistry]]:
     await server.start()
     models = await load_engines(settings, metrics)
     service.models = models
+    assert isinstance(models, DuplexEngines)
+    transformer = models.lockstep.model.lm_gen.lm_model.transformer
+    swapped = any(isinstance(m, Fp8CacheAttention) for m in transformer.modules())
+    assert swapped == (request.param == "fp8")
     try:
         yield f"127.0.0.1:{port}", registry
     finally:

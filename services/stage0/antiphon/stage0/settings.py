@@ -20,6 +20,7 @@ from antiphon.stage0.backends.moshi.context import DEFAULT_LIMIT as CONTEXT_TEXT
 
 DuplexDtype = Literal["auto", "bfloat16", "float16", "float32"]
 DuplexPromptFormat = Literal["auto", "none", "personaplex"]
+KVCacheFormat = Literal["model", "fp8"]
 
 
 class Stage0Settings(WorkerSettings):
@@ -215,6 +216,10 @@ class Stage0Settings(WorkerSettings):
     # The LM's attention span in frames, overriding the checkpoint's (3000 for
     # Moshi 7B): its KV cache, per row, is what limits sessions per device.
     duplex_context: int | None = Field(default=None, ge=1)
+    # The temporal transformer's KV cache (backends/moshi/kv_cache.py): "model"
+    # (the model's dtype, moshi's own cache) or "fp8" (float8 e4m3 with a
+    # scale per row, head and position: about half the bytes per session).
+    duplex_kv_cache: KVCacheFormat = "model"
     # torch.manual_seed at start: the same inputs give the same answers.
     duplex_seed: int | None = None
     # moshi's torch.compile of its hot functions: some 30 s at the first step

@@ -23,7 +23,7 @@ from antiphon.stage0.backends.moshi.prompt import (
     prompt_format,
     text_encoder,
 )
-from antiphon.stage0.settings import Stage0Settings
+from antiphon.stage0.settings import KVCacheFormat, Stage0Settings
 
 if TYPE_CHECKING:
     import torch
@@ -104,16 +104,23 @@ class DuplexModel:
         encode_text: Encode | None = None,
         context: int | None = None,
         prompter: Prompter | None = None,
+        kv_cache: KVCacheFormat = "model",
     ) -> DuplexModel:
         """A model from loaded parts; `piece` and `encode_text`: the tokenizer's
         id -> piece and text -> ids (None: random weights, whose ids are spelled
-        out and whose text is a token a character)."""
+        out and whose text is a token a character); `kv_cache`: the temporal
+        transformer's KV cache format (kv_cache.py)."""
         from moshi.models.lm import LMGen
         from moshi.modules.transformer import set_attention_context
+
+        from antiphon.stage0.backends.moshi.kv_cache import install
 
         if context is not None:
             # Before streaming starts: the KV cache is sized from it.
             set_attention_context(lm.transformer, context)
+        # Before streaming starts too: the cache is made when it does. The
+        # depformer keeps moshi's (a few positions a row).
+        install(lm.transformer, kv_cache)
         lm_gen = LMGen(
             lm,
             # moshi samples only where use_sampling and the temperature > 0.
@@ -178,6 +185,7 @@ class DuplexModel:
             encode_text=text_encoder(tokenizer, int(lm.text_card)),
             context=settings.duplex_context,
             prompter=prompter,
+            kv_cache=settings.duplex_kv_cache,
         )
         log.info(
             "duplex model loaded",
@@ -186,6 +194,7 @@ class DuplexModel:
                 "device": str(device),
                 "dtype": str(dtype).removeprefix("torch."),
                 "context": settings.duplex_context,
+                "kv_cache": settings.duplex_kv_cache,
                 "sampling": sampling.__dict__,
                 "prompt_format": prompting,
                 "voices": voices,
