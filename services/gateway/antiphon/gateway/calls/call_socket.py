@@ -14,18 +14,16 @@ server's WebSocket may watch and drive the call (`attach`).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from antiphon.common.ids import new_id
 from antiphon.gateway.calls.call_audio import SESSION_RATE, Speaker
 from antiphon.gateway.calls.call_media import CallMedia
-from antiphon.gateway.connection.close_codes import CLOSE_NORMAL
+from antiphon.gateway.connection.fan_out import FanOut, relay
 from antiphon.v1 import session_pb2 as spb
 
 # Events an attached WebSocket may have unread before it is dropped.
@@ -46,7 +44,7 @@ class CallSocket(CallMedia):
         self._response_id = ""
         # What the speaker was given since it was last quiet: [item_id, seconds].
         self._queued: list[list[Any]] = []
-        self._watchers: list[asyncio.Queue[str | None]] = []
+        self._watchers = FanOut(WATCHER_BACKLOG)
 
     # ------------------------------------------------ what the call gives
     def open_with(self, session: Mapping[str, Any]) -> None:
@@ -54,9 +52,7 @@ class CallSocket(CallMedia):
         self._from_client(json.dumps({"type": "session.update", "session": dict(session)}))
 
     def _ended(self, why: str) -> None:
-        # The attached sockets close with it.
-        for watcher in list(self._watchers):
-            self._let_go(watcher)
+        self._watchers.close()  # the attached sockets close with it
 
     def _admit(self, text: str) -> str:
         return _without_formats(text)
@@ -67,29 +63,7 @@ class CallSocket(CallMedia):
 
     async def attach(self, ws: WebSocket) -> None:
         """A server's WebSocket on this call, until either ends."""
-        events: asyncio.Queue[str | None] = asyncio.Queue(WATCHER_BACKLOG)
-        self._watchers.append(events)
-        reading = asyncio.create_task(self._read_watcher(ws, events))
-        try:
-            while (text := await events.get()) is not None:
-                await ws.send_text(text)
-        finally:
-            if events in self._watchers:
-                self._watchers.remove(events)
-            reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
-                await reading
-            with contextlib.suppress(Exception):
-                await ws.close(CLOSE_NORMAL)
-
-    async def _read_watcher(self, ws: WebSocket, events: asyncio.Queue[str | None]) -> None:
-        while True:
-            message = await ws.receive()
-            if message["type"] == "websocket.disconnect":
-                self._let_go(events)
-                return
-            if message.get("text") is not None:
-                self._from_client(message["text"])
+        await relay(ws, self._watchers, lambda text, _events: self._from_client(text))
 
     # ------------------------------------------- ClientSocket, for Connection
     @property
@@ -142,14 +116,6 @@ class CallSocket(CallMedia):
                 )
         self._queued.clear()
 
-    def _let_go(self, watcher: asyncio.Queue[str | None]) -> None:
-        """An attached socket is told to close (its last event may make room)."""
-        if watcher in self._watchers:
-            self._watchers.remove(watcher)
-            if watcher.full():
-                watcher.get_nowait()
-            watcher.put_nowait(None)
-
     def _drained(self) -> None:
         self._queued.clear()
         self._say("output_audio_buffer.stopped", response_id=self._response_id)
@@ -158,12 +124,7 @@ class CallSocket(CallMedia):
         self._send_text(json.dumps({"type": kind, "event_id": new_id("event"), **fields}))
 
     def _send_text(self, text: str) -> None:
-        for watcher in list(self._watchers):
-            if watcher.full():
-                # A watcher that does not read its events is dropped, not waited for.
-                self._let_go(watcher)
-            else:
-                watcher.put_nowait(text)
+        self._watchers.send(text)
         self._to_channel(text)
 
 

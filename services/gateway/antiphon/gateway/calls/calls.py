@@ -30,7 +30,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from aiortc import (
     RTCConfiguration,
@@ -46,7 +46,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.websockets import WebSocket
 
 from antiphon.common.ids import new_id
-from antiphon.gateway.calls.call_audio import Speaker
+from antiphon.gateway.calls.call_media import CallMedia
 from antiphon.gateway.calls.call_socket import CallSocket
 from antiphon.gateway.connection.client_socket import ClientSocket
 from antiphon.gateway.edge.edge import Admitted, Edge, bounded_body, deny
@@ -60,20 +60,6 @@ EVENTS_CHANNEL = "oai-events"
 MAX_OFFER_BYTES = 256 * 1024
 
 Converse = Callable[[ClientSocket, Admitted], Awaitable[None]]
-
-
-class CallMedia(Protocol):
-    """What a call's peer feeds: a Realtime call (CallSocket) or a GPT-Live
-    one (live/call_socket.py)."""
-
-    speaker: Speaker
-    ended_by: str
-
-    def attach_channel(self, channel: RTCDataChannel) -> None: ...
-
-    def attach_microphone(self, track: MediaStreamTrack) -> None: ...
-
-    def end(self, why: str) -> None: ...
 
 
 class OfferError(ValueError):

@@ -59,9 +59,9 @@ def call_request(raw: bytes) -> tuple[Json, str]:
     except ValueError as exc:
         raise ClientError("invalid_json", "the request body is not valid JSON") from exc
     body = fields.obj(body, "body")
-    _strict(body, {"session", "transport"}, "")
+    fields.known_keys(body, frozenset({"session", "transport"}))
     transport = fields.obj(fields.required(body, "transport"), "transport")
-    _strict(transport, {"type", "sdp"}, "transport.")
+    fields.known_keys(transport, frozenset({"type", "sdp"}), "transport.")
     kind = fields.required(transport, "type", "transport.type")
     if kind != "webrtc":
         raise ClientError(
@@ -91,14 +91,6 @@ def call_request(raw: bytes) -> tuple[Json, str]:
     audio["format"] = CALL_FORMAT
     session["audio"] = audio
     return session, sdp
-
-
-def _strict(obj: Json, allowed: set[str], where: str) -> None:
-    for key in obj:
-        if key not in allowed:
-            raise ClientError(
-                "unknown_parameter", f"Unknown parameter: '{where}{key}'.", param=f"{where}{key}"
-            )
 
 
 class LiveCalls:

@@ -123,13 +123,9 @@ def _read(d: Json, param: str, current: Delegation | None) -> Delegation:
         )
     fields.known_keys(d, _DELEGATION_KEYS[kind], f"{param}.")
     delay = d.get("acknowledgement_delay_ms")
-    if delay is not None and not (
-        isinstance(delay, int) and not isinstance(delay, bool) and 0 <= delay <= fields.INT32_MAX
-    ):
-        raise ClientError(
-            "invalid_value",
-            f"`{param}.acknowledgement_delay_ms` must be a non-negative integer",
-            param=f"{param}.acknowledgement_delay_ms",
+    if delay is not None:
+        delay = fields.non_negative_int(
+            delay, f"{param}.acknowledgement_delay_ms", fields.INT32_MAX
         )
     base = current or Delegation(type=kind)
     if delay is not None:
@@ -158,23 +154,10 @@ def _responses(r: Json, param: str, current: Delegation | None) -> Json:
         _served_tools(merged["tools"], f"{param}.tools")
     if merged.get("tool_choice") is not None:
         _served_choice(merged["tool_choice"], f"{param}.tool_choice")
-    limit = merged.get("max_output_tokens")
-    if limit is not None and not (
-        isinstance(limit, int) and not isinstance(limit, bool) and 1 <= limit <= fields.INT32_MAX
-    ):
-        raise ClientError(
-            "invalid_value",
-            f"`{param}.max_output_tokens` must be a positive integer",
-            param=f"{param}.max_output_tokens",
-        )
-    if merged.get("parallel_tool_calls") is not None and not isinstance(
-        merged["parallel_tool_calls"], bool
-    ):
-        raise ClientError(
-            "invalid_value",
-            f"`{param}.parallel_tool_calls` must be a boolean",
-            param=f"{param}.parallel_tool_calls",
-        )
+    if merged.get("max_output_tokens") is not None:
+        fields.positive_int(merged["max_output_tokens"], f"{param}.max_output_tokens")
+    if merged.get("parallel_tool_calls") is not None:
+        fields.boolean(merged["parallel_tool_calls"], f"{param}.parallel_tool_calls")
     for key in ("reasoning", "text"):
         if merged.get(key) is not None:
             fields.obj(merged[key], f"{param}.{key}")

@@ -44,11 +44,9 @@ from antiphon.v1 import session_pb2 as spb
 
 START = "session.start"
 _ENVELOPE = frozenset({"type", "event_id"})
-CONTEXT_CHANNELS = (
-    "session.instructions.append",
-    "session.thinking.append",
-    "session.commentary.append",
-)
+# What a client may append to the running model's context (`session.<channel>.append`).
+CHANNELS = ("instructions", "thinking", "commentary")
+CONTEXT_CHANNELS = tuple(f"session.{channel}.append" for channel in CHANNELS)
 # Client types the SDK knows that this server does not serve yet, and why.
 NOT_SERVED = {
     "decision.create": "Decisions are not served",

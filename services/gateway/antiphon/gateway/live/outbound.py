@@ -34,12 +34,11 @@ from antiphon.common.ids import new_id
 from antiphon.gateway.connection.failover import SessionUnavailable
 from antiphon.gateway.dialects.halves import Json
 from antiphon.gateway.errors import ClientError
+from antiphon.gateway.live.inbound import CHANNELS
 from antiphon.gateway.live.live_state import LiveState
 from antiphon.gateway.live.responses_stream import ResponsesStream
 from antiphon.v1 import session_pb2 as spb
 
-# The append channels (`session.<channel>.append` / `.appended`).
-CHANNELS = ("instructions", "thinking", "commentary")
 # `session_expired.reason` -> `session.closed.reason`.
 EXPIRED = {
     "max_duration_expired": "expired",

@@ -21,14 +21,15 @@ taken and changes nothing (the close is always the graceful handshake).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from antiphon.common.ids import new_id
-from antiphon.gateway.connection.close_codes import CLOSE_NORMAL, CLOSE_POLICY
+from antiphon.gateway.connection.close_codes import CLOSE_POLICY
+from antiphon.gateway.connection.fan_out import Events, relay
 from antiphon.gateway.edge.edge import Edge
 from antiphon.gateway.live.tap import Tap
 
@@ -43,7 +44,6 @@ class Sidebands:
     def __init__(self, edge: Edge) -> None:
         self._edge = edge
         self._taps: dict[str, Tap] = {}
-        self._attached: dict[str, int] = {}
 
     def tap(self, key_id: str) -> Tap:
         """A new connection's tap; it is found by its session id once started."""
@@ -79,53 +79,27 @@ class Sidebands:
                 "on the gateway that holds the session",
             )
             return
-        if self._attached.get(session_id, 0) >= MAX_PER_SESSION:
+        if tap.sidebands >= MAX_PER_SESSION:
             await _refuse(
                 ws, "sideband_limit", f"a session has at most {MAX_PER_SESSION} sidebands"
             )
             return
-        self._attached[session_id] = self._attached.get(session_id, 0) + 1
-        try:
-            await _relay(ws, tap)
-        finally:
-            self._attached[session_id] -= 1
-            if not self._attached[session_id]:
-                del self._attached[session_id]
+        await relay(ws, tap.fan_out, _heard(tap))
 
 
-async def _relay(ws: WebSocket, tap: Tap) -> None:
-    """The session's events to the sideband, its events to the session."""
-    events = tap.watch()
-    reading = asyncio.create_task(_read(ws, tap, events))
-    try:
-        while (text := await events.get()) is not None:
-            await ws.send_text(text)
-    finally:
-        tap.unwatch(events)
-        reading.cancel()
-        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
-            await reading
-        with contextlib.suppress(Exception):
-            await ws.close(CLOSE_NORMAL)
+def _heard(tap: Tap) -> Callable[[str, Events], None]:
+    """What a sideband sends: the connection's, as its client's; but a
+    `session.start`, answered on that sideband alone."""
 
-
-async def _read(ws: WebSocket, tap: Tap, events: asyncio.Queue[str | None]) -> None:
-    while True:
-        message = await ws.receive()
-        if message["type"] == "websocket.disconnect":
-            tap.unwatch(events)
-            return
-        text = message.get("text")
-        if text is None:
-            continue
+    def heard(text: str, events: Events) -> None:
         start = _start(text)
-        if start is not None:
-            # The session started with its connection; answered here alone.
-            if not events.full():
-                why = "the session has started; a sideband never sends session.start"
-                events.put_nowait(_error("session_already_started", why, "type", start))
-            continue
-        tap.from_sideband(text, events)
+        if start is None:
+            tap.from_sideband(text, events)
+        elif not events.full():
+            why = "the session has started; a sideband never sends session.start"
+            events.put_nowait(_error("session_already_started", why, "type", start))
+
+    return heard
 
 
 def _start(text: str) -> str | None:

@@ -33,6 +33,7 @@ from typing import Any
 
 from antiphon.common.audio import StreamResampler
 from antiphon.gateway.connection.client_socket import AudioOut, ClientSocket
+from antiphon.gateway.connection.fan_out import Events, FanOut
 from antiphon.gateway.live.track_format import TRACK_RATE
 from antiphon.v1 import session_pb2 as spb
 
@@ -54,11 +55,10 @@ class Tap:
         self.key_id = key_id
         self.session_id = ""
         self._on_started = on_started
-        self._watchers: list[asyncio.Queue[str | None]] = []
+        self._watchers = FanOut(SIDEBAND_BACKLOG)
         self.inbox: asyncio.Queue[str] = asyncio.Queue()
         self._track = 0  # samples of the output track so far
         self._resampler: StreamResampler | None = None
-        self.closed = False
 
     # ---------------------------------------------------- the connection
     def sent(self, kind: str, text: str) -> None:
@@ -68,7 +68,7 @@ class Tap:
             self.session_id = json.loads(text)["session"]["id"]
             self._on_started(self)
         if kind != _DELTA:
-            self._fan_out(text)
+            self._watchers.send(text)
 
     def heard(self, pcm16: bytes, rate: int) -> None:
         """The client's audio, as it arrived (before any mute), at `rate`."""
@@ -78,7 +78,7 @@ class Tap:
             self._resampler = StreamResampler(rate, TRACK_RATE)
         audio = self._resampler.process(pcm16)
         if audio:
-            self._fan_out(
+            self._watchers.send(
                 json.dumps(
                     {
                         "type": "session.input_audio.append",
@@ -102,47 +102,39 @@ class Tap:
                     "start_ms": start // _MS,
                     "end_ms": self._track // _MS,
                 }
-                self._fan_out(json.dumps(delta))
+                self._watchers.send(json.dumps(delta))
             return convert(pcm16)
 
         return tapped
 
     def close(self) -> None:
         """The connection ended: every sideband is let go (after what it has)."""
-        self.closed = True
-        for watcher in list(self._watchers):
-            self.unwatch(watcher)
+        self._watchers.close()
 
     # ---------------------------------------------------------- sidebands
-    def watch(self) -> asyncio.Queue[str | None]:
+    @property
+    def sidebands(self) -> int:
+        """Sidebands attached now."""
+        return len(self._watchers)
+
+    @property
+    def fan_out(self) -> FanOut:
+        """The sidebands' queues (connection.fan_out.relay serves each)."""
+        return self._watchers
+
+    def watch(self) -> Events:
         """A new sideband's queue: frames, then None when it must close."""
-        events: asyncio.Queue[str | None] = asyncio.Queue(SIDEBAND_BACKLOG)
-        if self.closed:
-            events.put_nowait(None)
-        else:
-            self._watchers.append(events)
-        return events
+        return self._watchers.watch()
 
-    def unwatch(self, events: asyncio.Queue[str | None]) -> None:
-        if events in self._watchers:
-            self._watchers.remove(events)
-            if events.full():
-                events.get_nowait()  # its close must fit
-            events.put_nowait(None)
+    def unwatch(self, events: Events) -> None:
+        self._watchers.unwatch(events)
 
-    def from_sideband(self, text: str, events: asyncio.Queue[str | None]) -> None:
+    def from_sideband(self, text: str, events: Events) -> None:
         """A client event a sideband sent, for the connection's reader."""
         if self.inbox.qsize() >= INBOX_LIMIT:
-            self.unwatch(events)
+            self._watchers.unwatch(events)
             return
         self.inbox.put_nowait(text)
-
-    def _fan_out(self, text: str) -> None:
-        for watcher in list(self._watchers):
-            if watcher.full():
-                self.unwatch(watcher)  # a sideband that does not read is dropped
-            else:
-                watcher.put_nowait(text)
 
 
 class TappedSocket:
@@ -153,8 +145,11 @@ class TappedSocket:
     def __init__(self, inner: ClientSocket, tap: Tap) -> None:
         self._inner = inner
         self._tap = tap
-        # The client's pending read survives a sideband's event coming first.
+        # Both pending reads outlive a receive that the other one answered:
+        # none is made and cancelled per event (the client's audio comes ten
+        # times a second, with or without a sideband).
         self._reading: asyncio.Task[Mapping[str, Any] | spb.ClientCommand] | None = None
+        self._sideband: asyncio.Task[str] | None = None
 
     @property
     def query_params(self) -> Mapping[str, str]:
@@ -169,15 +164,11 @@ class TappedSocket:
             return {"type": _RECEIVE, "text": self._tap.inbox.get_nowait()}
         if self._reading is None:
             self._reading = asyncio.ensure_future(self._inner.receive())
-        sideband = asyncio.ensure_future(self._tap.inbox.get())
-        try:
-            await asyncio.wait({self._reading, sideband}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not sideband.done():
-                sideband.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sideband
-        if sideband.done() and not sideband.cancelled():
+        if self._sideband is None:
+            self._sideband = asyncio.ensure_future(self._tap.inbox.get())
+        await asyncio.wait({self._reading, self._sideband}, return_when=asyncio.FIRST_COMPLETED)
+        if self._sideband.done():
+            sideband, self._sideband = self._sideband, None
             return {"type": _RECEIVE, "text": sideband.result()}
         reading, self._reading = self._reading, None
         return reading.result()
@@ -187,8 +178,9 @@ class TappedSocket:
         await self._inner.send(kind, text)
 
     async def close(self, code: int, reason: str | None) -> None:
-        if self._reading is not None:
-            self._reading.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reading
+        for pending in (self._reading, self._sideband):
+            if pending is not None:
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
         await self._inner.close(code, reason)

@@ -184,6 +184,12 @@ class Released(Binding[Req]):
         pass
 
 
+# Each kind of worker a pool binds, and the gRPC service it answers; the
+# stages a session needs (a delegate is only for GPT-Live's delegated answers).
+_SERVICES = {"stage0": STAGE0_SERVICE, "stage1": STAGE1_SERVICE, "delegate": STAGE0_SERVICE}
+_NEEDED = ("stage0", "stage1")
+
+
 class StagePool:
     """The stage workers this replica may bind sessions to.
 
@@ -213,7 +219,7 @@ class StagePool:
         """Probe every worker, static or registered; True when each stage has
         at least one ready worker (a registered one must not be draining)."""
         ready = []
-        for stage, service in (("stage0", STAGE0_SERVICE), ("stage1", STAGE1_SERVICE)):
+        for stage, service in _SERVICES.items():
             registered = [w.address for w in await self._registered(stage) if not w.draining]
             addresses = list(dict.fromkeys((*self._static[stage], *registered)))
             # Probing also keeps each channel connected: a bind then never
@@ -221,11 +227,8 @@ class StagePool:
             probes = [check_ready(self._channel(a), service) for a in addresses]
             for addr, ok in zip(addresses, await asyncio.gather(*probes), strict=True):
                 self._ready[addr] = ok
-            ready.append(any(self._ready[a] for a in addresses))
-        delegates = self._static["delegate"]
-        probes = [check_ready(self._channel(a), STAGE0_SERVICE) for a in delegates]
-        for addr, ok in zip(delegates, await asyncio.gather(*probes), strict=True):
-            self._ready[addr] = ok
+            if stage in _NEEDED:
+                ready.append(any(self._ready[a] for a in addresses))
         return all(ready)
 
     def _channel(self, addr: str) -> grpc.aio.Channel:
@@ -291,11 +294,7 @@ class StagePool:
     async def _candidates(self, stage: str, avoid: str, full: list[str]) -> list[str]:
         """Addresses to try, best first; registered workers with no room go to `full`."""
         turn = next(self._turns[stage])
-        registered = [
-            w
-            for w in (await self._registered(stage) if stage != "delegate" else [])
-            if w.address != avoid
-        ]
+        registered = [w for w in await self._registered(stage) if w.address != avoid]
         if registered:
             with_room = _rotated([w for w in registered if w.room > 0], turn)
             full.extend(
@@ -314,8 +313,8 @@ class StagePool:
         return _rotated(ready, turn)
 
     async def _registered(self, stage: str) -> list[WorkerInfo]:
-        if self._registry is None:
-            return []
+        if self._registry is None or stage not in _NEEDED:
+            return []  # delegates are listed statically only
         try:
             return await self._registry.workers(stage)
         except Exception:
