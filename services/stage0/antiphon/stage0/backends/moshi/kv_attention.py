@@ -3,9 +3,9 @@ softmax, so a quantized cache is never expanded to the model's dtype whole.
 
 `attend` is the one entry point: a window of keys and values as stored
 (float8 with a scale per row, head and position, or the model's dtype with
-none) and the positions its slots hold. The chunk loop is plain torch, the
-CPU's reference; a GPU kernel that reads float8 KV (FlashInfer, FA3) would
-replace `_chunks`, taking the same window. The scales never multiply the
+none) and the positions its slots hold. On a GPU it is two Triton kernels
+(kv_kernel.py) that read each stored byte once; the chunk loop here is plain
+torch, the CPU's path and the kernels' reference. The scales never multiply the
 stored values: a key's scale multiplies its scores (q . s k = s (q . k)) and
 a value's scale its softmax weights (sum p s v = sum (p s) v), which is
 where a fused kernel applies them too.
@@ -56,6 +56,12 @@ def attend(
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(D)) v over the window, [B, H, T, D] in q's dtype.
     `query_positions` [B, T]. A query with no slot to attend to gets zeros."""
+    if q.is_cuda:
+        # Imported here: Triton comes with the GPU build only, and the
+        # kernel module reads this one's Window.
+        from antiphon.stage0.backends.moshi import kv_kernel
+
+        return kv_kernel.attend(q, window, query_positions, context)
     mask = allowed(window.positions, query_positions, context)
     return _chunks(q, window, mask, chunk).to(q.dtype)
 

@@ -1,0 +1,237 @@
+"""The KV window's read as two Triton kernels: the GPU's `attend`.
+
+Decoding reads one query per row and head against the whole window, so the
+step is bound by the bytes of the window, not by arithmetic. The chunk loop
+(kv_attention.py) reads each chunk several times over (upcast, scores, mask,
+exp, weights), as ~10 kernels per chunk and layer; here every key and value
+byte is read once, as stored (float8 bits or the model's dtype), upcast in
+registers, and never written back.
+
+Flash decoding: `_partials` splits each (row, head, query)'s window into
+`splits` runs of positions, one program per run, each keeping the online
+softmax (max `m`, sum `l`, weighted values `acc`) of its run; `_combine`
+merges a query's runs. Splits keep the GPU busy when rows x heads alone are
+too few programs; at hundreds of rows one run per query is enough.
+
+The scales multiply scores and softmax weights, not the stored values, as in
+kv_attention.py, and masked positions are never loaded: a fresh row's empty
+window costs nothing.
+
+Triton is imported by the caller only on a GPU (vLLM's CUDA build brings it);
+the CPU tests run these kernels under Triton's interpreter
+(TRITON_INTERPRET=1) against the chunk loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from antiphon.stage0.backends.moshi.kv_attention import Window
+
+# Positions per program iteration: 64 x 128 dims upcast to float32 is 32 KiB
+# of registers a tile across 4 warps, with room for the value tile beside it.
+BLOCK_N = 64
+# Enough programs to cover a GPU several times over (132 SMs on an H100).
+TARGET_PROGRAMS = 2048
+MAX_SPLITS = 16
+
+
+@triton.jit
+def _partials(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    ks_ptr,
+    vs_ptr,
+    pos_ptr,
+    qpos_ptr,
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    H,
+    T,
+    S,
+    repeat,
+    context,
+    split_len,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_qt,
+    stride_kb,
+    stride_kh,
+    stride_ks,
+    stride_vb,
+    stride_vh,
+    stride_vs,
+    stride_ksb,
+    stride_ksh,
+    stride_vsb,
+    stride_vsh,
+    stride_pb,
+    SPLITS: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    FP8: tl.constexpr,
+    SCALED: tl.constexpr,
+    HAS_CONTEXT: tl.constexpr,
+):
+    query = tl.program_id(0)  # over B x H x T
+    split = tl.program_id(1)
+    t = query % T
+    h = (query // T) % H
+    b = query // (T * H)
+    hk = h // repeat
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + t * stride_qt + d).to(tl.float32)
+    q = q * sm_scale
+    qpos = tl.load(qpos_ptr + b * T + t)
+    m = tl.full([], float("-inf"), tl.float32)
+    l = tl.full([], 0.0, tl.float32)  # noqa: E741
+    acc = tl.zeros([D], dtype=tl.float32)
+    start = split * split_len
+    end = tl.minimum(start + split_len, S)
+    for n0 in range(start, end, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        inside = n < end
+        pos = tl.load(pos_ptr + b * stride_pb + n, mask=inside, other=-1)
+        delta = qpos - pos
+        ok = inside & (pos >= 0) & (delta >= 0)
+        if HAS_CONTEXT:
+            ok = ok & (delta < context)
+        keys = tl.load(
+            k_ptr + b * stride_kb + hk * stride_kh + n[:, None] * stride_ks + d[None, :],
+            mask=ok[:, None],
+            other=0,
+        )
+        if FP8:
+            keys = keys.to(tl.float8e4nv, bitcast=True)
+        scores = tl.sum(keys.to(tl.float32) * q[None, :], 1)
+        if SCALED:
+            scores *= tl.load(ks_ptr + b * stride_ksb + hk * stride_ksh + n, mask=ok, other=0.0)
+        scores = tl.where(ok, scores, float("-inf"))
+        top = tl.maximum(m, tl.max(scores, 0))
+        # Nothing allowed yet: the max is -inf; shift by 0 so exp gives 0, not NaN.
+        shift = tl.where(top == float("-inf"), 0.0, top)
+        p = tl.exp(scores - shift)
+        carry = tl.exp(m - shift)
+        l = l * carry + tl.sum(p, 0)  # noqa: E741
+        if SCALED:
+            p *= tl.load(vs_ptr + b * stride_vsb + hk * stride_vsh + n, mask=ok, other=0.0)
+        values = tl.load(
+            v_ptr + b * stride_vb + hk * stride_vh + n[:, None] * stride_vs + d[None, :],
+            mask=ok[:, None],
+            other=0,
+        )
+        if FP8:
+            values = values.to(tl.float8e4nv, bitcast=True)
+        acc = acc * carry + tl.sum(p[:, None] * values.to(tl.float32), 0)
+        m = top
+    at = query * SPLITS + split
+    tl.store(m_ptr + at, m)
+    tl.store(l_ptr + at, l)
+    tl.store(acc_ptr + at * D + d, acc)
+
+
+@triton.jit
+def _combine(m_ptr, l_ptr, acc_ptr, out_ptr, splits, SPLITS: tl.constexpr, D: tl.constexpr):
+    query = tl.program_id(0)
+    s = tl.arange(0, SPLITS)
+    used = s < splits
+    m = tl.load(m_ptr + query * SPLITS + s, mask=used, other=float("-inf"))
+    top = tl.max(m, 0)
+    shift = tl.where(top == float("-inf"), 0.0, top)
+    w = tl.where(used, tl.exp(m - shift), 0.0)
+    total = tl.sum(w * tl.load(l_ptr + query * SPLITS + s, mask=used, other=0.0), 0)
+    d = tl.arange(0, D)
+    acc = tl.load(
+        acc_ptr + (query * SPLITS + s[:, None]) * D + d[None, :], mask=used[:, None], other=0.0
+    )
+    out = tl.sum(w[:, None] * acc, 0) / tl.where(total > 0, total, 1.0)
+    tl.store(out_ptr + query * D + d, out)
+
+
+def split_count(programs: int, positions: int, target: int = TARGET_PROGRAMS) -> int:
+    """Runs per query: enough programs in all to fill the GPU, none shorter
+    than a block."""
+    wanted = max(1, math.ceil(target / max(programs, 1)))
+    return max(1, min(wanted, MAX_SPLITS, math.ceil(positions / BLOCK_N)))
+
+
+def attend(
+    q: torch.Tensor,
+    window: Window,
+    query_positions: torch.Tensor,
+    context: int | None,
+    *,
+    splits: int | None = None,
+) -> torch.Tensor:
+    """kv_attention.attend's contract, [B, H, T, D] in q's dtype."""
+    B, H, T, D = q.shape
+    keys, values = window.keys, window.values
+    S = keys.shape[2]
+    fp8 = keys.dtype == torch.float8_e4m3fn
+    if fp8:
+        # Triton takes float8 pointers on Hopper only; the bits read anywhere.
+        keys, values = keys.view(torch.uint8), values.view(torch.uint8)
+    if q.stride(-1) != 1 or keys.stride(-1) != 1 or values.stride(-1) != 1:
+        raise ValueError("the kernel reads rows of D contiguous elements")
+    count = splits or split_count(B * H * T, S)
+    pow2 = triton.next_power_of_2(count)
+    split_len = triton.cdiv(triton.cdiv(S, count), BLOCK_N) * BLOCK_N
+    count = triton.cdiv(S, split_len)
+    m = torch.empty((B * H * T, pow2), dtype=torch.float32, device=q.device)
+    l = torch.empty_like(m)  # noqa: E741
+    acc = torch.empty((B * H * T, pow2, D), dtype=torch.float32, device=q.device)
+    scaled = window.key_scale is not None and window.value_scale is not None
+    ks = window.key_scale if scaled else m  # any float32 pointer: never read
+    vs = window.value_scale if scaled else m
+    assert ks is not None and vs is not None
+    positions = window.positions.contiguous()
+    qpos = query_positions.contiguous()
+    _partials[(B * H * T, count)](
+        q,
+        keys,
+        values,
+        ks,
+        vs,
+        positions,
+        qpos,
+        m,
+        l,
+        acc,
+        H,
+        T,
+        S,
+        H // keys.shape[1],
+        context or 0,
+        split_len,
+        1.0 / math.sqrt(D),
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        keys.stride(0),
+        keys.stride(1),
+        keys.stride(2),
+        values.stride(0),
+        values.stride(1),
+        values.stride(2),
+        ks.stride(0) if scaled else 0,
+        ks.stride(1) if scaled else 0,
+        vs.stride(0) if scaled else 0,
+        vs.stride(1) if scaled else 0,
+        positions.stride(0),
+        SPLITS=pow2,
+        D=D,
+        BLOCK_N=BLOCK_N,
+        FP8=fp8,
+        SCALED=scaled,
+        HAS_CONTEXT=context is not None,
+    )
+    out = torch.empty((B, H, T, D), dtype=q.dtype, device=q.device)
+    _combine[(B * H * T,)](m, l, acc, out, count, SPLITS=pow2, D=D)
+    return out
