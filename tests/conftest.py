@@ -173,7 +173,10 @@ def duplex_stack(
     request: pytest.FixtureRequest, spare_ports: dict[str, int]
 ) -> Iterator[LocalStack]:
     """The Moshi architecture's tiny random configuration behind the whole stack,
-    with a second worker of each stage (`spare_ports`) to fail over to."""
+    with a second worker of each stage (`spare_ports`) to fail over to. The
+    first stage0 keeps its KV cache in float8 (issue 50: the whole-stack
+    duplex tests pass on it), the spare in the model's dtype, the default,
+    so a failover crosses formats."""
     ports = Ports.free()
     spare0, spare1 = spare_ports["stage0_b"], spare_ports["stage1_b"]
     stack = LocalStack(
@@ -188,6 +191,7 @@ def duplex_stack(
             "ANTIPHON_DUPLEX_TEXT_TEMPERATURE": "1.0",
             "ANTIPHON_DUPLEX_QUIET_FRAMES": "2",
             "ANTIPHON_DUPLEX_SEED": "7",
+            "ANTIPHON_DUPLEX_KV_CACHE": "fp8",
             "ANTIPHON_CAPACITY": "3",
             "ANTIPHON_MAX_SESSIONS": "4",
             "ANTIPHON_DISCONNECT_GRACE_S": "10",
@@ -196,7 +200,9 @@ def duplex_stack(
         },
     )
     with started(request, stack, timeout_s=180):
-        stack.spawn_grpc("stage0_b", "stage0", spare0, free_port())
+        stack.spawn_grpc(
+            "stage0_b", "stage0", spare0, free_port(), ANTIPHON_DUPLEX_KV_CACHE="model"
+        )
         stack.spawn_grpc("stage1_b", "stage1", spare1, free_port())
         stack.wait_grpc_ready(spare0, "antiphon.v1.Stage0Service")
         stack.wait_grpc_ready(spare1, "antiphon.v1.Stage1Service")

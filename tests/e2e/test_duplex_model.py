@@ -20,6 +20,7 @@ import asyncio
 import base64
 import contextlib
 import itertools
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,20 @@ async def talk(client: RealtimeClient, rate: int, voice: Voice, settle_s: float)
         await mic.say(spoken(QUESTION, rate, voice))
         # Live silence while the model goes on by itself.
         await asyncio.sleep(settle_s)
+
+
+def test_the_stack_serves_from_the_float8_kv_cache_and_fails_over_to_the_models_dtype(
+    duplex_stack: LocalStack,
+) -> None:
+    """The shared stack's formats (tests/conftest.py), as each worker loaded
+    them: what the other tests here then ran on."""
+    for name, kv_cache in (("stage0", "fp8"), ("stage0_b", "model")):
+        loaded = [
+            json.loads(line)
+            for line in duplex_stack.log_path(name).read_text().splitlines()
+            if '"duplex model loaded"' in line
+        ]
+        assert [entry["kv_cache"] for entry in loaded] == [kv_cache], name
 
 
 @pytest.mark.parametrize("rate", [16000, 24000])
