@@ -11,7 +11,9 @@ reads a full window (every slot held, as in a long call) of `rows` rows:
 - `chunks_fp8`: the float8 cache read by the plain-torch chunk loop
   (kv_attention.py);
 - `kernel_fp8`, `kernel_bf16`: the Triton kernels (kv_kernel.py) over the
-  float8 and bfloat16 windows; `kernel_fp8@S` with S runs per query forced.
+  float8 and bfloat16 windows; `kernel_fp8@S` with S runs per query forced,
+  `kernel_fp8:NxWxS` with a launch shape forced (`--tiles`: N positions per
+  iteration, W warps, S pipeline stages).
 
 Per way: the median of `--repeats` timed reads (CUDA events, after a
 warm-up), the window's bytes over that time, and that rate over a
@@ -32,8 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from antiphon.stage0.backends.moshi import kv_kernel
+from antiphon.stage0.backends.moshi.fp8 import quantize
 from antiphon.stage0.backends.moshi.kv_attention import Window, _chunks, allowed
-from antiphon.stage0.backends.moshi.kv_cache import quantize
 from bench.lib.machine import torch_device_name
 from bench.lib.results import command_line, git_commit, write_json
 
@@ -66,7 +68,14 @@ def rel(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want.float()).norm() / want.float().norm())
 
 
-def level(rows: int, context: int, splits: list[int], repeats: int, floor: float) -> list[dict]:
+def level(
+    rows: int,
+    context: int,
+    splits: list[int],
+    tiles: list[kv_kernel.Tile],
+    repeats: int,
+    floor: float,
+) -> list[dict]:
     gen = torch.Generator(device="cuda").manual_seed(rows)
     q = torch.randn(rows, HEADS, 1, DIM, device="cuda", generator=gen, dtype=torch.bfloat16)
     k = torch.randn(rows, HEADS, context, DIM, device="cuda", generator=gen, dtype=torch.bfloat16)
@@ -104,6 +113,9 @@ def level(rows: int, context: int, splits: list[int], repeats: int, floor: float
     }
     for s in splits:
         ways[f"kernel_fp8@{s}"] = (forced(q, fp8, query_positions, context, s), fp8_bytes, "fp8")
+    for t in tiles:
+        name = f"kernel_fp8:{t.block_n}x{t.warps}x{t.stages}"
+        ways[name] = (forced(q, fp8, query_positions, context, tile=t), fp8_bytes, "fp8")
     out = []
     for name, (fn, nbytes, kind) in ways.items():
         ms = timed(fn, repeats)
@@ -132,9 +144,14 @@ def level(rows: int, context: int, splits: list[int], repeats: int, floor: float
 
 
 def forced(
-    q: torch.Tensor, window: Window, query_positions: torch.Tensor, context: int, splits: int
+    q: torch.Tensor,
+    window: Window,
+    query_positions: torch.Tensor,
+    context: int,
+    splits: int | None = None,
+    tile: kv_kernel.Tile | None = None,
 ) -> Callable[[], torch.Tensor]:
-    return lambda: kv_kernel.attend(q, window, query_positions, context, splits=splits)
+    return lambda: kv_kernel.attend(q, window, query_positions, context, splits=splits, tile=tile)
 
 
 def ints(text: str) -> list[int]:
@@ -146,6 +163,12 @@ def main() -> None:
     ap.add_argument("--rows", type=ints, default=[32, 64, 128])
     ap.add_argument("--context", type=ints, default=[3000])
     ap.add_argument("--splits", type=ints, default=[1, 4])
+    ap.add_argument(
+        "--tiles",
+        type=lambda text: [kv_kernel.Tile(*ints(t.replace("x", ","))) for t in text.split("/")],
+        default=[],
+        help="kernel launch shapes to sweep, BLOCKxWARPSxSTAGES separated by '/'",
+    )
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
@@ -154,7 +177,7 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for context in args.context:
         for rows in args.rows:
-            results.extend(level(rows, context, args.splits, args.repeats, floor))
+            results.extend(level(rows, context, args.splits, args.tiles, args.repeats, floor))
             torch.cuda.empty_cache()
     write_json(
         args.out,

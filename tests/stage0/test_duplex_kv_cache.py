@@ -30,8 +30,9 @@ from moshi.modules.transformer import (
     expand_repeated_kv,
 )
 
+from antiphon.stage0.backends.moshi.fp8 import quantize
 from antiphon.stage0.backends.moshi.kv_attention import Window, attend
-from antiphon.stage0.backends.moshi.kv_cache import Fp8KVCache, Fp8State, quantize
+from antiphon.stage0.backends.moshi.kv_cache import Fp8KVCache, Fp8State
 from antiphon.stage0.backends.moshi.lockstep import Lockstep
 from antiphon.stage0.backends.moshi.rows import Row
 from tests.stage0.duplex_reference import tiny_lockstep, voice

@@ -21,20 +21,9 @@ from dataclasses import dataclass, field
 import torch
 from moshi.modules.transformer import StreamingMultiheadAttention, _MHAState
 
+from antiphon.stage0.backends.moshi.fp8 import FP8, quantize
 from antiphon.stage0.backends.moshi.kv_attention import Window, attend
 from antiphon.stage0.settings import KVCacheFormat
-
-FP8 = torch.float8_e4m3fn
-FP8_MAX = 448.0  # e4m3's largest finite value; a cast past it gives NaN
-
-
-def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[..., D] as float8 bits (uint8) and a float32 scale per vector [...],
-    x ~= bits.view(FP8) * scale."""
-    amax = x.abs().amax(-1).float()
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    scaled = (x.float() / scale[..., None]).clamp(-FP8_MAX, FP8_MAX)
-    return scaled.to(FP8).view(torch.uint8), scale
 
 
 class Fp8KVCache:

@@ -25,6 +25,7 @@ the CPU tests run these kernels under Triton's interpreter
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -32,9 +33,18 @@ import triton.language as tl
 
 from antiphon.stage0.backends.moshi.kv_attention import Window
 
-# Positions per program iteration: 64 x 128 dims upcast to float32 is 32 KiB
-# of registers a tile across 4 warps, with room for the value tile beside it.
-BLOCK_N = 64
+
+class Tile(NamedTuple):
+    """A launch's shape: positions per iteration, warps per program, and the
+    software pipeline's depth (loads in flight ahead of the math)."""
+
+    block_n: int = 64
+    warps: int = 4
+    stages: int = 3
+
+
+TILE = Tile()
+BLOCK_N = TILE.block_n
 # Enough programs to cover a GPU several times over (132 SMs on an H100).
 TARGET_PROGRAMS = 2048
 MAX_SPLITS = 16
@@ -155,11 +165,13 @@ def _combine(m_ptr, l_ptr, acc_ptr, out_ptr, splits, SPLITS: tl.constexpr, D: tl
     tl.store(out_ptr + query * D + d, out)
 
 
-def split_count(programs: int, positions: int, target: int = TARGET_PROGRAMS) -> int:
+def split_count(
+    programs: int, positions: int, block_n: int = BLOCK_N, target: int = TARGET_PROGRAMS
+) -> int:
     """Runs per query: enough programs in all to fill the GPU, none shorter
     than a block."""
     wanted = max(1, math.ceil(target / max(programs, 1)))
-    return max(1, min(wanted, MAX_SPLITS, math.ceil(positions / BLOCK_N)))
+    return max(1, min(wanted, MAX_SPLITS, math.ceil(positions / block_n)))
 
 
 def attend(
@@ -169,8 +181,12 @@ def attend(
     context: int | None,
     *,
     splits: int | None = None,
+    tile: Tile | None = None,
 ) -> torch.Tensor:
-    """kv_attention.attend's contract, [B, H, T, D] in q's dtype."""
+    """kv_attention.attend's contract, [B, H, T, D] in q's dtype. `splits`
+    and `tile` force a launch's shape (the bench's sweep); by default the
+    measured best (TILE, split_count)."""
+    tile = tile or TILE
     B, H, T, D = q.shape
     keys, values = window.keys, window.values
     S = keys.shape[2]
@@ -180,9 +196,9 @@ def attend(
         keys, values = keys.view(torch.uint8), values.view(torch.uint8)
     if q.stride(-1) != 1 or keys.stride(-1) != 1 or values.stride(-1) != 1:
         raise ValueError("the kernel reads rows of D contiguous elements")
-    count = splits or split_count(B * H * T, S)
+    count = splits or split_count(B * H * T, S, tile.block_n)
     pow2 = triton.next_power_of_2(count)
-    split_len = triton.cdiv(triton.cdiv(S, count), BLOCK_N) * BLOCK_N
+    split_len = triton.cdiv(triton.cdiv(S, count), tile.block_n) * tile.block_n
     count = triton.cdiv(S, split_len)
     m = torch.empty((B * H * T, pow2), dtype=torch.float32, device=q.device)
     l = torch.empty_like(m)  # noqa: E741
@@ -227,10 +243,12 @@ def attend(
         positions.stride(0),
         SPLITS=pow2,
         D=D,
-        BLOCK_N=BLOCK_N,
+        BLOCK_N=tile.block_n,
         FP8=fp8,
         SCALED=scaled,
         HAS_CONTEXT=context is not None,
+        num_warps=tile.warps,
+        num_stages=tile.stages,
     )
     out = torch.empty((B, H, T, D), dtype=q.dtype, device=q.device)
     _combine[(B * H * T,)](m, l, acc, out, count, SPLITS=pow2, D=D)
