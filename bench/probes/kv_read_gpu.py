@@ -13,7 +13,8 @@ reads a full window (every slot held, as in a long call) of `rows` rows:
 - `kernel_fp8`, `kernel_bf16`: the Triton kernels (kv_kernel.py) over the
   float8 and bfloat16 windows; `kernel_fp8@S` with S runs per query forced,
   `kernel_fp8:NxWxS` with a launch shape forced (`--tiles`: N positions per
-  iteration, W warps, S pipeline stages).
+  iteration, W warps, S pipeline stages; a trailing `d`: scores and weighted
+  values on the matrix units).
 
 Per way: the median of `--repeats` timed reads (CUDA events, after a
 warm-up), the window's bytes over that time, and that rate over a
@@ -114,7 +115,7 @@ def level(
     for s in splits:
         ways[f"kernel_fp8@{s}"] = (forced(q, fp8, query_positions, context, s), fp8_bytes, "fp8")
     for t in tiles:
-        name = f"kernel_fp8:{t.block_n}x{t.warps}x{t.stages}"
+        name = f"kernel_fp8:{t.block_n}x{t.warps}x{t.stages}{'d' if t.dot else ''}"
         ways[name] = (forced(q, fp8, query_positions, context, tile=t), fp8_bytes, "fp8")
     out = []
     for name, (fn, nbytes, kind) in ways.items():
@@ -154,6 +155,11 @@ def forced(
     return lambda: kv_kernel.attend(q, window, query_positions, context, splits=splits, tile=tile)
 
 
+def tile(text: str) -> kv_kernel.Tile:
+    block_n, warps, stages = ints(text.removesuffix("d").replace("x", ","))
+    return kv_kernel.Tile(block_n, warps, stages, dot=text.endswith("d"))
+
+
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
@@ -165,9 +171,10 @@ def main() -> None:
     ap.add_argument("--splits", type=ints, default=[1, 4])
     ap.add_argument(
         "--tiles",
-        type=lambda text: [kv_kernel.Tile(*ints(t.replace("x", ","))) for t in text.split("/")],
+        type=lambda text: [tile(t) for t in text.split("/")],
         default=[],
-        help="kernel launch shapes to sweep, BLOCKxWARPSxSTAGES separated by '/'",
+        help="kernel launch shapes to sweep, BLOCKxWARPSxSTAGES (a trailing 'd': on the "
+        "matrix units) separated by '/'",
     )
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--out", type=Path, required=True)

@@ -7,9 +7,10 @@ One check for both, so the kernels the GPU runs are the ones the CPU tests
 read: windows from the float8 cache's own ring (wrapped, rows paused by their
 exec mask and reset, a row never written), a window in the model's dtype, a
 context shorter than the ring and none, KV heads shared by query heads, two
-queries per row, and runs per query forced from one to more than the window
-has blocks. Both compute in float32 from the same stored values, so they
-agree to float32 rounding (1e-5 relative; outputs are of order 1), or to
+queries per row, runs per query forced from one to more than the window
+has blocks, and both ways to multiply (vector lanes, matrix units). Both
+compute in float32 from the same stored values, so they agree to float32
+rounding (1e-5 relative; outputs are of order 1), or to
 bfloat16's where the output is bfloat16.
 """
 
@@ -24,6 +25,8 @@ from antiphon.stage0.backends.moshi.kv_attention import Window, _chunks, allowed
 from antiphon.stage0.backends.moshi.kv_cache import Fp8KVCache
 
 ROWS, HEADS, DIM = 3, 4, 16
+# The kernel's two ways to multiply: on the vector lanes, on the matrix units.
+TILES = (kv_kernel.Tile(dot=False), kv_kernel.Tile(dot=True))
 
 
 def ring_window(device: str, kv_heads: int, capacity: int, steps: int) -> Window:
@@ -46,15 +49,18 @@ def cases(device: str) -> list[tuple[str, Window, torch.Tensor, int | None, torc
     gen = torch.Generator().manual_seed(7)
     out = []
     for kv_heads in (HEADS, HEADS // 2):
-        window = ring_window(device, kv_heads, capacity=150, steps=220)
+        window = ring_window(device, kv_heads, capacity=100, steps=150)
         for queries in (1, 2):
             q = torch.randn(ROWS, HEADS, queries, DIM, generator=gen).to(device)
             query_positions = window.positions.amax(1, keepdim=True).clamp(min=0) + torch.arange(
                 queries, device=device
             )
-            for context in (150, 60, None):
+            for context in (60, None):
                 name = f"fp8 kv_heads={kv_heads} queries={queries} context={context}"
                 out.append((name, window, query_positions, context, q))
+            # The model's own query dtype on a GPU, which the matrix units take.
+            name = f"fp8 bf16 query kv_heads={kv_heads} queries={queries}"
+            out.append((name, window, query_positions, 60, q.to(torch.bfloat16)))
     keys = torch.randn(ROWS, HEADS, 90, DIM, generator=gen).to(device, torch.bfloat16)
     positions = torch.randint(-1, 100, (ROWS, 90), generator=gen).to(device)
     q = torch.randn(ROWS, HEADS, 1, DIM, generator=gen).to(device, torch.bfloat16)
@@ -65,19 +71,25 @@ def cases(device: str) -> list[tuple[str, Window, torch.Tensor, int | None, torc
 
 def main(device: str) -> None:
     every = (None, 1, 3, 16)
+    reads = 0
     for i, (name, window, query_positions, context, q) in enumerate(cases(device)):
         # The chunk loop's float32 result, before its cast to q's dtype.
         mask = allowed(window.positions, query_positions, context)
         want = _chunks(q, window, mask, 32).cpu()
         splits = every[i % len(every)]
-        got = kv_kernel.attend(q, window, query_positions, context, splits=splits)
-        assert got.dtype == q.dtype and got.shape == q.shape, name
-        err = float((got.float().cpu() - want).norm() / want.norm())
-        # bfloat16's output within one unit in its last place (8 bits).
-        bound = 1e-5 if q.dtype == torch.float32 else 2**-8
-        assert err <= bound, f"{name} splits={splits}: relative error {err:.2e}"
-        assert not got.isnan().any(), name
-    print(f"kv_kernel matches the chunk loop: {i + 1} windows on {device}")
+        # A float32 query never takes the matrix units: one tile is enough.
+        for tile in TILES if q.dtype == torch.bfloat16 else TILES[:1]:
+            got = kv_kernel.attend(q, window, query_positions, context, splits=splits, tile=tile)
+            assert got.dtype == q.dtype and got.shape == q.shape, name
+            err = float((got.float().cpu() - want).norm() / want.norm())
+            # float32 rounding; or bfloat16's output within one unit in its
+            # last place (8 bits), its softmax weights rounded likewise on the
+            # matrix units.
+            bound = 1e-5 if q.dtype == torch.float32 else 2**-8
+            assert err <= bound, f"{name} splits={splits} {tile}: relative error {err:.2e}"
+            assert not got.isnan().any(), name
+            reads += 1
+    print(f"kv_kernel matches the chunk loop: {reads} reads of {i + 1} windows on {device}")
 
 
 if __name__ == "__main__":

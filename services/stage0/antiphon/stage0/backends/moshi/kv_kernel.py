@@ -25,6 +25,7 @@ the CPU tests run these kernels under Triton's interpreter
 from __future__ import annotations
 
 import math
+import os
 from typing import NamedTuple
 
 import torch
@@ -41,6 +42,8 @@ class Tile(NamedTuple):
     block_n: int = 64
     warps: int = 4
     stages: int = 3
+    # Scores and weighted values on the matrix units (bfloat16 queries only).
+    dot: bool = False
 
 
 TILE = Tile()
@@ -89,6 +92,9 @@ def _partials(
     FP8: tl.constexpr,
     SCALED: tl.constexpr,
     HAS_CONTEXT: tl.constexpr,
+    DOT: tl.constexpr,
+    R: tl.constexpr,
+    MMA: tl.constexpr,
 ):
     query = tl.program_id(0)  # over B x H x T
     split = tl.program_id(1)
@@ -97,12 +103,16 @@ def _partials(
     b = query // (T * H)
     hk = h // repeat
     d = tl.arange(0, D)
-    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + t * stride_qt + d).to(tl.float32)
-    q = q * sm_scale
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + t * stride_qt + d)
+    # R copies of the query: the matrix units take 16 rows at least, and the
+    # copies cost no bytes, only idle lanes of an otherwise idle unit.
+    q = tl.broadcast_to(q[None, :], (R, D))
+    if not DOT:
+        q = q.to(tl.float32)
     qpos = tl.load(qpos_ptr + b * T + t)
-    m = tl.full([], float("-inf"), tl.float32)
-    l = tl.full([], 0.0, tl.float32)  # noqa: E741
-    acc = tl.zeros([D], dtype=tl.float32)
+    m = tl.full([R], float("-inf"), tl.float32)
+    l = tl.zeros([R], dtype=tl.float32)  # noqa: E741
+    acc = tl.zeros([R, D], dtype=tl.float32)
     start = split * split_len
     end = tl.minimum(start + split_len, S)
     for n0 in range(start, end, BLOCK_N):
@@ -120,18 +130,25 @@ def _partials(
         )
         if FP8:
             keys = keys.to(tl.float8e4nv, bitcast=True)
-        scores = tl.sum(keys.to(tl.float32) * q[None, :], 1)
+        if DOT:
+            # e4m3 -> bfloat16 is exact; the products accumulate in float32.
+            scores = tl.dot(q.to(MMA), tl.trans(keys.to(MMA)))
+        else:
+            scores = tl.sum(keys.to(tl.float32) * q, 1)[None, :]
+        scores *= sm_scale
         if SCALED:
-            scores *= tl.load(ks_ptr + b * stride_ksb + hk * stride_ksh + n, mask=ok, other=0.0)
-        scores = tl.where(ok, scores, float("-inf"))
-        top = tl.maximum(m, tl.max(scores, 0))
+            ks = tl.load(ks_ptr + b * stride_ksb + hk * stride_ksh + n, mask=ok, other=0.0)
+            scores *= ks[None, :]
+        scores = tl.where(ok[None, :], scores, float("-inf"))
+        top = tl.maximum(m, tl.max(scores, 1))
         # Nothing allowed yet: the max is -inf; shift by 0 so exp gives 0, not NaN.
         shift = tl.where(top == float("-inf"), 0.0, top)
-        p = tl.exp(scores - shift)
+        p = tl.exp(scores - shift[:, None])
         carry = tl.exp(m - shift)
-        l = l * carry + tl.sum(p, 0)  # noqa: E741
+        l = l * carry + tl.sum(p, 1)  # noqa: E741
         if SCALED:
-            p *= tl.load(vs_ptr + b * stride_vsb + hk * stride_vsh + n, mask=ok, other=0.0)
+            vs = tl.load(vs_ptr + b * stride_vsb + hk * stride_vsh + n, mask=ok, other=0.0)
+            p *= vs[None, :]
         values = tl.load(
             v_ptr + b * stride_vb + hk * stride_vh + n[:, None] * stride_vs + d[None, :],
             mask=ok[:, None],
@@ -139,12 +156,18 @@ def _partials(
         )
         if FP8:
             values = values.to(tl.float8e4nv, bitcast=True)
-        acc = acc * carry + tl.sum(p[:, None] * values.to(tl.float32), 0)
+        if DOT:
+            weighted = tl.dot(p.to(MMA), values.to(MMA))
+        else:
+            weighted = tl.sum(tl.sum(p, 0)[:, None] * values.to(tl.float32), 0)[None, :]
+        acc = acc * carry[:, None] + weighted
         m = top
+    # The R rows are equal: keep the first.
+    first = tl.arange(0, R)[:, None] == 0
     at = query * SPLITS + split
-    tl.store(m_ptr + at, m)
-    tl.store(l_ptr + at, l)
-    tl.store(acc_ptr + at * D + d, acc)
+    tl.store(m_ptr + at, tl.max(m, 0))
+    tl.store(l_ptr + at, tl.max(l, 0))
+    tl.store(acc_ptr + at * D + d, tl.sum(tl.where(first, acc, 0.0), 0))
 
 
 @triton.jit
@@ -204,6 +227,9 @@ def attend(
     l = torch.empty_like(m)  # noqa: E741
     acc = torch.empty((B * H * T, pow2, D), dtype=torch.float32, device=q.device)
     scaled = window.key_scale is not None and window.value_scale is not None
+    # The matrix units take bfloat16: exact for float8 and bfloat16 keys, and
+    # a bfloat16 query is the model's own.
+    dot = tile.dot and q.dtype == torch.bfloat16 and (fp8 or keys.dtype == torch.bfloat16)
     ks = window.key_scale if scaled else m  # any float32 pointer: never read
     vs = window.value_scale if scaled else m
     assert ks is not None and vs is not None
@@ -247,6 +273,12 @@ def attend(
         FP8=fp8,
         SCALED=scaled,
         HAS_CONTEXT=context is not None,
+        DOT=dot,
+        R=16 if dot else 1,
+        # Triton's interpreter (3.9) multiplies bfloat16 matrices wrong; float16
+        # holds the same float8 values exactly, so the CPU's check of this
+        # path differs in that one cast.
+        MMA=tl.float16 if os.environ.get("TRITON_INTERPRET") == "1" else tl.bfloat16,
         num_warps=tile.warps,
         num_stages=tile.stages,
     )
