@@ -61,6 +61,7 @@ class GrpcApp:
         self.stopping = asyncio.Event()
         self._started = False
         self._abandoned = False
+        self._stop_now: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Answer health checks (alive, not yet ready), e.g. while models load."""
@@ -84,6 +85,9 @@ class GrpcApp:
         (UNAVAILABLE) and its session binds elsewhere now."""
         self._abandoned = True
         self.stopping.set()
+        if self._started:
+            # A drain may be under way (a SIGTERM came first): cut it short.
+            self._stop_now = asyncio.get_running_loop().create_task(self.server.stop(0))
 
     async def run(
         self,

@@ -92,9 +92,18 @@ class SharedRows:
     resource tracker unlinks it when the stepper ends, even killed); front
     ends map the same file, untracked, so that one dying unlinks nothing."""
 
-    def __init__(self, layout: Layout, buffer: memoryview, keep: object) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        mapped: mmap.mmap,
+        owned: shared_memory.SharedMemory | None = None,
+    ) -> None:
         self.layout = layout
-        self._keep = keep  # what owns `buffer`: closed with it
+        self._mapped = mapped
+        # The owner's handle, kept to unlink the name: its own mapping is
+        # closed at once, so that no view of it outlives it.
+        self._owned = owned
+        buffer = memoryview(mapped)
         sizes = layout.sizes()
         offsets = np.cumsum((0, *sizes))
         rows, ring = layout.rows, layout.ring
@@ -112,32 +121,33 @@ class SharedRows:
     def create(cls, rows: int, jitter_ms: int) -> Self:
         probe = Layout("", rows, jitter_ms)
         memory = shared_memory.SharedMemory(create=True, size=probe.nbytes)
+        memory.close()
         layout = Layout(memory.name, rows, jitter_ms)
-        assert memory.buf is not None
-        shared = cls(layout, memory.buf, memory)
+        shared = cls(layout, _map(layout), memory)
         shared.head[:] = 0
         shared.out_head[:, :, STEP] = NEVER
         return shared
 
     @classmethod
     def attach(cls, layout: Layout) -> Self:
-        fd = os.open(f"/dev/shm/{layout.name}", os.O_RDWR)
-        try:
-            mapped = mmap.mmap(fd, layout.nbytes)
-        finally:
-            os.close(fd)
-        return cls(layout, memoryview(mapped), mapped)
+        return cls(layout, _map(layout))
 
     def close(self, *, unlink: bool = False) -> None:
         """Drop the views (the owner unlinks the name too). Views still held
         elsewhere (a ring's) keep the mapping until they go."""
         del self.head, self.ring, self.out_head, self.out
-        keep = self._keep
-        if isinstance(keep, shared_memory.SharedMemory) and unlink:
-            keep.unlink()
-        if isinstance(keep, (shared_memory.SharedMemory, mmap.mmap)):
-            with contextlib.suppress(BufferError):
-                keep.close()
+        if unlink and self._owned is not None:
+            self._owned.unlink()
+        with contextlib.suppress(BufferError):
+            self._mapped.close()
+
+
+def _map(layout: Layout) -> mmap.mmap:
+    fd = os.open(f"/dev/shm/{layout.name}", os.O_RDWR)
+    try:
+        return mmap.mmap(fd, layout.nbytes)
+    finally:
+        os.close(fd)
 
 
 class AudioRing:
