@@ -100,7 +100,7 @@ def run_level(
     t0 = now()
     with MemoryPeaks() as gpu:
         timer.start()
-        records = run_clients(args, (stage0.address, stage1.address), sessions, sched, rate)
+        records = run_clients(args, ([stage0.address], stage1.address), sessions, sched, rate)
         timer.join()
     sampler.stop()
     (s0_before, s1_before, _), (s0_after, s1_after, gpu_pids) = marks["before"], marks["after"]
