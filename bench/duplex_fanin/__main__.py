@@ -34,6 +34,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--front-ends", type=ints, default=[1, 2], help="duplex_front_ends, each")
     ap.add_argument("--levels", type=ints, default=[8, 16, 32, 48, 64])
     ap.add_argument("--checkpoint", default="random:tiny")
+    ap.add_argument(
+        "--step-ms",
+        type=float,
+        default=40.0,
+        help="the model step as a sleep of this long (cheap_step.py); 0: the model's own",
+    )
     ap.add_argument("--warmup-s", type=float, default=2.0)
     ap.add_argument("--window-s", type=float, default=8.0)
     ap.add_argument("--client-procs", type=int, default=1)
@@ -134,8 +140,10 @@ def run_front_ends(args: argparse.Namespace, count: int, result: dict[str, Any])
     addresses = [f"127.0.0.1:{listen + i}" for i in range(count)]
     # The step's metrics: the stepper's, after its front ends' ports.
     step_port = metrics + count if count > 1 else metrics
-    worker = WorkerProcess(*STAGE0, addresses[0], metrics)
-    worker.start(worker_env(args, path), args.out.with_name(f"{args.out.stem}-k{count}.log"))
+    module = "bench.duplex_fanin.cheap_step" if args.step_ms else STAGE0[0]
+    worker = WorkerProcess(module, STAGE0[1], addresses[0], metrics)
+    env = worker_env(args, path) | {"BENCH_STEP_MS": str(args.step_ms)}
+    worker.start(env, args.out.with_name(f"{args.out.stem}-k{count}.log"))
     failures = 0
     try:
         asyncio.run(ready(addresses, worker))
@@ -164,7 +172,8 @@ def line(lv: dict[str, Any]) -> str:
 
 def table(data: dict[str, Any]) -> str:
     lines = [
-        f"{data['device']}; {data['checkpoint']}; window {data['settings']['window_s']} s.",
+        f"{data['device']}; {data['checkpoint']}, step: {data['step']};"
+        f" window {data['settings']['window_s']} s.",
         "",
         "| K | N | late frames | frame gap p50 / p99 ms | step p50 / p99 ms | messages/s | held |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
@@ -192,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "device": device_name(),
         "date": time.strftime("%Y-%m-%d"),
         "checkpoint": args.checkpoint,
+        "step": f"a sleep of {args.step_ms} ms" if args.step_ms else "the model's own",
         "command": "python -m bench.duplex_fanin " + " ".join(sys.argv[1:]),
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "table")},
         "versions": {d: version(d) for d in ("torch", "moshi", "grpcio", "protobuf")},
