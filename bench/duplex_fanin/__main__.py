@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -135,7 +136,8 @@ def run_front_ends(args: argparse.Namespace, count: int, result: dict[str, Any])
     args.levels = [capacity]  # the profile's capacity
     own = profile(args, count, ports)
     args.levels = result["settings"]["levels"]
-    path = args.out.with_name(f"{args.out.stem}-k{count}-profile.json")
+    # The profile and the worker's log are the run's, not results to keep.
+    path = args.work / f"k{count}-profile.json"
     path.write_text(json.dumps(own, indent=2) + "\n")  # YAML reads JSON
     addresses = [f"127.0.0.1:{listen + i}" for i in range(count)]
     # The step's metrics: the stepper's, after its front ends' ports.
@@ -143,7 +145,7 @@ def run_front_ends(args: argparse.Namespace, count: int, result: dict[str, Any])
     module = "bench.duplex_fanin.cheap_step" if args.step_ms else STAGE0[0]
     worker = WorkerProcess(module, STAGE0[1], addresses[0], metrics)
     env = worker_env(args, path) | {"BENCH_STEP_MS": str(args.step_ms)}
-    worker.start(env, args.out.with_name(f"{args.out.stem}-k{count}.log"))
+    worker.start(env, args.work / f"k{count}.log")
     failures = 0
     try:
         asyncio.run(ready(addresses, worker))
@@ -197,13 +199,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     args.out = args.out.resolve()
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.work = Path(tempfile.mkdtemp(prefix="duplex-fanin-"))
+    print(f"worker profiles and logs in {args.work}", flush=True)
     result: dict[str, Any] = {
         "device": device_name(),
         "date": time.strftime("%Y-%m-%d"),
         "checkpoint": args.checkpoint,
         "step": f"a sleep of {args.step_ms} ms" if args.step_ms else "the model's own",
         "command": "python -m bench.duplex_fanin " + " ".join(sys.argv[1:]),
-        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "table")},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "table", "work")},
         "versions": {d: version(d) for d in ("torch", "moshi", "grpcio", "protobuf")},
         "levels": [],
     }
