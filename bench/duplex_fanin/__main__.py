@@ -19,7 +19,7 @@ import bench.duplex_fanin
 from antiphon.common.grpcserver import check_ready
 from bench.duplex.clients import FRAME_S, Schedule, run_clients
 from bench.duplex.levels import COUNTERS, GAP_P99_MS, STEP_HISTOGRAM, summarize_clients
-from bench.duplex.workers import STAGE0, WorkerProcess, worker_env, worker_profile
+from bench.duplex.workers import STAGE0, STAGE1, WorkerProcess, worker_env, worker_profile
 from bench.lib.machine import device_name, free_ports, now, version
 from bench.lib.prometheus import metric_sum, scrape, step_window
 from bench.lib.results import RESULTS, write_json
@@ -32,7 +32,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
-    ap.add_argument("--front-ends", type=ints, default=[1, 2], help="duplex_front_ends, each")
+    ap.add_argument(
+        "--front-ends",
+        dest="counts",
+        type=ints,
+        default=[1, 2],
+        help="duplex_front_ends, each in turn",
+    )
     ap.add_argument("--levels", type=ints, default=[8, 16, 32, 48, 64])
     ap.add_argument("--checkpoint", default="random:tiny")
     ap.add_argument(
@@ -41,6 +47,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=40.0,
         help="the model step as a sleep of this long (cheap_step.py); 0: the model's own",
     )
+    ap.add_argument(
+        "--stage1",
+        action="store_true",
+        help="also a stage1 mimi worker (one process, its decode a sleep of --stage1-step-ms):"
+        " every frame forwarded to it, its audio gap measured",
+    )
+    ap.add_argument("--stage1-step-ms", type=float, default=10.0)
     ap.add_argument("--warmup-s", type=float, default=2.0)
     ap.add_argument("--window-s", type=float, default=8.0)
     ap.add_argument("--client-procs", type=int, default=1)
@@ -55,16 +68,16 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # What bench/duplex's worker profile reads: the CPU, float32, moshi's own cache.
     fixed: dict[str, Any] = {"device": "cpu", "dtype": "float32", "threads": 1}
     fixed |= {"kv_cache": "model", "context": None, "torch_compile": False, "stage1_set": []}
+    fixed |= {"front_ends": 1}  # bench/duplex's own; the profile's is set per count
     for key, value in fixed.items():
         setattr(args, key, value)
     return args
 
 
 def profile(args: argparse.Namespace, front_ends: int, ports: dict[str, int]) -> dict[str, Any]:
-    """bench/duplex's stage0 section with K front ends; no stage1."""
-    full = worker_profile(args, {**ports, "stage1": 0, "stage1_metrics": 0})
+    """bench/duplex's profile with K stage0 front ends."""
+    full = worker_profile(args, ports)
     full["stage0"]["duplex_front_ends"] = front_ends
-    del full["stage1"]
     return full
 
 
@@ -74,13 +87,17 @@ async def ready(addresses: Sequence[str], worker: WorkerProcess) -> None:
         async with grpc.aio.insecure_channel(address) as channel:
             # The front ends after the first are ready about when it is.
             for _ in range(300):
-                if await check_ready(channel, STAGE0[1]):
+                if await check_ready(channel, worker.service):
                     break
                 await asyncio.sleep(0.2)
 
 
 def run_level(
-    args: argparse.Namespace, addresses: list[str], metrics_port: int, sessions: int
+    args: argparse.Namespace,
+    addresses: list[str],
+    stage1: str | None,
+    metrics_port: int,
+    sessions: int,
 ) -> dict[str, Any]:
     start = now() + 1.0 + sessions * 0.01
     sched = Schedule(start, start + args.warmup_s, start + args.warmup_s + args.window_s)
@@ -94,7 +111,7 @@ def run_level(
 
     timer = threading.Thread(target=at_window, daemon=True)
     timer.start()
-    records = run_clients(args, (addresses, None), sessions, sched, 24_000)
+    records = run_clients(args, (addresses, stage1), sessions, sched, 24_000)
     timer.join()
     before, after = marks["before"], marks["after"]
     clients = summarize_clients(records, sched)
@@ -109,6 +126,7 @@ def run_level(
             metric_sum(after, COUNTERS["late_frames"]) - metric_sum(before, COUNTERS["late_frames"])
         ),
         "frame_gap_ms": clients["frame_gap_ms"],
+        "audio_gap_ms": clients["audio_gap_ms"] if stage1 else None,
         "frames": frames,
         "frames_expected": int(sessions * args.window_s / FRAME_S),
         "messages_per_s": round((audio + frames) / args.window_s),
@@ -118,11 +136,10 @@ def run_level(
         ),
         "errors": clients["errors"],
     }
-    gap = level["frame_gap_ms"]["p99"]
+    gaps = [level["frame_gap_ms"]["p99"], *([clients["audio_gap_ms"]["p99"]] if stage1 else [])]
     level["held"] = bool(
         level["late_frames"] == 0
-        and gap is not None
-        and gap < GAP_P99_MS
+        and all(gap is not None and gap < GAP_P99_MS for gap in gaps)
         and level["sessions_streaming"] == sessions
         and not level["errors"]
     )
@@ -133,6 +150,7 @@ def run_front_ends(args: argparse.Namespace, count: int, result: dict[str, Any])
     capacity = max(args.levels)
     listen, metrics = free_ports(count), free_ports(count + 1)
     ports = {"stage0": listen, "stage0_metrics": metrics}
+    ports |= {"stage1": free_ports(1), "stage1_metrics": free_ports(1)}
     args.levels = [capacity]  # the profile's capacity
     own = profile(args, count, ports)
     args.levels = result["settings"]["levels"]
@@ -146,11 +164,23 @@ def run_front_ends(args: argparse.Namespace, count: int, result: dict[str, Any])
     worker = WorkerProcess(module, STAGE0[1], addresses[0], metrics)
     env = worker_env(args, path) | {"BENCH_STEP_MS": str(args.step_ms)}
     worker.start(env, args.work / f"k{count}.log")
+    stage1: WorkerProcess | None = None
+    if args.stage1:
+        address = f"127.0.0.1:{ports['stage1']}"
+        stage1 = WorkerProcess(
+            "bench.duplex_fanin.cheap_step", STAGE1[1], address, ports["stage1_metrics"]
+        )
+        env1 = env | {"BENCH_STAGE": "stage1", "BENCH_STEP_MS": str(args.stage1_step_ms)}
+        stage1.start(env1, args.work / f"k{count}-stage1.log")
     failures = 0
     try:
         asyncio.run(ready(addresses, worker))
+        if stage1 is not None:
+            asyncio.run(ready([stage1.address], stage1))
         for sessions in args.levels:
-            level = {"front_ends": count} | run_level(args, addresses, step_port, sessions)
+            level = {"front_ends": count} | run_level(
+                args, addresses, stage1.address if stage1 else None, step_port, sessions
+            )
             result["levels"].append(level)
             write_json(args.out, result)
             print(line(level), flush=True)
@@ -160,13 +190,16 @@ def run_front_ends(args: argparse.Namespace, count: int, result: dict[str, Any])
             time.sleep(1.0)  # the last level's sessions leave
     finally:
         worker.stop()
+        if stage1 is not None:
+            stage1.stop()
 
 
 def line(lv: dict[str, Any]) -> str:
-    s, g = lv["step_ms"], lv["frame_gap_ms"]
+    s, g, a = lv["step_ms"], lv["frame_gap_ms"], lv["audio_gap_ms"]
+    audio = f" audio gap p50/p99 {a['p50']}/{a['p99']} ms," if a else ""
     return (
         f"K={lv['front_ends']} N={lv['sessions']:>4} step p50/p99 {s['p50']}/{s['p99']} ms,"
-        f" late {lv['late_frames']}, gap p50/p99 {g['p50']}/{g['p99']} ms,"
+        f" late {lv['late_frames']}, gap p50/p99 {g['p50']}/{g['p99']} ms,{audio}"
         f" frames {lv['frames']}/{lv['frames_expected']}, {lv['messages_per_s']} msg/s,"
         f" held {lv['held']} errors {lv['errors'] or '-'}"
     )
@@ -211,14 +244,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "versions": {d: version(d) for d in ("torch", "moshi", "grpcio", "protobuf")},
         "levels": [],
     }
-    for count in args.front_ends:
+    for count in args.counts:
         run_front_ends(args, count, result)
     result["max_held"] = {
         str(k): max(
             (lv["sessions"] for lv in result["levels"] if lv["front_ends"] == k and lv["held"]),
             default=None,
         )
-        for k in args.front_ends
+        for k in args.counts
     }
     write_json(args.out, result)
     print(table(result))

@@ -181,6 +181,9 @@ class FrontEndProcess:
         self._outbound: queue.Queue[ToFrontEnd | None] = queue.Queue(OUTBOUND)
         self._inbox: asyncio.Queue[ToStepper] = asyncio.Queue()
         self._reader: asyncio.Task[None] | None = None
+        # Its sessions leaving the stepper after it died (held: a task only
+        # the loop refers to may be collected before it ends).
+        self._leaving: asyncio.Task[None] | None = None
         self.stopping = False
 
     def start(self) -> None:
@@ -224,7 +227,12 @@ class FrontEndProcess:
 
     async def _apply(self, stepper: Stepper) -> None:
         while True:
-            await stepper.apply(self.index, await self._inbox.get())
+            message = await self._inbox.get()
+            try:
+                await stepper.apply(self.index, message)
+            except Exception:
+                # One bad request must not stop the front end's others.
+                log.exception("duplex request failed", extra={"index": self.index})
 
     def _readable(self) -> None:
         conn = self._conn
@@ -240,7 +248,9 @@ class FrontEndProcess:
         assert process is not None
         self.close()
         if self._stepper is not None:
-            asyncio.get_running_loop().create_task(self._stepper.disconnect(self.index))
+            self._leaving = asyncio.get_running_loop().create_task(
+                self._stepper.disconnect(self.index)
+            )
         if self.stopping:
             return
         log.error(
