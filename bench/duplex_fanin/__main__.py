@@ -22,7 +22,7 @@ from bench.duplex.levels import COUNTERS, GAP_P99_MS, STEP_HISTOGRAM, summarize_
 from bench.duplex.workers import STAGE0, STAGE1, WorkerProcess, worker_env, worker_profile
 from bench.lib.machine import device_name, free_ports, now, version
 from bench.lib.prometheus import metric_sum, scrape, step_window
-from bench.lib.results import RESULTS, write_json
+from bench.lib.results import RESULTS, git_commit, write_json
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -235,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.work = Path(tempfile.mkdtemp(prefix="duplex-fanin-"))
     print(f"worker profiles and logs in {args.work}", flush=True)
     result: dict[str, Any] = {
+        "commit": git_commit(),
         "device": device_name(),
         "date": time.strftime("%Y-%m-%d"),
         "checkpoint": args.checkpoint,
