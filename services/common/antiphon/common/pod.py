@@ -43,6 +43,12 @@ def worker_settings(settings: S, index: int, count: int) -> S:
     )
 
 
+def check_shares(capacity: int, count: int, what: str) -> None:
+    """Refuse `count` workers (`what`) of a pod whose capacity leaves one of them none."""
+    if capacity < count:
+        raise SystemExit(f"capacity {capacity} leaves some of the {count} {what} no session")
+
+
 def shifted(address: str, by: int) -> str:
     host, _, port = address.rpartition(":")
     return f"{host}:{int(port) + by}"

@@ -80,10 +80,7 @@ def check(settings: Stage0Settings) -> None:
         )
     if settings.llm_front_ends > 1:
         raise SystemExit("duplex_front_ends and llm_front_ends cannot both be above 1")
-    if settings.capacity < count:
-        raise SystemExit(
-            f"capacity {settings.capacity} leaves some of the {count} front ends no session"
-        )
+    pod.check_shares(settings.capacity, count, "front ends")
 
 
 def shares(settings: Stage0Settings) -> list[tuple[Stage0Settings, range]]:

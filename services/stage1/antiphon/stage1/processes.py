@@ -46,8 +46,7 @@ def check(settings: Stage1Settings) -> None:
             f"worker_processes={count}: the mimi backend decodes every session in one "
             "lockstep batch (set worker_processes=1)"
         )
-    if settings.capacity < count:
-        raise SystemExit(f"capacity {settings.capacity} leaves some of the {count} workers none")
+    pod.check_shares(settings.capacity, count, "workers")
 
 
 def supervise(settings: Stage1Settings, serve: Serve) -> None:
