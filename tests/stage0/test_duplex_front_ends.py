@@ -264,6 +264,10 @@ async def test_a_front_end_killed_loses_its_own_sessions_only_and_comes_back(
     tasks = [asyncio.create_task(s.run()) for s in (lost, kept)]
     await asyncio.gather(lost.has(3), kept.has(3))
     assert _rows_active(two) == 2
+    # Each front end's own metrics: its one session; the stepper's: the step.
+    for port in (two.metrics_port, two.metrics_port + 1):
+        assert scrape([port])["antiphon_stage0_sessions_active"] == 1
+    assert scrape([two.metrics_port + 2])["antiphon_stage0_duplex_step_seconds_count"] > 0
     victim = [pid for pid in two.children("spawn_main") if _listens(int(pid), two.port)]
     assert len(victim) == 1
     os.kill(int(victim[0]), signal.SIGKILL)
