@@ -20,7 +20,6 @@ import asyncio
 import itertools
 import logging
 import os
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -79,7 +78,8 @@ class FrontEndEngines:
         self._shared = SharedRows.attach(link.layout)
         self._slots = StepSlots(self._shared)
         self._rings = {row: AudioRing(self._shared, row) for row in link.rows}
-        self._free = deque(link.rows)
+        # A stack: a new session takes the row freed last (the rows in use stay few and low).
+        self._free = list(reversed(link.rows))
         self._metrics = metrics
         self._on_failure = on_failure
         self._by_row: dict[int, FrontEndSession] = {}
@@ -92,7 +92,7 @@ class FrontEndEngines:
 
     def bind(self, emit: Callable[[pb.Stage0Event], None]) -> FrontEndSession:
         # Admission (ActiveSessions, this front end's capacity: its rows) keeps a row free.
-        row = self._free.popleft()
+        row = self._free.pop()
         session = FrontEndSession(self, self._rings[row], row, next(self._tokens), emit)
         self._by_row[row], self._by_token[session.token] = session, session
         if self.lost is not None:
