@@ -40,6 +40,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="the temporal transformer's KV cache (duplex_kv_cache), worker and reference",
     )
     ap.add_argument("--threads", type=int, default=1, help="torch threads (workers, reference)")
+    ap.add_argument(
+        "--front-ends",
+        type=int,
+        default=1,
+        help="duplex_front_ends of the stage0 worker: sessions spread over them",
+    )
     ap.add_argument("--levels", type=ints, default=[1, 16, 32, 64, 96, 128])
     ap.add_argument("--warmup-s", type=float, default=2.0)
     ap.add_argument("--window-s", type=float, default=10.0)

@@ -1,5 +1,6 @@
 """N sessions acting as the session service does, over client processes of their own:
-paced audio into stage0's Bind, every ModelFrame forwarded to stage1's, audio back."""
+paced audio into stage0's Bind, every ModelFrame forwarded to stage1's, audio back
+(without a stage1, the frames are where it ends: bench/duplex_fanin)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import contextlib
 import math
 import multiprocessing as mp
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -71,26 +72,28 @@ class Stream:
 
 
 async def run_session(
-    stubs: tuple[Any, Any],
+    stubs: tuple[Any, Any | None],
     rec: SessionRecord,
     sched: Schedule,
     pcm: np.ndarray,
     rate: int,
     phase: float,
 ) -> None:
-    """One session: paced audio to stage0, its frames to stage1, audio back."""
+    """One session: paced audio to stage0, its frames to stage1 (if any), audio back."""
     up, down = Stream(), Stream()
     call0 = stubs[0].Bind(up.requests())
-    call1 = stubs[1].Bind(down.requests())
+    calls = [call0]
     sid = f"bench-{rec.index}"
     up.queue.put_nowait(
         pb.Stage0Request(open=pb.Stage0Open(session_id=sid, lane=pb.LANE_NATIVE, skip_vad=True))
     )
-    down.queue.put_nowait(
-        pb.Stage1Request(open=pb.Stage1Open(session_id=sid, sample_rate_hz=OUTPUT_RATE))
-    )
+    if stubs[1] is not None:
+        calls.append(stubs[1].Bind(down.requests()))
+        down.queue.put_nowait(
+            pb.Stage1Request(open=pb.Stage1Open(session_id=sid, sample_rate_hz=OUTPUT_RATE))
+        )
     t_open = now()
-    await asyncio.gather(call0.initial_metadata(), call1.initial_metadata())
+    await asyncio.gather(*(call.initial_metadata() for call in calls))
     rec.opened_s = round(now() - t_open, 3)
 
     async def send_audio() -> None:
@@ -125,12 +128,15 @@ async def run_session(
                     text=f.text,
                     index=f.index,
                 )
-                down.queue.put_nowait(pb.Stage1Request(frame=decode))
+                if stubs[1] is not None:
+                    down.queue.put_nowait(pb.Stage1Request(frame=decode))
             elif ev.WhichOneof("kind") == "error":
                 rec.error = f"stage0 {ev.error.code}: {ev.error.message}"[:200]
 
     async def read_audio() -> None:
-        async for ev in call1:
+        if len(calls) < 2:
+            return
+        async for ev in calls[1]:
             if ev.WhichOneof("kind") == "audio":
                 rec.audio_times.append(now())
             elif ev.WhichOneof("kind") == "error":
@@ -143,29 +149,35 @@ async def run_session(
     finally:
         up.queue.put_nowait(None)
         down.queue.put_nowait(None)
-        for call in (call0, call1):
+        for call in calls:
             call.cancel()
         for task in readers:
             with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                 await task
 
 
+Addresses = tuple[Sequence[str], str | None]
+
+
 async def drive(
-    addresses: tuple[str, str], indexes: list[int], sessions: int, sched: Schedule, rate: int
+    addresses: Addresses, indexes: list[int], sessions: int, sched: Schedule, rate: int
 ) -> list[dict[str, Any]]:
-    """This process's sessions, each at its own phase of the 80 ms period."""
+    """This process's sessions, each at its own phase of the 80 ms period;
+    session i on stage0 address i mod their count (a worker's front ends)."""
     pcm = speech_loop(rate)
     options = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
     per = max(1, math.ceil(len(indexes) / STREAMS_PER_CHANNEL))
+    stage0, stage1 = addresses
     channels = [
-        [grpc.aio.insecure_channel(a, options=options) for _ in range(per)] for a in addresses
+        [grpc.aio.insecure_channel(a, options=options) for _ in range(per)]
+        for a in (*stage0, *([stage1] if stage1 else []))
     ]
     records = [SessionRecord(i) for i in indexes]
 
     async def one(k: int, rec: SessionRecord) -> None:
         stubs = (
-            stage_pb2_grpc.Stage0ServiceStub(channels[0][k % per]),
-            stage_pb2_grpc.Stage1ServiceStub(channels[1][k % per]),
+            stage_pb2_grpc.Stage0ServiceStub(channels[rec.index % len(stage0)][k % per]),
+            stage_pb2_grpc.Stage1ServiceStub(channels[-1][k % per]) if stage1 else None,
         )
         try:
             await run_session(stubs, rec, sched, pcm, rate, FRAME_S * rec.index / sessions)
@@ -182,7 +194,7 @@ async def drive(
 
 
 def _client_main(
-    addresses: tuple[str, str],
+    addresses: Addresses,
     indexes: list[int],
     sessions: int,
     sched: Schedule,
@@ -197,7 +209,7 @@ def _client_main(
 
 
 def run_clients(
-    args: argparse.Namespace, addresses: tuple[str, str], sessions: int, sched: Schedule, rate: int
+    args: argparse.Namespace, addresses: Addresses, sessions: int, sched: Schedule, rate: int
 ) -> list[dict[str, Any]]:
     """N sessions over up to --client-procs processes (one level of 1: this process)."""
     procs = max(1, min(args.client_procs, math.ceil(sessions / args.sessions_per_proc)))

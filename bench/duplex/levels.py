@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from antiphon.common.pod import shifted
 from bench.duplex.clients import FRAME_S, Schedule, run_clients
 from bench.duplex.report import finish
 from bench.duplex.workers import (
@@ -25,7 +26,14 @@ from bench.duplex.workers import (
     worker_env,
     worker_profile,
 )
-from bench.lib.machine import MemoryPeaks, free_port, gpu_memory_by_pid, gpu_query, now
+from bench.lib.machine import (
+    MemoryPeaks,
+    free_port,
+    free_ports,
+    gpu_memory_by_pid,
+    gpu_query,
+    now,
+)
 from bench.lib.procstats import ProcSampler
 from bench.lib.prometheus import metric_sum, step_window
 from bench.lib.stats import pct
@@ -100,7 +108,8 @@ def run_level(
     t0 = now()
     with MemoryPeaks() as gpu:
         timer.start()
-        records = run_clients(args, (stage0.address, stage1.address), sessions, sched, rate)
+        stage0_addresses = [shifted(stage0.address, i) for i in range(args.front_ends)]
+        records = run_clients(args, (stage0_addresses, stage1.address), sessions, sched, rate)
         timer.join()
     sampler.stop()
     (s0_before, s1_before, _), (s0_after, s1_after, gpu_pids) = marks["before"], marks["after"]
@@ -132,7 +141,12 @@ def run_level(
 
 
 def run_worker_levels(args: argparse.Namespace, result: dict[str, Any], deadline: float) -> None:
-    ports = {k: free_port() for k in ("stage0", "stage1", "stage0_metrics", "stage1_metrics")}
+    ports = {k: free_port() for k in ("stage1", "stage1_metrics")}
+    # With front ends (duplex_front_ends), theirs are consecutive, and the
+    # stepper's metrics (the step histogram) follow theirs.
+    ports["stage0"] = free_ports(args.front_ends)
+    ports["stage0_metrics"] = free_ports(args.front_ends + 1)
+    step_metrics = ports["stage0_metrics"] + (args.front_ends if args.front_ends > 1 else 0)
     profile = worker_profile(args, ports)
     result["worker_profile"] = profile
     result["settings_unknown_to_workers"] = unknown_settings(profile)
@@ -140,7 +154,7 @@ def run_worker_levels(args: argparse.Namespace, result: dict[str, Any], deadline
     profile_path.write_text(json.dumps(profile, indent=2) + "\n")  # YAML reads JSON
     env = worker_env(args, profile_path)
     workers = [
-        WorkerProcess(*STAGE0, f"127.0.0.1:{ports['stage0']}", ports["stage0_metrics"]),
+        WorkerProcess(*STAGE0, f"127.0.0.1:{ports['stage0']}", step_metrics),
         WorkerProcess(*STAGE1, f"127.0.0.1:{ports['stage1']}", ports["stage1_metrics"]),
     ]
     try:

@@ -43,6 +43,7 @@ def worker_profile(args: argparse.Namespace, ports: dict[str, int]) -> dict[str,
         "duplex_threads": args.threads,
         "duplex_kv_cache": args.kv_cache,
         "capacity": capacity,
+        "duplex_front_ends": args.front_ends,
     }
     if args.context:
         stage0["duplex_context"] = args.context

@@ -324,6 +324,42 @@ def test_each_worker_process_of_a_pod_gets_its_ports_a_scrape_and_a_static_addre
     assert [p["name"] for p in session["ports"]] == ["grpc", "metrics"]
 
 
+def test_duplex_front_ends_get_their_ports_and_their_stepper_a_metrics_port(helm: Path) -> None:
+    """A `moshi` stage0 with duplex_front_ends (duplex_front_ends.py): front end i
+    at port + i and metricsPort + i, the stepper's step metrics after theirs."""
+    items = manifests(
+        helm,
+        "--set",
+        "profile.stage0.backend=moshi",
+        "--set",
+        "profile.stage0.duplex_front_ends=2",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--api-versions",
+        "monitoring.coreos.com/v1",
+    )
+    name = "rel-antiphon-stage0"
+    ports = {
+        p["name"]: p["containerPort"] for p in container(one(items, "Deployment", name))["ports"]
+    }
+    assert ports == {
+        "grpc": 50061,
+        "metrics": 9111,
+        "grpc-1": 50062,
+        "metrics-1": 9112,
+        "metrics-stepper": 9113,
+    }
+    service = {p["name"]: p["port"] for p in one(items, "Service", name)["spec"]["ports"]}
+    assert service == ports
+    scraped = [e["port"] for e in one(items, "ServiceMonitor", name)["spec"]["endpoints"]]
+    assert scraped == ["metrics", "metrics-1", "metrics-stepper"]
+    session = container(one(items, "Deployment", "rel-antiphon-session"))
+    assert yaml.safe_load(env(session)["ANTIPHON_STAGE0_ADDRESSES"]) == [
+        f"{name}:50061",
+        f"{name}:50062",
+    ]
+
+
 def test_the_gpu_profile_runs_several_front_ends_within_its_capacity(helm: Path) -> None:
     items = manifests(helm, "-f", str(GPU_VALUES))
     profile = yaml.safe_load(
@@ -429,6 +465,18 @@ IMPOSSIBLE = {
             "stage0": {"service": {"port": 9000, "metricsPort": 9002}},
         },
         "stage0.service.port (9000) and metricsPort (9002)",
+    ),
+    "duplex_front_ends_on_the_cascade": (
+        {"profile": {"stage0": {"duplex_front_ends": 2}}},
+        "shares a duplex stepper: the cascade backend has none",
+    ),
+    "duplex_and_llm_front_ends_at_once": (
+        {"profile": {"stage0": {"duplex_front_ends": 2, "llm_front_ends": 2, "backend": "moshi"}}},
+        "duplex_front_ends and llm_front_ends cannot both be above 1",
+    ),
+    "duplex_front_ends_without_a_session_each": (
+        {"profile": {"stage0": {"duplex_front_ends": 4, "capacity": 3, "backend": "moshi"}}},
+        "profile.stage0.capacity (3) leaves some of the 4 front ends (duplex_front_ends)",
     ),
     "stage1_processes_without_a_session_each": (
         {"profile": {"stage1": {"worker_processes": 4, "capacity": 3}}},

@@ -8,7 +8,7 @@ different inputs make different answers: the isolation tests check they do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,7 +18,7 @@ from antiphon.common import moshi_checkpoint
 from antiphon.common.moshi_checkpoint import FRAME_SAMPLES, SAMPLE_RATE
 from antiphon.stage0.backends.moshi.model import DuplexModel, Sampling
 from antiphon.stage0.backends.moshi.prompt import ForcedFrame, Prompter
-from antiphon.stage0.backends.moshi.rows import FRAME_BYTES
+from antiphon.stage0.backends.moshi.rows import FRAME_BYTES, AudioBuffer
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.settings import KVCacheFormat
 
@@ -58,6 +58,7 @@ def tiny_lockstep(
     prompter: Prompter | None = None,
     context_tokens: int = 2048,
     kv_cache: KVCacheFormat = "model",
+    audio: Callable[[int], AudioBuffer] | None = None,
 ) -> Lockstep:
     from antiphon.stage0.backends.moshi.lockstep import Lockstep
 
@@ -69,6 +70,7 @@ def tiny_lockstep(
         jitter_ms=jitter_ms,
         quiet_frames=quiet_frames,
         context_tokens=context_tokens,
+        audio=audio,
     )
 
 

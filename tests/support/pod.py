@@ -26,12 +26,20 @@ class Pod:
     """`tier`'s main with `count` workers at free ports, registering in `redis_url`."""
 
     def __init__(
-        self, tier: str, count: int, redis_url: str, log: Path, env: dict[str, str]
+        self,
+        tier: str,
+        count: int,
+        redis_url: str,
+        log: Path,
+        env: dict[str, str],
+        *,
+        metrics_ports: int | None = None,
     ) -> None:
         self.tier = tier
         self.count = count
         self.port = free_ports(count)
-        self.metrics_port = free_ports(count)
+        # A duplex stepper's metrics follow its front ends': one port more.
+        self.metrics_port = free_ports(metrics_ports or count)
         self.redis_url = redis_url
         full = {k: v for k, v in os.environ.items() if k != "ANTIPHON_PROFILE"}
         full.update(

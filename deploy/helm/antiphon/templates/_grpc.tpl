@@ -1,17 +1,29 @@
 {{/*
 Worker processes in one pod of a component: stage0's profile.stage0.llm_front_ends
-(several stage0 workers on one vLLM engine core, front_ends.py), stage1's
+(several stage0 workers on one vLLM engine core, front_ends.py) or
+duplex_front_ends (several on one duplex stepper, duplex_front_ends.py), stage1's
 profile.stage1.worker_processes (several stage1 workers on one device,
 processes.py), 1 elsewhere. Worker i listens on the component's port + i and
 serves metrics on metricsPort + i.
 */}}
 {{- define "antiphon.frontEnds" -}}
 {{- if eq .component "stage0" -}}
-{{- int (.root.Values.profile.stage0.llm_front_ends | default 1) -}}
+{{- $s0 := .root.Values.profile.stage0 -}}
+{{- max (int ($s0.llm_front_ends | default 1)) (int ($s0.duplex_front_ends | default 1)) -}}
 {{- else if eq .component "stage1" -}}
 {{- int (.root.Values.profile.stage1.worker_processes | default 1) -}}
 {{- else -}}
 1
+{{- end -}}
+{{- end -}}
+
+{{/* A duplex stepper (stage0's duplex_front_ends above 1) serves the step's
+metrics after its front ends', at metricsPort + their count: 1 if so, else 0. */}}
+{{- define "antiphon.stepperMetrics" -}}
+{{- if and (eq .component "stage0") (gt (int (.root.Values.profile.stage0.duplex_front_ends | default 1)) 1) -}}
+1
+{{- else -}}
+0
 {{- end -}}
 {{- end -}}
 
@@ -25,6 +37,11 @@ are named grpc and metrics, front end i's grpc-i and metrics-i. */}}
   protocol: TCP
 - name: {{ include "antiphon.portName" (dict "name" "metrics" "index" $i) }}
   containerPort: {{ add $v.service.metricsPort $i }}
+  protocol: TCP
+{{- end }}
+{{- if eq (include "antiphon.stepperMetrics" .) "1" }}
+- name: metrics-stepper
+  containerPort: {{ add $v.service.metricsPort (int (include "antiphon.frontEnds" .)) }}
   protocol: TCP
 {{- end }}
 {{- end -}}

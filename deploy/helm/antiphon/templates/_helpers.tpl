@@ -278,4 +278,10 @@ spec:
       targetPort: {{ $metrics }}
       protocol: TCP
     {{- end }}
+    {{- if eq (include "antiphon.stepperMetrics" .) "1" }}
+    - name: metrics-stepper
+      port: {{ add $v.service.metricsPort (int (include "antiphon.frontEnds" .)) }}
+      targetPort: metrics-stepper
+      protocol: TCP
+    {{- end }}
 {{- end -}}

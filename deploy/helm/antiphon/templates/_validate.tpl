@@ -69,6 +69,25 @@ Rendered by validate.yaml, so `helm template`, `helm install` and `helm lint` al
 {{- $errors = append $errors (printf "stage0.service.port (%d) and metricsPort (%d): the %d front ends (llm_front_ends) take port + i and metricsPort + i, and these overlap" $grpc $metrics $frontEnds) -}}
 {{- end -}}
 {{- end -}}
+{{- $duplexFrontEnds := int ($s0.duplex_front_ends | default 1) -}}
+{{- if lt $duplexFrontEnds 1 -}}
+{{- $errors = append $errors (printf "profile.stage0.duplex_front_ends (%v) must be at least 1" $s0.duplex_front_ends) -}}
+{{- else if gt $duplexFrontEnds 1 -}}
+{{- if ne ($s0.backend | default "cascade") "moshi" -}}
+{{- $errors = append $errors (printf "profile.stage0.duplex_front_ends (%d) shares a duplex stepper: the %v backend has none (set it to 1)" $duplexFrontEnds ($s0.backend | default "cascade")) -}}
+{{- end -}}
+{{- if gt $frontEnds 1 -}}
+{{- $errors = append $errors "profile.stage0.duplex_front_ends and llm_front_ends cannot both be above 1" -}}
+{{- end -}}
+{{- if lt (int ($s0.capacity | default 0)) $duplexFrontEnds -}}
+{{- $errors = append $errors (printf "profile.stage0.capacity (%v) leaves some of the %d front ends (duplex_front_ends) no session" $s0.capacity $duplexFrontEnds) -}}
+{{- end -}}
+{{- $grpc := int .Values.stage0.service.port -}}
+{{- $metrics := int .Values.stage0.service.metricsPort -}}
+{{- if and (lt $grpc (add $metrics $duplexFrontEnds 1)) (lt $metrics (add $grpc $duplexFrontEnds)) -}}
+{{- $errors = append $errors (printf "stage0.service.port (%d) and metricsPort (%d): the %d front ends (duplex_front_ends) take port + i and metricsPort + i, their stepper metricsPort + %d, and these overlap" $grpc $metrics $duplexFrontEnds $duplexFrontEnds) -}}
+{{- end -}}
+{{- end -}}
 {{- $s1 := .Values.profile.stage1 -}}
 {{- $processes := int ($s1.worker_processes | default 1) -}}
 {{- if lt $processes 1 -}}

@@ -60,6 +60,8 @@ class GrpcApp:
         self.port = self.server.add_insecure_port(address)
         self.stopping = asyncio.Event()
         self._started = False
+        self._abandoned = False
+        self._stop_now: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Answer health checks (alive, not yet ready), e.g. while models load."""
@@ -76,6 +78,16 @@ class GrpcApp:
             else (health_pb2.HealthCheckResponse.NOT_SERVING)
         )
         await self.health.set(self.service_name, status)
+
+    def abandon(self) -> None:
+        """What the server serves is gone (a duplex front end's stepper): stop
+        now, with no drain grace, so that every open stream ends at once
+        (UNAVAILABLE) and its session binds elsewhere now."""
+        self._abandoned = True
+        self.stopping.set()
+        if self._started:
+            # A drain may be under way (a SIGTERM came first): cut it short.
+            self._stop_now = asyncio.get_running_loop().create_task(self.server.stop(0))
 
     async def run(
         self,
@@ -94,7 +106,7 @@ class GrpcApp:
         await self.set_ready(False)
         if on_drain is not None:
             await on_drain()
-        await self.server.stop(grace_s)
+        await self.server.stop(0 if self._abandoned else grace_s)
         await self.health.enter_graceful_shutdown()
         log.info("stopped")
 

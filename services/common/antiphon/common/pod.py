@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import multiprocessing.process
 import signal
+from collections.abc import Sequence
 from typing import Any, Protocol, Self, TypeVar
 
 _PR_SET_PDEATHSIG = 1
@@ -41,6 +43,12 @@ def worker_settings(settings: S, index: int, count: int) -> S:
     )
 
 
+def check_shares(capacity: int, count: int, what: str) -> None:
+    """Refuse `count` workers (`what`) of a pod whose capacity leaves one of them none."""
+    if capacity < count:
+        raise SystemExit(f"capacity {capacity} leaves some of the {count} {what} no session")
+
+
 def shifted(address: str, by: int) -> str:
     host, _, port = address.rpartition(":")
     return f"{host}:{int(port) + by}"
@@ -52,3 +60,19 @@ def stop_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def stop_processes(
+    processes: Sequence[multiprocessing.process.BaseProcess], grace_s: float
+) -> None:
+    """SIGTERM to each process still running (its drain), SIGKILL past the
+    grace. Processes a signal kept from starting are skipped."""
+    started = [p for p in processes if p.pid is not None]
+    for process in started:
+        if process.is_alive():
+            process.terminate()
+    for process in started:
+        process.join(grace_s)
+        if process.is_alive():
+            process.kill()
+            process.join()

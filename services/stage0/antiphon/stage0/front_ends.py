@@ -54,10 +54,7 @@ def check(settings: Stage0Settings) -> None:
             f"llm_front_ends={count} shares a vLLM engine core; the {settings.backend!r} "
             "backend has none (set llm_front_ends=1)"
         )
-    if settings.capacity < count:
-        raise SystemExit(
-            f"capacity {settings.capacity} leaves some of the {count} front ends no session"
-        )
+    pod.check_shares(settings.capacity, count, "front ends")
 
 
 def supervise(settings: Stage0Settings, serve: Serve) -> None:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from antiphon.common import bootstrap, config, loop_lag, metrics, workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
-from antiphon.stage0 import backends, front_ends
-from antiphon.stage0.backend import Stage0Engines
+from antiphon.stage0 import backends, duplex_front_ends, front_ends
+from antiphon.stage0.backend import LoadEngines, Stage0Engines
 from antiphon.stage0.engine_config import EngineClient
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.service import Stage0Service
@@ -33,9 +33,16 @@ async def load_engines(
     return await backend.load(settings, metrics, client, on_failure)
 
 
-async def serve(settings: Stage0Settings, client: EngineClient | None = None) -> None:
+async def serve(
+    settings: Stage0Settings,
+    client: EngineClient | None = None,
+    *,
+    engines: LoadEngines | None = None,
+) -> None:
     """One worker: its gRPC server, models, metrics and registry entry, until SIGTERM.
-    With `client`, it is one front end of several on its pod's engine core."""
+    With `client`, it is one front end of several on its pod's engine core;
+    with `engines`, one of several on a duplex stepper (duplex_front_ends.py),
+    which loads its engines instead of the backend."""
     registry = metrics.service_registry()
     stage_metrics = Stage0Metrics(registry)
     stage_metrics.capacity.set(settings.capacity)
@@ -55,7 +62,11 @@ async def serve(settings: Stage0Settings, client: EngineClient | None = None) ->
     # Alive (and answering health checks) while the models load; ready after.
     await app.start()
     # A dead lockstep strands every session bound here: stop, so they move.
-    models = await backend.load(settings, stage_metrics, client, app.stopping.set)
+    # A front end whose stepper is gone has nothing to drain onto: at once.
+    load, on_failure = (
+        (backend.load, app.stopping.set) if engines is None else (engines, app.abandon)
+    )
+    models = await load(settings, stage_metrics, client, on_failure)
     service.models = models
     await app.set_ready(True)
     try:
@@ -73,7 +84,9 @@ async def serve(settings: Stage0Settings, client: EngineClient | None = None) ->
 def main() -> None:
     settings = config.load(Stage0Settings)
     bootstrap.configure("stage0", settings)
-    if settings.llm_front_ends > 1:
+    if settings.duplex_front_ends > 1:
+        duplex_front_ends.supervise(settings, serve)
+    elif settings.llm_front_ends > 1:
         front_ends.supervise(settings, serve)
     else:
         asyncio.run(serve(settings))

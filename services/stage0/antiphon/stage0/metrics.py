@@ -166,3 +166,11 @@ class Stage0Metrics:
             "Rows of the lockstep batch that serve a session now",
             registry=registry,
         )
+        # A `moshi` front end's (duplex_front_ends): its stepper's metrics are
+        # the ones above, at the pod's metrics port + the front ends' count.
+        self.duplex_lost_frames = Counter(
+            "antiphon_stage0_duplex_lost_frames_total",
+            "Sessions' steps whose output a front end read too late: its stepper "
+            "had written over them (shared_rows.DEPTH steps later)",
+            registry=registry,
+        )

@@ -220,6 +220,15 @@ class Stage0Settings(WorkerSettings):
     # (the model's dtype, moshi's own cache) or "fp8" (float8 e4m3 with a
     # scale per row, head and position: about half the bytes per session).
     duplex_kv_cache: KVCacheFormat = "model"
+    # Front-end processes of a `moshi` worker (duplex_front_ends.py): each
+    # serves the gRPC streams of its share of `capacity` (and its rows) at
+    # `listen`'s port + i, metrics at `metrics_port` + i, and registers
+    # itself; one stepper process owns the model and the lockstep batch,
+    # with its metrics at `metrics_port` + this count. Audio and each step's
+    # frames cross in shared memory (/dev/shm: about 120 KB a row). 1: one
+    # process, as before. At hundreds of sessions one process's event loop
+    # and GIL are what run late, not the step (docs/performance.md).
+    duplex_front_ends: int = Field(default=1, ge=1)
     # torch.manual_seed at start: the same inputs give the same answers.
     duplex_seed: int | None = None
     # moshi's torch.compile of its hot functions: some 30 s at the first step

@@ -22,7 +22,7 @@ import asyncio
 import multiprocessing
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from multiprocessing.connection import wait
 from types import FrameType
 from typing import Any
@@ -46,8 +46,7 @@ def check(settings: Stage1Settings) -> None:
             f"worker_processes={count}: the mimi backend decodes every session in one "
             "lockstep batch (set worker_processes=1)"
         )
-    if settings.capacity < count:
-        raise SystemExit(f"capacity {settings.capacity} leaves some of the {count} workers none")
+    pod.check_shares(settings.capacity, count, "workers")
 
 
 def supervise(settings: Stage1Settings, serve: Serve) -> None:
@@ -73,7 +72,7 @@ def supervise(settings: Stage1Settings, serve: Serve) -> None:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _stop(workers, settings.shutdown_grace_s + CLOSE_S)
+        pod.stop_processes(workers, settings.shutdown_grace_s + CLOSE_S)
     if not asked:
         died = [f"{w.name} ({w.exitcode})" for w in workers]
         sys.exit(f"a stage1 worker stopped; the pod stops with it: {', '.join(died)}")
@@ -82,20 +81,6 @@ def supervise(settings: Stage1Settings, serve: Serve) -> None:
 def _leave(signum: int, frame: FrameType | None) -> None:
     # Out of the wait for the workers: they are then drained in order.
     raise SystemExit(0)
-
-
-def _stop(workers: Sequence[multiprocessing.process.BaseProcess], grace_s: float) -> None:
-    """SIGTERM to each worker still running (its drain), SIGKILL past the grace.
-    Workers a signal kept from starting are skipped."""
-    started = [w for w in workers if w.pid is not None]
-    for worker in started:
-        if worker.is_alive():
-            worker.terminate()
-    for worker in started:
-        worker.join(grace_s)
-        if worker.is_alive():
-            worker.kill()
-            worker.join()
 
 
 def _run(settings: Stage1Settings, index: int, serve: Serve) -> None:

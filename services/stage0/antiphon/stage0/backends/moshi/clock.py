@@ -16,17 +16,34 @@ import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from antiphon.common.moshi_checkpoint import FRAME_MS
-from antiphon.stage0.backends.moshi.lockstep import Lockstep
+from antiphon.stage0.backends.moshi.lockstep import Batch
 
 log = logging.getLogger(__name__)
+
+
+class Stepped(Protocol):
+    """What the clock steps: a Lockstep, or a stepper's view of one that also
+    hands each step's output to its front ends (stepper.py)."""
+
+    @property
+    def active(self) -> int: ...
+
+    def gather(self) -> Batch: ...
+
+    def compute(self, batch: Batch) -> list[list[int]]: ...
+
+    def deliver(self, batch: Batch, tokens: list[list[int]], *, late: bool) -> None: ...
+
+    def fail(self, message: str) -> None: ...
 
 
 class LockstepClock:
     def __init__(
         self,
-        lockstep: Lockstep,
+        lockstep: Stepped,
         *,
         period_s: float = FRAME_MS / 1000,
         thread_setup: Callable[[], None] | None = None,

@@ -10,6 +10,7 @@ from antiphon.common.outbox import Merge
 from antiphon.stage0.backends.moshi.clock import LockstepClock
 from antiphon.stage0.backends.moshi.lockstep import Lockstep
 from antiphon.stage0.backends.moshi.model import DuplexModel
+from antiphon.stage0.backends.moshi.rows import AudioBuffer
 from antiphon.stage0.backends.moshi.session import DuplexSession
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.settings import Stage0Settings
@@ -23,6 +24,28 @@ def torch_threads(threads: int) -> Callable[[], None]:
         torch.set_num_threads(threads)
 
     return setup
+
+
+async def load_lockstep(
+    settings: Stage0Settings,
+    metrics: Stage0Metrics,
+    audio: Callable[[int], AudioBuffer] | None = None,
+) -> Lockstep:
+    """The model and its batch of `capacity` rows, loaded off the event loop
+    (health checks answer meanwhile); `audio`: row i's audio buffer (None:
+    one of each row's own)."""
+    model = await asyncio.to_thread(DuplexModel.load, settings)
+    return await asyncio.to_thread(
+        Lockstep,
+        model,
+        settings.capacity,
+        metrics=metrics,
+        jitter_ms=settings.duplex_jitter_ms,
+        quiet_frames=settings.duplex_quiet_frames,
+        compile=settings.duplex_compile,
+        context_tokens=settings.duplex_context_text_max_tokens,
+        audio=audio,
+    )
 
 
 class DuplexEngines:
@@ -41,20 +64,10 @@ class DuplexEngines:
         *,
         on_failure: Callable[[], None] = lambda: None,
     ) -> DuplexEngines:
-        """Loaded off the event loop (health checks answer meanwhile); the clock
-        starts at once and ticks while a session is bound. `on_failure`: the
-        model failed a step and the clock stopped."""
-        model = await asyncio.to_thread(DuplexModel.load, settings)
-        lockstep = await asyncio.to_thread(
-            Lockstep,
-            model,
-            settings.capacity,
-            metrics=metrics,
-            jitter_ms=settings.duplex_jitter_ms,
-            quiet_frames=settings.duplex_quiet_frames,
-            compile=settings.duplex_compile,
-            context_tokens=settings.duplex_context_text_max_tokens,
-        )
+        """Loaded (load_lockstep); the clock starts at once and ticks while a
+        session is bound. `on_failure`: the model failed a step and the clock
+        stopped."""
+        lockstep = await load_lockstep(settings, metrics)
         clock = LockstepClock(
             lockstep, thread_setup=torch_threads(settings.duplex_threads), on_failure=on_failure
         )

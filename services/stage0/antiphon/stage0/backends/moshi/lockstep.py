@@ -49,7 +49,7 @@ from antiphon.common.moshi_checkpoint import FRAME_MS, FRAME_SAMPLES
 from antiphon.stage0.backends.moshi.context import DEFAULT_LIMIT, ContextQueue, Offer
 from antiphon.stage0.backends.moshi.model import DuplexModel
 from antiphon.stage0.backends.moshi.prompt import ForcedFrame
-from antiphon.stage0.backends.moshi.rows import Row
+from antiphon.stage0.backends.moshi.rows import AudioBuffer, Row
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.v1 import stage_pb2 as pb
 
@@ -114,6 +114,7 @@ class Lockstep:
         quiet_frames: int,
         compile: bool = False,
         context_tokens: int = DEFAULT_LIMIT,
+        audio: Callable[[int], AudioBuffer] | None = None,
     ) -> None:
         self.model = model
         self.slots = slots
@@ -122,6 +123,9 @@ class Lockstep:
         self._quiet_frames = quiet_frames
         self._compile = compile
         self._context_tokens = context_tokens
+        # Row i's audio buffer; None: a jitter buffer of its own per session.
+        # A stepper's front ends write theirs into shared memory (stepper.py).
+        self._audio = audio
         self._rows: list[Row | None] = [None] * slots
         self._fresh: set[int] = set()
         # Set for the LM step of a batch with forced text (the hooks read it),
@@ -143,11 +147,15 @@ class Lockstep:
         emit: Callable[[pb.Stage0Event], None],
         session_id: str = "",
         prefill: Sequence[ForcedFrame] = (),
+        *,
+        index: int | None = None,
     ) -> Row:
-        """A free row for a new session, reset at its first step, which steps
-        through `prefill` before it hears the session."""
-        for index, occupant in enumerate(self._rows):
-            if occupant is None:
+        """A free row for a new session (row `index`, where the caller owns
+        which: a stepper's front ends each own some), reset at its first
+        step, which steps through `prefill` before it hears the session."""
+        free = range(self.slots) if index is None else (index,)
+        for index in free:
+            if self._rows[index] is None:
                 row = Row(
                     index,
                     emit,
@@ -155,11 +163,14 @@ class Lockstep:
                     quiet_frames=self._quiet_frames,
                     context=self._context_queue,
                     session_id=session_id,
+                    audio=self._audio(index) if self._audio else None,
                 )
                 self._rows[index] = row
                 self._prompt(row, prefill)
                 self._metrics.duplex_rows_active.set(self.active)
                 return row
+        if len(free) == 1:
+            raise NoFreeRowError(f"row {free[0]} serves a session")
         raise NoFreeRowError(f"all {self.slots} rows serve sessions")
 
     def restart(self, row: Row, prefill: Sequence[ForcedFrame] = ()) -> None:

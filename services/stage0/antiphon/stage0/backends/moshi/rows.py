@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from antiphon.common.moshi_checkpoint import FRAME_SAMPLES, SAMPLE_RATE
 from antiphon.stage0.backends.moshi.context import ContextQueue
@@ -58,6 +58,20 @@ class JitterBuffer:
     @property
     def buffered_ms(self) -> int:
         return len(self._pcm) // BYTES_PER_MS
+
+
+class AudioBuffer(Protocol):
+    """A row's audio waiting for its step: a `JitterBuffer` in the worker's own
+    process, shared memory from a front end's (shared_rows.AudioRing)."""
+
+    def push(self, pcm16: bytes) -> int: ...
+
+    def take_frame(self) -> bytes | None: ...
+
+    def clear(self) -> None: ...
+
+    @property
+    def buffered_ms(self) -> int: ...
 
 
 class Speaking:
@@ -109,11 +123,12 @@ class Row:
         quiet_frames: int,
         context: Callable[[], ContextQueue],
         session_id: str = "",
+        audio: AudioBuffer | None = None,
     ) -> None:
         self.index = index
         self.emit = emit
         self.session_id = session_id
-        self.audio = JitterBuffer(jitter_ms)
+        self.audio: AudioBuffer = audio or JitterBuffer(jitter_ms)
         self.speaking = Speaking(quiet_frames)
         # The newest epoch the session sent: frames are stamped with it.
         self.epoch = 0

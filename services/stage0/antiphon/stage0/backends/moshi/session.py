@@ -30,8 +30,11 @@ class DuplexSession:
         emit: Callable[[pb.Stage0Event], None],
         *,
         on_open: Callable[[], None] = lambda: None,
+        index: int | None = None,
     ) -> None:
         self._lockstep = lockstep
+        # Its row, where the caller owns which (a stepper's front end); None: any free one.
+        self._index = index
         self._emit = emit
         self._on_open = on_open
         self._row: Row | None = None
@@ -147,7 +150,9 @@ class DuplexSession:
         self._persona = (open_.instructions, open_.voice)
         self._prompted = bool(prefill)
         try:
-            self._row = self._lockstep.open(self._emit, open_.session_id, prefill)
+            self._row = self._lockstep.open(
+                self._emit, open_.session_id, prefill, index=self._index
+            )
         except NoFreeRowError as exc:
             log.error("no free row", extra={"session_id": open_.session_id})
             self._error(0, "capacity_exceeded", str(exc))
