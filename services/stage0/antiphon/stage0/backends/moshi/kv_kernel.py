@@ -37,10 +37,16 @@ from antiphon.stage0.backends.moshi.kv_attention import Window
 
 class Tile(NamedTuple):
     """A launch's shape: positions per iteration, warps per program, and the
-    software pipeline's depth (loads in flight ahead of the math)."""
+    software pipeline's depth (loads in flight ahead of the math).
+
+    The default is the sweep's best on an H100 (bench/results/duplex-h100-fp8.json,
+    `kv_read_sweep`: 128 rows x 3,000 positions): 64 x 2 x 3 read at 0.89 of
+    the card's copy bandwidth, 128 x 4 x 3 at 0.88, 64 x 4 x 3 at 0.32; the
+    matrix units (`dot`) at best 0.69.
+    """
 
     block_n: int = 64
-    warps: int = 4
+    warps: int = 2
     stages: int = 3
     # Scores and weighted values on the matrix units (bfloat16 queries only).
     dot: bool = False
