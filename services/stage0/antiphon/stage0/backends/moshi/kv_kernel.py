@@ -1,3 +1,6 @@
+# Triton's kernels take no Python type annotations (it reads its own, such as
+# tl.constexpr), and `triton.jit` is untyped.
+# mypy: disable-error-code="untyped-decorator,no-untyped-def"
 """The KV window's read as two Triton kernels: the GPU's `attend`.
 
 Decoding reads one query per row and head against the whole window, so the
