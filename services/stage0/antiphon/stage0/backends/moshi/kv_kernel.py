@@ -63,6 +63,16 @@ MAX_SPLITS = 16
 
 
 @triton.jit
+def _stored(start, stride, n, d, ok, FP8: tl.constexpr):
+    """The vectors at positions `n` of one row and head as stored (float8
+    bits read as float8), zeros where not `ok` (never loaded)."""
+    x = tl.load(start + n[:, None] * stride + d[None, :], mask=ok[:, None], other=0)
+    if FP8:
+        x = x.to(tl.float8e4nv, bitcast=True)
+    return x
+
+
+@triton.jit
 def _partials(
     q_ptr,
     k_ptr,
@@ -132,13 +142,7 @@ def _partials(
         ok = inside & (pos >= 0) & (delta >= 0)
         if HAS_CONTEXT:
             ok = ok & (delta < context)
-        keys = tl.load(
-            k_ptr + b * stride_kb + hk * stride_kh + n[:, None] * stride_ks + d[None, :],
-            mask=ok[:, None],
-            other=0,
-        )
-        if FP8:
-            keys = keys.to(tl.float8e4nv, bitcast=True)
+        keys = _stored(k_ptr + b * stride_kb + hk * stride_kh, stride_ks, n, d, ok, FP8)
         if DOT:
             # e4m3 -> bfloat16 is exact; the products accumulate in float32.
             scores = tl.dot(q.to(MMA), tl.trans(keys.to(MMA)))
@@ -158,13 +162,7 @@ def _partials(
         if SCALED:
             vs = tl.load(vs_ptr + b * stride_vsb + hk * stride_vsh + n, mask=ok, other=0.0)
             p *= vs[None, :]
-        values = tl.load(
-            v_ptr + b * stride_vb + hk * stride_vh + n[:, None] * stride_vs + d[None, :],
-            mask=ok[:, None],
-            other=0,
-        )
-        if FP8:
-            values = values.to(tl.float8e4nv, bitcast=True)
+        values = _stored(v_ptr + b * stride_vb + hk * stride_vh, stride_vs, n, d, ok, FP8)
         if DOT:
             weighted = tl.dot(p.to(MMA), values.to(MMA))
         else:
