@@ -1,0 +1,206 @@
+"""A `mimi` front end's decoder (`duplex_front_ends`): its sessions' rows on a
+stepper in another process (stepper.py), as session.Decoder.
+
+The front end is a whole stage1 worker (main.serve: gRPC server, health,
+registry entry, metrics) whose sessions (session.MimiSession, as in one
+process) write each frame's codes into their row's ring in shared memory
+(shared_rows.py) and get its audio from the row's slot when the stepper's
+notice for the step comes. It holds bytes, numpy and protobufs: no torch, no
+model.
+
+The stepper's loop sleeps while no row has a frame, so a front end wakes it
+once a step at most: by a `Wake` after its first frame since it last heard
+of a step, and again on a step's notice when a row still has frames
+waiting (what it wrote while the step ran).
+
+When the stepper is gone (its pipe ends, or it says its model failed),
+every session is told (`engine_failed`) and the front end stops at once: its
+streams end UNAVAILABLE and the session service binds them elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from antiphon.common.stepper_messages import Failed, Ready, Stepped
+from antiphon.stage1.backends import Backend, BackendContext
+from antiphon.stage1.backends.mimi.backend import CAPABILITIES
+from antiphon.stage1.backends.mimi.crossing import Free, Hold, ToFrontEnd, ToStepper, Wake
+from antiphon.stage1.backends.mimi.lockstep import DecodeRow
+from antiphon.stage1.backends.mimi.session import MimiSession
+from antiphon.stage1.backends.mimi.shared_rows import (
+    CARDINALITY,
+    CODEBOOKS,
+    CodeRing,
+    Layout,
+    SharedRows,
+)
+from antiphon.stage1.metrics import DuplexMetrics
+from antiphon.stage1.service import Emit, SessionFactory
+from antiphon.v1 import stage_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+# After telling its sessions the stepper is gone, the moment their streams get
+# to send it before the front end stops.
+FLUSH_S = 0.2
+
+
+@dataclass
+class _Held:
+    session: MimiSession
+    token: int
+    # The place in the row's ring of the session's next frame to come back.
+    next: int
+
+
+@dataclass(frozen=True)
+class StepperLink:
+    """What a front end's process is given to reach its stepper: the pipe, the
+    shared memory, and the rows that are its own."""
+
+    conn: Connection
+    layout: Layout
+    rows: range
+
+    def backend(self) -> Backend:
+        return Backend(capabilities=CAPABILITIES, open=self.open)
+
+    @contextlib.asynccontextmanager
+    async def open(self, context: BackendContext) -> AsyncIterator[SessionFactory]:
+        """main.serve's backend: ready once the stepper's model is (its `Ready`)."""
+        decoder = FrontEndDecoder(self, DuplexMetrics(context.registry), context.on_failure)
+        try:
+            await decoder.ready.wait()
+
+            def session(emit: Emit) -> MimiSession:
+                return MimiSession(decoder, context.metrics, emit)
+
+            yield session
+        finally:
+            decoder.close()
+
+
+class FrontEndDecoder:
+    def __init__(
+        self, link: StepperLink, metrics: DuplexMetrics, on_failure: Callable[[], None]
+    ) -> None:
+        self._conn = link.conn
+        self._shared = SharedRows.attach(link.layout)
+        self._rings = {row: CodeRing(self._shared, row) for row in link.rows}
+        # A stack: a new session takes the row freed last.
+        self._free = list(reversed(link.rows))
+        self._metrics = metrics
+        self._on_failure = on_failure
+        self._held: dict[int, _Held] = {}
+        self._emits: dict[int, Emit] = {}
+        # Tokens unlike a predecessor's (a front end restarted on the same rows).
+        self._tokens = itertools.count(os.getpid() << 24)
+        self._woken = False
+        self.ready = asyncio.Event()
+        self.lost: str | None = None
+        asyncio.get_running_loop().add_reader(self._conn.fileno(), self._readable)
+
+    # ------------------------------------------------------- session.Decoder
+    @property
+    def num_codebooks(self) -> int:
+        return int(self._shared.model[CODEBOOKS])
+
+    @property
+    def cardinality(self) -> int:
+        return int(self._shared.model[CARDINALITY])
+
+    def acquire(self, row: DecodeRow) -> int | None:
+        if not self._free or self.lost is not None:
+            return None
+        # Its sessions are MimiSessions (StepperLink.open): what comes back goes to them.
+        assert isinstance(row, MimiSession)
+        slot = self._free.pop()
+        held = _Held(row, next(self._tokens), self._rings[slot].written)
+        self._held[slot] = held
+        self._send(Hold(held.token, slot, held.next))
+        self._metrics.rows_active.set(len(self._held))
+        return slot
+
+    def release(self, slot: int, row: DecodeRow) -> None:
+        held = self._held.get(slot)
+        if held is not None and held.session is row:
+            del self._held[slot]
+            self._send(Free(held.token, slot))
+            self._free.append(slot)
+            self._metrics.rows_active.set(len(self._held))
+
+    def framed(self, slot: int, codes: Sequence[int]) -> None:
+        self._rings[slot].push(codes)
+        if not self._woken:
+            self._woken = True
+            self._send(Wake())
+
+    def dropped(self) -> None:
+        self._metrics.frames.labels(sent="dropped").inc()
+
+    def _send(self, message: ToStepper) -> None:
+        if self.lost is None:
+            self._conn.send(message)
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(self._conn.fileno())
+        self._conn.close()
+        self._shared.close()
+
+    # ------------------------------------------------------- from the stepper
+    def _readable(self) -> None:
+        try:
+            while self._conn.poll():
+                self._take(self._conn.recv())
+        except (EOFError, OSError):
+            self._lose("the duplex stepper is gone")
+
+    def _take(self, message: ToFrontEnd) -> None:
+        if isinstance(message, Stepped):
+            self._stepped(message.step)
+        elif isinstance(message, Ready):
+            self.ready.set()
+        elif isinstance(message, Failed):
+            self._lose(message.message)
+
+    def _stepped(self, step: int) -> None:
+        self._woken = False
+        for slot, held in list(self._held.items()):
+            got = self._shared.slots.read(step, slot, held.token)
+            if got is None:
+                continue  # lost: the next frame that comes back says how many
+            data, seq = got
+            if not data:
+                continue
+            while held.next < seq:
+                held.next += 1
+                held.session.lost()
+                self._metrics.frames.labels(sent="lost").inc()
+            held.next += 1
+            sent = held.session.decoded(np.frombuffer(data, np.float32))
+            self._metrics.frames.labels(sent="audio" if sent else "silent").inc()
+        # What was written while the step ran: the loop may sleep through it.
+        if any(self._rings[slot].waiting for slot in self._held):
+            self._woken = True
+            self._send(Wake())
+
+    def _lose(self, reason: str) -> None:
+        if self.lost is not None:
+            return
+        self.lost = reason
+        log.error("duplex stepper lost; the front end stops", extra={"reason": reason})
+        asyncio.get_running_loop().remove_reader(self._conn.fileno())
+        for held in self._held.values():
+            held.session.engine_lost(reason)
+        asyncio.get_running_loop().call_later(FLUSH_S, self._on_failure)
