@@ -159,7 +159,9 @@ class Session:
             await asyncio.wait_for(reader, 60)
             self.code = await call.code()
 
-    async def _read(self, call: grpc.aio.StreamStreamCall[pb.Stage1Request, pb.Stage1Event]) -> None:
+    async def _read(
+        self, call: grpc.aio.StreamStreamCall[pb.Stage1Request, pb.Stage1Event]
+    ) -> None:
         try:
             async for event in call:
                 if event.WhichOneof("kind") == "audio":
