@@ -35,8 +35,8 @@ class SlotRing:
     def __init__(self, head: npt.NDArray[Any], data: npt.NDArray[Any]) -> None:
         self._head = head
         self._data = data
-        self.depth = head.shape[0]
-        self.slot_bytes = data.shape[2]
+        self.depth = int(head.shape[0])
+        self.slot_bytes = int(data.shape[2])
 
     def clear(self) -> None:
         """The creator, once: no slot holds a step yet."""
