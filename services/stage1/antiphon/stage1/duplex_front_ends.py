@@ -117,9 +117,7 @@ async def _run(settings: Stage1Settings, serve: Serve) -> str | None:
             await lockstep.close()
 
     try:
-        return await stepper_pod.run(
-            front_ends, open_stepper, settings.shutdown_grace_s + CLOSE_S
-        )
+        return await stepper_pod.run(front_ends, open_stepper, settings.shutdown_grace_s + CLOSE_S)
     finally:
         shared.close(unlink=True)
 

@@ -46,7 +46,6 @@ from antiphon.stage1.backends.mimi.shared_rows import (
 )
 from antiphon.stage1.metrics import DuplexMetrics
 from antiphon.stage1.service import Emit, SessionFactory
-from antiphon.v1 import stage_pb2 as pb
 
 log = logging.getLogger(__name__)
 
