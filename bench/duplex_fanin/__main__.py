@@ -21,6 +21,7 @@ from bench.duplex.clients import FRAME_S, Schedule, run_clients
 from bench.duplex.levels import COUNTERS, GAP_P99_MS, STEP_HISTOGRAM, summarize_clients
 from bench.duplex.workers import STAGE0, STAGE1, WorkerProcess, worker_env, worker_profile
 from bench.lib.machine import device_name, free_ports, now, version
+from bench.lib.procstats import ProcSampler
 from bench.lib.prometheus import metric_sum, scrape, step_window
 from bench.lib.results import RESULTS, git_commit, write_json
 
@@ -109,21 +110,25 @@ def run_level(
     stage1: list[str],
     metrics_port: int,
     sessions: int,
+    pids: dict[str, int],
 ) -> dict[str, Any]:
     start = now() + 1.0 + sessions * 0.01
     sched = Schedule(start, start + args.warmup_s, start + args.warmup_s + args.window_s)
-    marks: dict[str, dict[str, float]] = {}
+    marks: dict[str, Any] = {}
+    # Each worker's process tree (a stepper and its front ends): its CPU over the window.
+    sampler = ProcSampler(pids).start()
 
     def at_window() -> None:
         time.sleep(max(0.0, sched.window_start - now()))
-        marks["before"] = scrape([metrics_port])
+        marks["before"], marks["cpu"] = scrape([metrics_port]), sampler.mark()
         time.sleep(max(0.0, sched.end - now()))
-        marks["after"] = scrape([metrics_port])
+        marks["after"], marks["cpu"] = scrape([metrics_port]), sampler.usage(marks["cpu"])
 
     timer = threading.Thread(target=at_window, daemon=True)
     timer.start()
     records = run_clients(args, (addresses, stage1), sessions, sched, 24_000)
     timer.join()
+    sampler.stop()
     before, after = marks["before"], marks["after"]
     clients = summarize_clients(records, sched)
     frames = sum(
@@ -146,6 +151,7 @@ def run_level(
             1 for r in records if any(sched.window_start <= t for t in r["frame_times"])
         ),
         "errors": clients["errors"],
+        "cpu_pct": {name: marks["cpu"][name]["cpu_pct"] for name in (*pids, "machine")},
     }
     gaps = [level["frame_gap_ms"]["p99"], *([clients["audio_gap_ms"]["p99"]] if stage1 else [])]
     level["held"] = bool(
@@ -196,7 +202,10 @@ def run_front_ends(
             asyncio.run(ready(stage1_addresses, stage1))
         for sessions in args.levels:
             own_counts = {"front_ends": count} | ({"stage1_front_ends": count1} if stage1 else {})
-            level = own_counts | run_level(args, addresses, stage1_addresses, step_port, sessions)
+            pids = {"stage0": _pid(worker)} | ({"stage1": _pid(stage1)} if stage1 else {})
+            level = own_counts | run_level(
+                args, addresses, stage1_addresses, step_port, sessions, pids
+            )
             result["levels"].append(level)
             write_json(args.out, result)
             print(line(level), flush=True)
@@ -210,6 +219,11 @@ def run_front_ends(
             stage1.stop()
 
 
+def _pid(worker: WorkerProcess) -> int:
+    assert worker.proc is not None
+    return worker.proc.pid
+
+
 def line(lv: dict[str, Any]) -> str:
     s, g, a = lv["step_ms"], lv["frame_gap_ms"], lv["audio_gap_ms"]
     audio = f" audio gap p50/p99 {a['p50']}/{a['p99']} ms," if a else ""
@@ -217,6 +231,7 @@ def line(lv: dict[str, Any]) -> str:
         f"K={run_key(lv)} N={lv['sessions']:>4} step p50/p99 {s['p50']}/{s['p99']} ms,"
         f" late {lv['late_frames']}, gap p50/p99 {g['p50']}/{g['p99']} ms,{audio}"
         f" frames {lv['frames']}/{lv['frames_expected']}, {lv['messages_per_s']} msg/s,"
+        f" CPU % {lv.get('cpu_pct')},"
         f" held {lv['held']} errors {lv['errors'] or '-'}"
     )
 

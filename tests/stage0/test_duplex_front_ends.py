@@ -13,10 +13,8 @@ layout: the first step of its row hears its first frame.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -24,7 +22,6 @@ import grpc
 import pytest
 import torch
 
-from antiphon.common.grpcserver import check_ready
 from antiphon.stage0.backends.moshi.rows import FRAME_BYTES, JitterBuffer
 from antiphon.stage0.backends.moshi.shared_rows import DEPTH, AudioRing, SharedRows, StepSlots
 from antiphon.stage0.duplex_front_ends import check, shares
@@ -130,13 +127,7 @@ def _pod(tmp: Path, front_ends: int, capacity: int) -> Pod:
 
 
 async def _ready(pod: Pod, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    for address in pod.addresses():
-        async with grpc.aio.insecure_channel(address) as channel:
-            while not await check_ready(channel, SERVICE):
-                if pod.proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"{address} not ready:\n{pod.tail()}")
-                await asyncio.sleep(0.2)
+    await pod.ready(SERVICE, timeout_s)
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +259,7 @@ async def test_a_front_end_killed_loses_its_own_sessions_only_and_comes_back(
     for port in (two.metrics_port, two.metrics_port + 1):
         assert scrape([port])["antiphon_stage0_sessions_active"] == 1
     assert scrape([two.metrics_port + 2])["antiphon_stage0_duplex_step_seconds_count"] > 0
-    victim = [pid for pid in two.children("spawn_main") if _listens(int(pid), two.port)]
+    victim = two.listening(two.port)
     assert len(victim) == 1
     os.kill(int(victim[0]), signal.SIGKILL)
     await asyncio.wait_for(tasks[0], 30)
@@ -284,23 +275,6 @@ async def test_a_front_end_killed_loses_its_own_sessions_only_and_comes_back(
     again = Session(first, "again", 3, 4)
     await asyncio.wait_for(again.run(), 60)
     assert again.code == grpc.StatusCode.OK and len(again.frames) == 4
-
-
-def _listens(pid: int, port: int) -> bool:
-    """Whether process `pid` holds the listening socket on `port` (its gRPC server,
-    IPv4 mapped into IPv6 as gRPC binds it)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            if (target := os.readlink(fd)).startswith("socket:["):
-                inodes.add(target[8:-1])
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            listening = fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port
-            if listening and fields[9] in inodes:
-                return True
-    return False
 
 
 @pytest.mark.models

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,14 +21,12 @@ import grpc
 import numpy as np
 import pytest
 
-from antiphon.common.grpcserver import check_ready
 from antiphon.stage1.backends.mimi.shared_rows import RING_FRAMES, CodeRing, SharedRows
 from antiphon.stage1.duplex_front_ends import check, shares
 from antiphon.stage1.settings import Stage1Settings
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
 from bench.lib.prometheus import scrape
-from tests.stage0.test_duplex_front_ends import _listens
 from tests.support.pod import Pod
 
 SERVICE = "antiphon.v1.Stage1Service"
@@ -93,13 +90,7 @@ def _pod(tmp: Path, front_ends: int, capacity: int) -> Pod:
 
 
 async def _ready(pod: Pod, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    for address in pod.addresses():
-        async with grpc.aio.insecure_channel(address) as channel:
-            while not await check_ready(channel, SERVICE):
-                if pod.proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"{address} not ready:\n{pod.tail()}")
-                await asyncio.sleep(0.2)
+    await pod.ready(SERVICE, timeout_s)
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +220,7 @@ async def test_a_front_end_killed_loses_its_own_sessions_only_and_comes_back(
         assert seen["antiphon_stage1_sessions_active"] == 1
         assert seen["antiphon_stage1_duplex_rows_active"] == 1
     assert scrape([two.metrics_port + 2])["antiphon_stage1_duplex_step_seconds_count"] > 0
-    victim = [pid for pid in two.children("spawn_main") if _listens(int(pid), two.port)]
+    victim = two.listening(two.port)
     assert len(victim) == 1
     os.kill(int(victim[0]), signal.SIGKILL)
     await asyncio.wait_for(tasks[0], 30)
