@@ -151,7 +151,8 @@ def run_level(
             1 for r in records if any(sched.window_start <= t for t in r["frame_times"])
         ),
         "errors": clients["errors"],
-        "cpu_pct": {name: marks["cpu"][name]["cpu_pct"] for name in (*pids, "machine")},
+        # `others`: the clients (and anything else on the machine).
+        "cpu_pct": {name: marks["cpu"][name]["cpu_pct"] for name in (*pids, "others", "machine")},
     }
     gaps = [level["frame_gap_ms"]["p99"], *([clients["audio_gap_ms"]["p99"]] if stage1 else [])]
     level["held"] = bool(
