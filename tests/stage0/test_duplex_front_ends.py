@@ -30,7 +30,7 @@ from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
 from bench.lib.prometheus import scrape
 from tests.stage0.duplex_reference import SEED, reference, tiny_parts, voice
-from tests.support.pod import Pod
+from tests.support.pod import Pod, duplex_pod
 
 SERVICE = "antiphon.v1.Stage0Service"
 Frames = list[tuple[str, list[int]]]
@@ -112,18 +112,10 @@ def _pod(tmp: Path, front_ends: int, capacity: int) -> Pod:
         "ANTIPHON_DUPLEX_TEMPERATURE": "0",
         "ANTIPHON_DUPLEX_TEXT_TEMPERATURE": "0",
         "ANTIPHON_DUPLEX_JITTER_MS": "20000",
-        "ANTIPHON_DUPLEX_FRONT_ENDS": str(front_ends),
         "ANTIPHON_CAPACITY": str(capacity),
         "NO_TORCH_COMPILE": "1",
     }
-    return Pod(
-        "stage0",
-        front_ends,
-        "",
-        tmp / f"stage0-{front_ends}.log",
-        env,
-        metrics_ports=front_ends + (front_ends > 1),
-    )
+    return duplex_pod("stage0", tmp, front_ends, env)
 
 
 async def _ready(pod: Pod, timeout_s: float = 120) -> None:

@@ -27,7 +27,7 @@ from antiphon.stage1.settings import Stage1Settings
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
 from bench.lib.prometheus import scrape
-from tests.support.pod import Pod
+from tests.support.pod import Pod, duplex_pod
 
 SERVICE = "antiphon.v1.Stage1Service"
 CODEBOOKS = 8
@@ -75,18 +75,10 @@ def _pod(tmp: Path, front_ends: int, capacity: int) -> Pod:
     env = {
         "ANTIPHON_BACKEND": "mimi",
         "ANTIPHON_DUPLEX_CHECKPOINT": "random:tiny",
-        "ANTIPHON_DUPLEX_FRONT_ENDS": str(front_ends),
         "ANTIPHON_CAPACITY": str(capacity),
         "NO_TORCH_COMPILE": "1",
     }
-    return Pod(
-        "stage1",
-        front_ends,
-        "",
-        tmp / f"stage1-{front_ends}.log",
-        env,
-        metrics_ports=front_ends + (front_ends > 1),
-    )
+    return duplex_pod("stage1", tmp, front_ends, env)
 
 
 async def _ready(pod: Pod, timeout_s: float = 120) -> None:

@@ -138,6 +138,14 @@ class Pod:
         self._log.close()
 
 
+def duplex_pod(tier: str, tmp: Path, front_ends: int, env: dict[str, str]) -> Pod:
+    """A duplex worker of `tier` (`duplex_front_ends`: `front_ends`), no
+    registry; above one front end its stepper's metrics port follows theirs."""
+    own = env | {"ANTIPHON_DUPLEX_FRONT_ENDS": str(front_ends)}
+    log = tmp / f"{tier}-{front_ends}.log"
+    return Pod(tier, front_ends, "", log, own, metrics_ports=front_ends + (front_ends > 1))
+
+
 def listens(pid: int, port: int) -> bool:
     """Whether process `pid` holds the listening socket on `port` (its gRPC server,
     IPv4 mapped into IPv6 as gRPC binds it)."""

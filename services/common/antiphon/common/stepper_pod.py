@@ -22,8 +22,9 @@ import logging
 import multiprocessing
 import queue
 import signal
+import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from multiprocessing.connection import Connection
 from typing import Any, Generic, Protocol, TypeVar
@@ -68,11 +69,42 @@ class Stepper(Protocol[In]):
 OpenStepper = Callable[[Callable[[str], None]], AbstractAsyncContextManager[Stepper[Any]]]
 
 
+class Shared(Protocol):
+    """The shared memory the stage laid out (the stepper's: it unlinks it)."""
+
+    def close(self, *, unlink: bool = False) -> None: ...
+
+
+def check(count: int, backend: str, stepping: str, other: tuple[str, int], capacity: int) -> None:
+    """Refuse, before anything starts, `count` front ends that cannot serve: a
+    backend other than the one with a stepper (`stepping`), the stage's
+    `other` split of its pod above 1 too, or too little capacity to share."""
+    if backend != stepping:
+        raise SystemExit(
+            f"duplex_front_ends={count} shares a duplex stepper; the {backend!r} "
+            "backend has none (set duplex_front_ends=1)"
+        )
+    if other[1] > 1:
+        raise SystemExit(f"duplex_front_ends and {other[0]} cannot both be above 1")
+    pod.check_shares(capacity, count, "front ends")
+
+
+def supervise(pod_run: Coroutine[Any, Any, str | None]) -> None:
+    """Run the pod (`run`, through the stage's layout): return after SIGTERM or
+    SIGINT, exit non-zero when the stepper failed."""
+    failure = asyncio.run(pod_run)
+    if failure is not None:
+        sys.exit(f"the duplex stepper stopped: {failure}")
+
+
 async def run(
-    front_ends: Sequence[FrontEndProcess[Any]], open_stepper: OpenStepper, grace_s: float
+    front_ends: Sequence[FrontEndProcess[Any]],
+    open_stepper: OpenStepper,
+    shared: Shared,
+    grace_s: float,
 ) -> str | None:
     """The front ends and the stepper, until SIGTERM or SIGINT (then None) or
-    until the stepper fails (then why)."""
+    until the stepper fails (then why); then the shared memory goes."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     failure: list[str] = []
@@ -98,6 +130,7 @@ async def run(
                 await _stop(front_ends, grace_s)
     finally:
         await _stop(front_ends, grace_s)
+        shared.close(unlink=True)
     return failure[0] if failure else None
 
 

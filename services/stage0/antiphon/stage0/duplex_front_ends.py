@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -55,14 +54,8 @@ Serve = Callable[..., Coroutine[Any, Any, None]]
 def check(settings: Stage0Settings) -> None:
     """Refuse, before anything starts, a layout that cannot serve."""
     count = settings.duplex_front_ends
-    if settings.backend != "moshi":
-        raise SystemExit(
-            f"duplex_front_ends={count} shares a duplex stepper; the {settings.backend!r} "
-            "backend has none (set duplex_front_ends=1)"
-        )
-    if settings.llm_front_ends > 1:
-        raise SystemExit("duplex_front_ends and llm_front_ends cannot both be above 1")
-    pod.check_shares(settings.capacity, count, "front ends")
+    other = ("llm_front_ends", settings.llm_front_ends)
+    stepper_pod.check(count, settings.backend, "moshi", other, settings.capacity)
 
 
 def shares(settings: Stage0Settings) -> list[tuple[Stage0Settings, range]]:
@@ -74,9 +67,7 @@ def supervise(settings: Stage0Settings, serve: Serve) -> None:
     """The stepper and its front ends, until SIGTERM or SIGINT (then return),
     or until the model fails (then exit non-zero)."""
     check(settings)
-    failure = asyncio.run(_run(settings, serve))
-    if failure is not None:
-        sys.exit(f"the duplex stepper stopped: {failure}")
+    stepper_pod.supervise(_run(settings, serve))
 
 
 async def _run(settings: Stage0Settings, serve: Serve) -> str | None:
@@ -117,10 +108,8 @@ async def _run(settings: Stage0Settings, serve: Serve) -> str | None:
         finally:
             await clock.close()
 
-    try:
-        return await stepper_pod.run(front_ends, open_stepper, settings.shutdown_grace_s + CLOSE_S)
-    finally:
-        shared.close(unlink=True)
+    grace_s = settings.shutdown_grace_s + CLOSE_S
+    return await stepper_pod.run(front_ends, open_stepper, shared, grace_s)
 
 
 def run_front_end(settings: Stage0Settings, serve: Serve, link: StepperLink) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -51,14 +50,8 @@ POLL_S = 0.001
 def check(settings: Stage1Settings) -> None:
     """Refuse, before anything starts, a layout that cannot serve."""
     count = settings.duplex_front_ends
-    if settings.backend != "mimi":
-        raise SystemExit(
-            f"duplex_front_ends={count} shares a duplex stepper; the {settings.backend!r} "
-            "backend has none (set duplex_front_ends=1)"
-        )
-    if settings.worker_processes > 1:
-        raise SystemExit("duplex_front_ends and worker_processes cannot both be above 1")
-    pod.check_shares(settings.capacity, count, "front ends")
+    other = ("worker_processes", settings.worker_processes)
+    stepper_pod.check(count, settings.backend, "mimi", other, settings.capacity)
 
 
 def shares(settings: Stage1Settings) -> list[tuple[Stage1Settings, range]]:
@@ -70,9 +63,7 @@ def supervise(settings: Stage1Settings, serve: Serve) -> None:
     """The stepper and its front ends, until SIGTERM or SIGINT (then return),
     or until the decoder fails (then exit non-zero)."""
     check(settings)
-    failure = asyncio.run(_run(settings, serve))
-    if failure is not None:
-        sys.exit(f"the duplex stepper stopped: {failure}")
+    stepper_pod.supervise(_run(settings, serve))
 
 
 async def _run(settings: Stage1Settings, serve: Serve) -> str | None:
@@ -116,10 +107,8 @@ async def _run(settings: Stage1Settings, serve: Serve) -> str | None:
         finally:
             await lockstep.close()
 
-    try:
-        return await stepper_pod.run(front_ends, open_stepper, settings.shutdown_grace_s + CLOSE_S)
-    finally:
-        shared.close(unlink=True)
+    grace_s = settings.shutdown_grace_s + CLOSE_S
+    return await stepper_pod.run(front_ends, open_stepper, shared, grace_s)
 
 
 def run_front_end(settings: Stage1Settings, serve: Serve, link: StepperLink) -> None:

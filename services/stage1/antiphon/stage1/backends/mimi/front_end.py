@@ -20,7 +20,6 @@ streams end UNAVAILABLE and the session service binds them elsewhere.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import logging
@@ -31,10 +30,11 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from antiphon.common.stepper_messages import Failed, Ready, Stepped
+from antiphon.common.stepper_messages import Stepped
+from antiphon.common.stepper_pipe import StepperPipe
 from antiphon.stage1.backends import Backend, BackendContext
 from antiphon.stage1.backends.mimi.backend import CAPABILITIES
-from antiphon.stage1.backends.mimi.crossing import Free, Hold, ToFrontEnd, ToStepper, Wake
+from antiphon.stage1.backends.mimi.crossing import Free, Hold, ToStepper, Wake
 from antiphon.stage1.backends.mimi.lockstep import DecodeRow
 from antiphon.stage1.backends.mimi.session import MimiSession
 from antiphon.stage1.backends.mimi.shared_rows import (
@@ -48,10 +48,6 @@ from antiphon.stage1.metrics import DuplexMetrics
 from antiphon.stage1.service import Emit, SessionFactory
 
 log = logging.getLogger(__name__)
-
-# After telling its sessions the stepper is gone, the moment their streams get
-# to send it before the front end stops.
-FLUSH_S = 0.2
 
 
 @dataclass
@@ -93,21 +89,17 @@ class FrontEndDecoder:
     def __init__(
         self, link: StepperLink, metrics: DuplexMetrics, on_failure: Callable[[], None]
     ) -> None:
-        self._conn = link.conn
         self._shared = SharedRows.attach(link.layout)
         self._rings = {row: CodeRing(self._shared, row) for row in link.rows}
         # A stack: a new session takes the row freed last.
         self._free = list(reversed(link.rows))
         self._metrics = metrics
-        self._on_failure = on_failure
         self._held: dict[int, _Held] = {}
-        self._emits: dict[int, Emit] = {}
         # Tokens unlike a predecessor's (a front end restarted on the same rows).
         self._tokens = itertools.count(os.getpid() << 24)
         self._woken = False
-        self.ready = asyncio.Event()
-        self.lost: str | None = None
-        asyncio.get_running_loop().add_reader(self._conn.fileno(), self._readable)
+        self._pipe = StepperPipe(link.conn, self._take, self._tell, on_failure)
+        self.ready = self._pipe.ready
 
     # ------------------------------------------------------- session.Decoder
     @property
@@ -119,7 +111,7 @@ class FrontEndDecoder:
         return int(self._shared.model[CARDINALITY])
 
     def acquire(self, row: DecodeRow) -> int | None:
-        if not self._free or self.lost is not None:
+        if not self._free or self._pipe.lost is not None:
             return None
         # Its sessions are MimiSessions (StepperLink.open): what comes back goes to them.
         assert isinstance(row, MimiSession)
@@ -148,30 +140,15 @@ class FrontEndDecoder:
         self._metrics.frames.labels(sent="dropped").inc()
 
     def _send(self, message: ToStepper) -> None:
-        if self.lost is None:
-            self._conn.send(message)
+        self._pipe.send(message)
 
     def close(self) -> None:
-        with contextlib.suppress(ValueError, OSError):
-            asyncio.get_running_loop().remove_reader(self._conn.fileno())
-        self._conn.close()
+        self._pipe.close()
         self._shared.close()
 
     # ------------------------------------------------------- from the stepper
-    def _readable(self) -> None:
-        try:
-            while self._conn.poll():
-                self._take(self._conn.recv())
-        except (EOFError, OSError):
-            self._lose("the duplex stepper is gone")
-
-    def _take(self, message: ToFrontEnd) -> None:
-        if isinstance(message, Stepped):
-            self._stepped(message.step)
-        elif isinstance(message, Ready):
-            self.ready.set()
-        elif isinstance(message, Failed):
-            self._lose(message.message)
+    def _take(self, message: Stepped) -> None:
+        self._stepped(message.step)
 
     def _stepped(self, step: int) -> None:
         self._woken = False
@@ -194,12 +171,6 @@ class FrontEndDecoder:
             self._woken = True
             self._send(Wake())
 
-    def _lose(self, reason: str) -> None:
-        if self.lost is not None:
-            return
-        self.lost = reason
-        log.error("duplex stepper lost; the front end stops", extra={"reason": reason})
-        asyncio.get_running_loop().remove_reader(self._conn.fileno())
+    def _tell(self, reason: str) -> None:
         for held in self._held.values():
             held.session.engine_lost(reason)
-        asyncio.get_running_loop().call_later(FLUSH_S, self._on_failure)
