@@ -15,12 +15,27 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from antiphon.common.stepper_messages import Failed, Ready
 
 log = logging.getLogger(__name__)
+
+LayoutT = TypeVar("LayoutT")
+
+
+@dataclass(frozen=True)
+class Link(Generic[LayoutT]):
+    """What a front end's process is given to reach its stepper: the pipe, the
+    shared memory's layout (the stage's), and the rows that are its own. Each
+    stage's link adds how its worker is built on it."""
+
+    conn: Connection
+    layout: LayoutT
+    rows: range
+
 
 # After telling its sessions the stepper is gone, the moment their streams get
 # to send it before the front end stops.

@@ -20,11 +20,9 @@ import itertools
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
 
 from antiphon.common.outbox import Merge
-from antiphon.common.stepper_pipe import StepperPipe
+from antiphon.common.stepper_pipe import Link, StepperPipe
 from antiphon.stage0.backends.moshi.crossing import (
     Events,
     Release,
@@ -38,14 +36,9 @@ from antiphon.v1 import stage_pb2 as pb
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class StepperLink:
-    """What a front end's process is given to reach its stepper: the pipe, the
-    shared memory, and the rows that are its own."""
-
-    conn: Connection
-    layout: Layout
-    rows: range
+class StepperLink(Link[Layout]):
+    """A front end's link to its stepper (common/stepper_pipe.Link), and its
+    worker's engines on it."""
 
     async def load(
         self,

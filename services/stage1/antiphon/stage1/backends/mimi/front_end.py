@@ -26,12 +26,11 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 
 import numpy as np
 
 from antiphon.common.stepper_messages import Stepped
-from antiphon.common.stepper_pipe import StepperPipe
+from antiphon.common.stepper_pipe import Link, StepperPipe
 from antiphon.stage1.backends import Backend, BackendContext
 from antiphon.stage1.backends.mimi.backend import CAPABILITIES
 from antiphon.stage1.backends.mimi.crossing import Free, Hold, ToStepper, Wake
@@ -58,14 +57,9 @@ class _Held:
     next: int
 
 
-@dataclass(frozen=True)
-class StepperLink:
-    """What a front end's process is given to reach its stepper: the pipe, the
-    shared memory, and the rows that are its own."""
-
-    conn: Connection
-    layout: Layout
-    rows: range
+class StepperLink(Link[Layout]):
+    """A front end's link to its stepper (common/stepper_pipe.Link), and its
+    worker's backend on it."""
 
     def backend(self) -> Backend:
         return Backend(capabilities=CAPABILITIES, open=self.open)
