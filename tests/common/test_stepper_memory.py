@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from antiphon.common import slot_ring
-from antiphon.common.shared_block import SharedBlock
+from antiphon.common.shared_block import Section, SharedBlock
 from antiphon.common.slot_ring import SlotRing
 
 
 def test_a_block_attached_by_name_shares_its_sections_and_its_creator_unlinks_it() -> None:
-    sections = [(np.int64, (2, 3)), (np.uint8, (5,))]
+    sections: list[Section] = [(np.int64, (2, 3)), (np.uint8, (5,))]
     block = SharedBlock.create(sections)
     other = SharedBlock.attach(block.name, sections)
     block.views[0][1, 2] = 7

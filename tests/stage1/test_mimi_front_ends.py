@@ -27,7 +27,7 @@ from antiphon.stage1.settings import Stage1Settings
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
 from bench.lib.prometheus import scrape
-from tests.support.pod import Pod, duplex_pod
+from tests.support.pod import Pod, duplex_pod, one_and_two
 
 SERVICE = "antiphon.v1.Stage1Service"
 CODEBOOKS = 8
@@ -71,32 +71,21 @@ def test_a_row_of_codes_in_shared_memory_goes_round_its_ring_in_order() -> None:
 
 
 # ---------------------------------------------------------------- real processes
-def _pod(tmp: Path, front_ends: int, capacity: int) -> Pod:
-    env = {
+def _env(capacity: int) -> dict[str, str]:
+    return {
         "ANTIPHON_BACKEND": "mimi",
         "ANTIPHON_DUPLEX_CHECKPOINT": "random:tiny",
         "ANTIPHON_CAPACITY": str(capacity),
         "NO_TORCH_COMPILE": "1",
     }
-    return duplex_pod("stage1", tmp, front_ends, env)
-
-
-async def _ready(pod: Pod, timeout_s: float = 120) -> None:
-    await pod.ready(SERVICE, timeout_s)
 
 
 @pytest.fixture(scope="module")
 def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pod, Pod]]:
     """The same worker twice: one process, and a stepper with two front ends."""
     tmp = tmp_path_factory.mktemp("mimi-front-ends")
-    one, two = _pod(tmp, 1, 4), _pod(tmp, 2, 4)
-    try:
-        asyncio.run(_ready(one))
-        asyncio.run(_ready(two))
-        yield one, two
-    finally:
-        one.kill()
-        two.kill()
+    with one_and_two("stage1", tmp, _env(4), SERVICE) as pods:
+        yield pods
 
 
 class Session:
@@ -222,7 +211,7 @@ async def test_a_front_end_killed_loses_its_own_sessions_only_and_comes_back(
     # The other front end's session went on, frame after frame.
     assert kept.code == grpc.StatusCode.OK and len(kept.pcm) == 40 > at
     # Started again on its port and rows: it serves a new session.
-    await _ready(two, timeout_s=60)
+    await two.ready(SERVICE, timeout_s=60)
     again = Session(first, 7, 4)
     await asyncio.wait_for(again.run(), 60)
     assert again.code == grpc.StatusCode.OK and len(again.pcm) == 4
@@ -241,9 +230,9 @@ async def test_sigterm_drains_the_front_ends_then_the_stepper_stops(
 
 @pytest.mark.models
 async def test_the_stepper_killed_ends_every_stream_unavailable(tmp_path: Path) -> None:
-    pod = _pod(tmp_path, 2, 2)
+    pod = duplex_pod("stage1", tmp_path, 2, _env(2))
     try:
-        await _ready(pod)
+        await pod.ready(SERVICE)
         sessions = [Session(a, 10 + k, 1000, 0.05) for k, a in enumerate(pod.addresses())]
         tasks = [asyncio.create_task(s.run()) for s in sessions]
         await asyncio.gather(*(s.has(2) for s in sessions))

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -144,6 +145,22 @@ def duplex_pod(tier: str, tmp: Path, front_ends: int, env: dict[str, str]) -> Po
     own = env | {"ANTIPHON_DUPLEX_FRONT_ENDS": str(front_ends)}
     log = tmp / f"{tier}-{front_ends}.log"
     return Pod(tier, front_ends, "", log, own, metrics_ports=front_ends + (front_ends > 1))
+
+
+@contextlib.contextmanager
+def one_and_two(
+    tier: str, tmp: Path, env: dict[str, str], service: str
+) -> Iterator[tuple[Pod, Pod]]:
+    """The same duplex worker twice, ready: one process, and a stepper with
+    two front ends."""
+    one, two = duplex_pod(tier, tmp, 1, env), duplex_pod(tier, tmp, 2, env)
+    try:
+        asyncio.run(one.ready(service))
+        asyncio.run(two.ready(service))
+        yield one, two
+    finally:
+        one.kill()
+        two.kill()
 
 
 def listens(pid: int, port: int) -> bool:
