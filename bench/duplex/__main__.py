@@ -46,6 +46,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1,
         help="duplex_front_ends of the stage0 worker: sessions spread over them",
     )
+    ap.add_argument(
+        "--stage1-front-ends",
+        type=int,
+        default=1,
+        help="duplex_front_ends of the stage1 worker: sessions spread over them",
+    )
     ap.add_argument("--levels", type=ints, default=[1, 16, 32, 64, 96, 128])
     ap.add_argument("--warmup-s", type=float, default=2.0)
     ap.add_argument("--window-s", type=float, default=10.0)

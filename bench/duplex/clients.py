@@ -156,28 +156,37 @@ async def run_session(
                 await task
 
 
-Addresses = tuple[Sequence[str], str | None]
+# stage0's addresses, and stage1's (none: no stage1); several are a worker's
+# front ends (duplex_front_ends).
+Addresses = tuple[Sequence[str], Sequence[str]]
 
 
 async def drive(
     addresses: Addresses, indexes: list[int], sessions: int, sched: Schedule, rate: int
 ) -> list[dict[str, Any]]:
     """This process's sessions, each at its own phase of the 80 ms period;
-    session i on stage0 address i mod their count (a worker's front ends)."""
+    session i on stage0 address i mod their count (a worker's front ends), and
+    on stage1's the same way."""
     pcm = speech_loop(rate)
     options = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
     per = max(1, math.ceil(len(indexes) / STREAMS_PER_CHANNEL))
     stage0, stage1 = addresses
     channels = [
         [grpc.aio.insecure_channel(a, options=options) for _ in range(per)]
-        for a in (*stage0, *([stage1] if stage1 else []))
+        for a in (*stage0, *stage1)
     ]
     records = [SessionRecord(i) for i in indexes]
 
     async def one(k: int, rec: SessionRecord) -> None:
         stubs = (
             stage_pb2_grpc.Stage0ServiceStub(channels[rec.index % len(stage0)][k % per]),
-            stage_pb2_grpc.Stage1ServiceStub(channels[-1][k % per]) if stage1 else None,
+            (
+                stage_pb2_grpc.Stage1ServiceStub(
+                    channels[len(stage0) + rec.index % len(stage1)][k % per]
+                )
+                if stage1
+                else None
+            ),
         )
         try:
             await run_session(stubs, rec, sched, pcm, rate, FRAME_S * rec.index / sessions)

@@ -28,7 +28,6 @@ from bench.duplex.workers import (
 )
 from bench.lib.machine import (
     MemoryPeaks,
-    free_port,
     free_ports,
     gpu_memory_by_pid,
     gpu_query,
@@ -109,7 +108,8 @@ def run_level(
     with MemoryPeaks() as gpu:
         timer.start()
         stage0_addresses = [shifted(stage0.address, i) for i in range(args.front_ends)]
-        records = run_clients(args, (stage0_addresses, stage1.address), sessions, sched, rate)
+        stage1_addresses = [shifted(stage1.address, i) for i in range(args.stage1_front_ends)]
+        records = run_clients(args, (stage0_addresses, stage1_addresses), sessions, sched, rate)
         timer.join()
     sampler.stop()
     (s0_before, s1_before, _), (s0_after, s1_after, gpu_pids) = marks["before"], marks["after"]
@@ -141,12 +141,15 @@ def run_level(
 
 
 def run_worker_levels(args: argparse.Namespace, result: dict[str, Any], deadline: float) -> None:
-    ports = {k: free_port() for k in ("stage1", "stage1_metrics")}
-    # With front ends (duplex_front_ends), theirs are consecutive, and the
-    # stepper's metrics (the step histogram) follow theirs.
-    ports["stage0"] = free_ports(args.front_ends)
+    # With front ends (either stage's duplex_front_ends), theirs are
+    # consecutive, and the stepper's metrics (the step histogram) follow theirs.
+    ports = {"stage0": free_ports(args.front_ends), "stage1": free_ports(args.stage1_front_ends)}
     ports["stage0_metrics"] = free_ports(args.front_ends + 1)
+    ports["stage1_metrics"] = free_ports(args.stage1_front_ends + 1)
     step_metrics = ports["stage0_metrics"] + (args.front_ends if args.front_ends > 1 else 0)
+    stage1_step_metrics = ports["stage1_metrics"] + (
+        args.stage1_front_ends if args.stage1_front_ends > 1 else 0
+    )
     profile = worker_profile(args, ports)
     result["worker_profile"] = profile
     result["settings_unknown_to_workers"] = unknown_settings(profile)
@@ -155,7 +158,7 @@ def run_worker_levels(args: argparse.Namespace, result: dict[str, Any], deadline
     env = worker_env(args, profile_path)
     workers = [
         WorkerProcess(*STAGE0, f"127.0.0.1:{ports['stage0']}", step_metrics),
-        WorkerProcess(*STAGE1, f"127.0.0.1:{ports['stage1']}", ports["stage1_metrics"]),
+        WorkerProcess(*STAGE1, f"127.0.0.1:{ports['stage1']}", stage1_step_metrics),
     ]
     try:
         for w, name in zip(workers, ("stage0", "stage1"), strict=True):

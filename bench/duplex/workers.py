@@ -56,6 +56,7 @@ def worker_profile(args: argparse.Namespace, ports: dict[str, int]) -> dict[str,
         "duplex_threads": args.threads,
         "output_rate": OUTPUT_RATE,
         "capacity": capacity,
+        "duplex_front_ends": args.stage1_front_ends,
     }
     if args.torch_compile:
         stage0["duplex_compile"] = stage1["duplex_compile"] = True

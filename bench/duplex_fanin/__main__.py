@@ -21,6 +21,7 @@ from bench.duplex.clients import FRAME_S, Schedule, run_clients
 from bench.duplex.levels import COUNTERS, GAP_P99_MS, STEP_HISTOGRAM, summarize_clients
 from bench.duplex.workers import STAGE0, STAGE1, WorkerProcess, worker_env, worker_profile
 from bench.lib.machine import device_name, free_ports, now, version
+from bench.lib.procstats import ProcSampler
 from bench.lib.prometheus import metric_sum, scrape, step_window
 from bench.lib.results import RESULTS, git_commit, write_json
 
@@ -54,6 +55,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         " every frame forwarded to it, its audio gap measured",
     )
     ap.add_argument("--stage1-step-ms", type=float, default=10.0)
+    ap.add_argument(
+        "--stage1-front-ends",
+        dest="stage1_counts",
+        type=ints,
+        default=[1],
+        help="with --stage1: its duplex_front_ends, each in turn (behind each --front-ends)",
+    )
     ap.add_argument("--warmup-s", type=float, default=2.0)
     ap.add_argument("--window-s", type=float, default=8.0)
     ap.add_argument("--client-procs", type=int, default=1)
@@ -68,16 +76,20 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # What bench/duplex's worker profile reads: the CPU, float32, moshi's own cache.
     fixed: dict[str, Any] = {"device": "cpu", "dtype": "float32", "threads": 1}
     fixed |= {"kv_cache": "model", "context": None, "torch_compile": False, "stage1_set": []}
-    fixed |= {"front_ends": 1}  # bench/duplex's own; the profile's is set per count
+    # bench/duplex's own; the profile's are set per count
+    fixed |= {"front_ends": 1, "stage1_front_ends": 1}
     for key, value in fixed.items():
         setattr(args, key, value)
     return args
 
 
-def profile(args: argparse.Namespace, front_ends: int, ports: dict[str, int]) -> dict[str, Any]:
-    """bench/duplex's profile with K stage0 front ends."""
+def profile(
+    args: argparse.Namespace, front_ends: int, stage1_front_ends: int, ports: dict[str, int]
+) -> dict[str, Any]:
+    """bench/duplex's profile with K stage0 front ends and K1 stage1 ones."""
     full = worker_profile(args, ports)
     full["stage0"]["duplex_front_ends"] = front_ends
+    full["stage1"]["duplex_front_ends"] = stage1_front_ends
     return full
 
 
@@ -95,24 +107,28 @@ async def ready(addresses: Sequence[str], worker: WorkerProcess) -> None:
 def run_level(
     args: argparse.Namespace,
     addresses: list[str],
-    stage1: str | None,
+    stage1: list[str],
     metrics_port: int,
     sessions: int,
+    pids: dict[str, int],
 ) -> dict[str, Any]:
     start = now() + 1.0 + sessions * 0.01
     sched = Schedule(start, start + args.warmup_s, start + args.warmup_s + args.window_s)
-    marks: dict[str, dict[str, float]] = {}
+    marks: dict[str, Any] = {}
+    # Each worker's process tree (a stepper and its front ends): its CPU over the window.
+    sampler = ProcSampler(pids).start()
 
     def at_window() -> None:
         time.sleep(max(0.0, sched.window_start - now()))
-        marks["before"] = scrape([metrics_port])
+        marks["before"], marks["cpu"] = scrape([metrics_port]), sampler.mark()
         time.sleep(max(0.0, sched.end - now()))
-        marks["after"] = scrape([metrics_port])
+        marks["after"], marks["cpu"] = scrape([metrics_port]), sampler.usage(marks["cpu"])
 
     timer = threading.Thread(target=at_window, daemon=True)
     timer.start()
     records = run_clients(args, (addresses, stage1), sessions, sched, 24_000)
     timer.join()
+    sampler.stop()
     before, after = marks["before"], marks["after"]
     clients = summarize_clients(records, sched)
     frames = sum(
@@ -135,6 +151,8 @@ def run_level(
             1 for r in records if any(sched.window_start <= t for t in r["frame_times"])
         ),
         "errors": clients["errors"],
+        # `others`: the clients (and anything else on the machine).
+        "cpu_pct": {name: marks["cpu"][name]["cpu_pct"] for name in (*pids, "others", "machine")},
     }
     gaps = [level["frame_gap_ms"]["p99"], *([clients["audio_gap_ms"]["p99"]] if stage1 else [])]
     level["held"] = bool(
@@ -146,16 +164,20 @@ def run_level(
     return level
 
 
-def run_front_ends(args: argparse.Namespace, count: int, result: dict[str, Any]) -> None:
+def run_front_ends(
+    args: argparse.Namespace, count: int, count1: int, result: dict[str, Any]
+) -> None:
+    """Every level with K=`count` stage0 front ends (and K1=`count1` stage1 ones)."""
     capacity = max(args.levels)
     listen, metrics = free_ports(count), free_ports(count + 1)
     ports = {"stage0": listen, "stage0_metrics": metrics}
-    ports |= {"stage1": free_ports(1), "stage1_metrics": free_ports(1)}
+    ports |= {"stage1": free_ports(count1), "stage1_metrics": free_ports(count1 + 1)}
     args.levels = [capacity]  # the profile's capacity
-    own = profile(args, count, ports)
+    own = profile(args, count, count1, ports)
     args.levels = result["settings"]["levels"]
     # The profile and the worker's log are the run's, not results to keep.
-    path = args.work / f"k{count}-profile.json"
+    run = f"k{count}-{count1}" if args.stage1 else f"k{count}"
+    path = args.work / f"{run}-profile.json"
     path.write_text(json.dumps(own, indent=2) + "\n")  # YAML reads JSON
     addresses = [f"127.0.0.1:{listen + i}" for i in range(count)]
     # The step's metrics: the stepper's, after its front ends' ports.
@@ -163,23 +185,27 @@ def run_front_ends(args: argparse.Namespace, count: int, result: dict[str, Any])
     module = "bench.duplex_fanin.cheap_step" if args.step_ms else STAGE0[0]
     worker = WorkerProcess(module, STAGE0[1], addresses[0], metrics)
     env = worker_env(args, path) | {"BENCH_STEP_MS": str(args.step_ms)}
-    worker.start(env, args.work / f"k{count}.log")
+    worker.start(env, args.work / f"{run}.log")
     stage1: WorkerProcess | None = None
+    stage1_addresses: list[str] = []
     if args.stage1:
-        address = f"127.0.0.1:{ports['stage1']}"
+        stage1_addresses = [f"127.0.0.1:{ports['stage1'] + i}" for i in range(count1)]
+        stage1_step = ports["stage1_metrics"] + (count1 if count1 > 1 else 0)
         stage1 = WorkerProcess(
-            "bench.duplex_fanin.cheap_step", STAGE1[1], address, ports["stage1_metrics"]
+            "bench.duplex_fanin.cheap_step", STAGE1[1], stage1_addresses[0], stage1_step
         )
         env1 = env | {"BENCH_STAGE": "stage1", "BENCH_STEP_MS": str(args.stage1_step_ms)}
-        stage1.start(env1, args.work / f"k{count}-stage1.log")
+        stage1.start(env1, args.work / f"{run}-stage1.log")
     failures = 0
     try:
         asyncio.run(ready(addresses, worker))
         if stage1 is not None:
-            asyncio.run(ready([stage1.address], stage1))
+            asyncio.run(ready(stage1_addresses, stage1))
         for sessions in args.levels:
-            level = {"front_ends": count} | run_level(
-                args, addresses, stage1.address if stage1 else None, step_port, sessions
+            own_counts = {"front_ends": count} | ({"stage1_front_ends": count1} if stage1 else {})
+            pids = {"stage0": _pid(worker)} | ({"stage1": _pid(stage1)} if stage1 else {})
+            level = own_counts | run_level(
+                args, addresses, stage1_addresses, step_port, sessions, pids
             )
             result["levels"].append(level)
             write_json(args.out, result)
@@ -194,31 +220,56 @@ def run_front_ends(args: argparse.Namespace, count: int, result: dict[str, Any])
             stage1.stop()
 
 
+def _pid(worker: WorkerProcess) -> int:
+    assert worker.proc is not None
+    return worker.proc.pid
+
+
 def line(lv: dict[str, Any]) -> str:
     s, g, a = lv["step_ms"], lv["frame_gap_ms"], lv["audio_gap_ms"]
     audio = f" audio gap p50/p99 {a['p50']}/{a['p99']} ms," if a else ""
     return (
-        f"K={lv['front_ends']} N={lv['sessions']:>4} step p50/p99 {s['p50']}/{s['p99']} ms,"
+        f"K={run_key(lv)} N={lv['sessions']:>4} step p50/p99 {s['p50']}/{s['p99']} ms,"
         f" late {lv['late_frames']}, gap p50/p99 {g['p50']}/{g['p99']} ms,{audio}"
         f" frames {lv['frames']}/{lv['frames_expected']}, {lv['messages_per_s']} msg/s,"
+        f" CPU % {lv.get('cpu_pct')},"
         f" held {lv['held']} errors {lv['errors'] or '-'}"
     )
 
 
+def run_key(level: dict[str, Any]) -> str:
+    """A run's name: K, or K+K1 with a stage1 of K1 front ends."""
+    stage1 = level.get("stage1_front_ends")
+    return f"{level['front_ends']}" + (f"+{stage1}" if stage1 else "")
+
+
 def table(data: dict[str, Any]) -> str:
+    stage1 = any(lv.get("audio_gap_ms") for lv in data["levels"])
     lines = [
         f"{data['device']}; {data['checkpoint']}, step: {data['step']};"
         f" window {data['settings']['window_s']} s.",
         "",
-        "| K | N | late frames | frame gap p50 / p99 ms | step p50 / p99 ms | messages/s | held |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
+        "| K | "
+        + ("K stage1 | " if stage1 else "")
+        + "N | late frames | frame gap p50 / p99 ms"
+        + (" | audio gap p50 / p99 ms" if stage1 else "")
+        + " | step p50 / p99 ms | messages/s | held |",
+        "| ---: | "
+        + ("---: | " if stage1 else "")
+        + "---: | ---: | ---: | "
+        + ("---: | " if stage1 else "")
+        + "---: | ---: | :---: |",
     ]
     for lv in data["levels"]:
-        s, g = lv["step_ms"], lv["frame_gap_ms"]
+        s, g, a = lv["step_ms"], lv["frame_gap_ms"], lv.get("audio_gap_ms")
+        own = f"| {lv['front_ends']} | "
+        if stage1:
+            own += f"{lv.get('stage1_front_ends', 1)} | "
+        audio = f" | {a['p50']} / {a['p99']}" if stage1 and a else (" | -" if stage1 else "")
         lines.append(
-            f"| {lv['front_ends']} | {lv['sessions']} | {lv['late_frames']}"
-            f" | {g['p50']} / {g['p99']} | {s['p50']} / {s['p99']}"
-            f" | {lv['messages_per_s']} | {'yes' if lv['held'] else 'no'} |"
+            f"{own}{lv['sessions']} | {lv['late_frames']} | {g['p50']} / {g['p99']}{audio}"
+            f" | {s['p50']} / {s['p99']} | {lv['messages_per_s']}"
+            f" | {'yes' if lv['held'] else 'no'} |"
         )
     held = data.get("max_held", {})
     lines += ["", "Most sessions held: " + ", ".join(f"K={k}: {n}" for k, n in held.items())]
@@ -246,13 +297,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "levels": [],
     }
     for count in args.counts:
-        run_front_ends(args, count, result)
+        for count1 in args.stage1_counts if args.stage1 else [1]:
+            run_front_ends(args, count, count1, result)
+    runs = dict.fromkeys(run_key(lv) for lv in result["levels"])
     result["max_held"] = {
-        str(k): max(
-            (lv["sessions"] for lv in result["levels"] if lv["front_ends"] == k and lv["held"]),
+        key: max(
+            (lv["sessions"] for lv in result["levels"] if run_key(lv) == key and lv["held"]),
             default=None,
         )
-        for k in args.counts
+        for key in runs
     }
     write_json(args.out, result)
     print(table(result))

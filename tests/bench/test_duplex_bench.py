@@ -13,6 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = ["--checkpoint", "random:tiny", "--device", "cpu", "--levels", "1,2", "--window-s", "3"]
+# stage1 as a stepper and two front ends (duplex_front_ends): its step histogram
+# is the stepper's, and each session's audio comes from its front end.
+SMOKE += ["--stage1-front-ends", "2"]
 
 pytestmark = pytest.mark.stack
 
@@ -33,6 +36,7 @@ def test_the_smoke_run_writes_every_level_the_reference_and_the_ratio(tmp_path: 
     assert data["torch_device"] == "cpu"
     assert data["settings"]["capacity"] == 2
     assert data["settings"]["window_s"] == 3.0
+    assert data["worker_profile"]["stage1"]["duplex_front_ends"] == 2
     assert data["device"].startswith("CPU")
     assert data["settings_unknown_to_workers"] == {}
     assert data["stage0_info"]["model_native"] is True

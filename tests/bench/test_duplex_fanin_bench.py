@@ -1,6 +1,7 @@
 """`python -m bench.duplex_fanin` end to end on this CPU: the real stage0 worker with two
-front ends (its step a sleep) and a stage1 `mimi` worker, one level of two paced
-sessions; the JSON and the table hold what docs/performance.md reports."""
+front ends (its step a sleep) and a stage1 `mimi` worker with two (its decode a sleep),
+one level of two paced sessions; the JSON and the table hold what docs/performance.md
+reports."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = ["--front-ends", "2", "--levels", "2", "--window-s", "2", "--warmup-s", "1", "--stage1"]
+SMOKE += ["--stage1-front-ends", "2"]
 
 pytestmark = pytest.mark.stack
 
@@ -30,7 +32,7 @@ def test_two_front_ends_serve_paced_sessions_and_the_level_is_reported(tmp_path:
     data = json.loads(out.read_text())
     assert data["step"] == "a sleep of 40.0 ms"
     [level] = data["levels"]
-    assert (level["front_ends"], level["sessions"]) == (2, 2)
+    assert (level["front_ends"], level["stage1_front_ends"], level["sessions"]) == (2, 2, 2)
     assert level["errors"] == {} and level["sessions_streaming"] == 2
     # Both front ends' sessions got frames at the frame rate, and audio back.
     assert level["frames"] >= 0.5 * level["frames_expected"] > 0
@@ -39,4 +41,4 @@ def test_two_front_ends_serve_paced_sessions_and_the_level_is_reported(tmp_path:
     # The stepper's step histogram: the sleep, within its 5 ms buckets.
     assert 35 <= level["step_ms"]["p50"] <= 80
     assert level["messages_per_s"] > 0
-    assert "| 2 | 2 |" in done.stdout
+    assert "| 2 | 2 | 2 |" in done.stdout and data["max_held"].keys() == {"2+2"}

@@ -360,6 +360,49 @@ def test_duplex_front_ends_get_their_ports_and_their_stepper_a_metrics_port(helm
     ]
 
 
+def test_stage1_duplex_front_ends_get_their_ports_a_stepper_port_and_dev_shm(helm: Path) -> None:
+    """A `mimi` stage1 with duplex_front_ends (stage1/duplex_front_ends.py): front
+    end i at port + i and metricsPort + i, the stepper's after theirs, and a
+    memory-backed /dev/shm for the rows they share (none with one process)."""
+    items = manifests(
+        helm,
+        "--set",
+        "profile.stage1.backend=mimi",
+        "--set",
+        "profile.stage1.duplex_front_ends=2",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--api-versions",
+        "monitoring.coreos.com/v1",
+    )
+    name = "rel-antiphon-stage1"
+    deployment = one(items, "Deployment", name)
+    ports = {p["name"]: p["containerPort"] for p in container(deployment)["ports"]}
+    assert ports == {
+        "grpc": 50071,
+        "metrics": 9121,
+        "grpc-1": 50072,
+        "metrics-1": 9122,
+        "metrics-stepper": 9123,
+    }
+    service = {p["name"]: p["port"] for p in one(items, "Service", name)["spec"]["ports"]}
+    assert service == ports
+    scraped = [e["port"] for e in one(items, "ServiceMonitor", name)["spec"]["endpoints"]]
+    assert scraped == ["metrics", "metrics-1", "metrics-stepper"]
+    [shm] = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "dshm"]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "256Mi"}
+    mounts = {m["name"]: m["mountPath"] for m in container(deployment)["volumeMounts"]}
+    assert mounts["dshm"] == "/dev/shm"
+    session = container(one(items, "Deployment", "rel-antiphon-session"))
+    assert yaml.safe_load(env(session)["ANTIPHON_STAGE1_ADDRESSES"]) == [
+        f"{name}:50071",
+        f"{name}:50072",
+    ]
+    alone = one(manifests(helm, "--set", "profile.stage1.backend=mimi"), "Deployment", name)
+    volumes = alone["spec"]["template"]["spec"].get("volumes") or []
+    assert "dshm" not in [v["name"] for v in volumes]
+
+
 def test_the_gpu_profile_runs_several_front_ends_within_its_capacity(helm: Path) -> None:
     items = manifests(helm, "-f", str(GPU_VALUES))
     profile = yaml.safe_load(
@@ -473,6 +516,18 @@ IMPOSSIBLE = {
     "duplex_and_llm_front_ends_at_once": (
         {"profile": {"stage0": {"duplex_front_ends": 2, "llm_front_ends": 2, "backend": "moshi"}}},
         "duplex_front_ends and llm_front_ends cannot both be above 1",
+    ),
+    "stage1_duplex_front_ends_on_piper": (
+        {"profile": {"stage1": {"duplex_front_ends": 2}}},
+        "profile.stage1.duplex_front_ends (2) shares a duplex stepper: the piper backend",
+    ),
+    "stage1_duplex_front_ends_and_worker_processes_at_once": (
+        {"profile": {"stage1": {"duplex_front_ends": 2, "worker_processes": 2, "backend": "mimi"}}},
+        "profile.stage1.duplex_front_ends and worker_processes cannot both be above 1",
+    ),
+    "stage1_duplex_front_ends_without_a_session_each": (
+        {"profile": {"stage1": {"duplex_front_ends": 5, "capacity": 4, "backend": "mimi"}}},
+        "profile.stage1.capacity (4) leaves some of the 5 front ends (duplex_front_ends)",
     ),
     "duplex_front_ends_without_a_session_each": (
         {"profile": {"stage0": {"duplex_front_ends": 4, "capacity": 3, "backend": "moshi"}}},

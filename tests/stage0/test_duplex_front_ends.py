@@ -13,10 +13,8 @@ layout: the first step of its row hears its first frame.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -24,7 +22,6 @@ import grpc
 import pytest
 import torch
 
-from antiphon.common.grpcserver import check_ready
 from antiphon.stage0.backends.moshi.rows import FRAME_BYTES, JitterBuffer
 from antiphon.stage0.backends.moshi.shared_rows import DEPTH, AudioRing, SharedRows, StepSlots
 from antiphon.stage0.duplex_front_ends import check, shares
@@ -33,7 +30,7 @@ from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
 from bench.lib.prometheus import scrape
 from tests.stage0.duplex_reference import SEED, reference, tiny_parts, voice
-from tests.support.pod import Pod
+from tests.support.pod import Pod, duplex_pod, one_and_two
 
 SERVICE = "antiphon.v1.Stage0Service"
 Frames = list[tuple[str, list[int]]]
@@ -107,50 +104,25 @@ def test_a_slot_says_its_events_none_or_lost() -> None:
 
 
 # ---------------------------------------------------------------- real processes
-def _pod(tmp: Path, front_ends: int, capacity: int) -> Pod:
-    env = {
+def _env(capacity: int) -> dict[str, str]:
+    return {
         "ANTIPHON_BACKEND": "moshi",
         "ANTIPHON_DUPLEX_CHECKPOINT": "random:tiny",
         "ANTIPHON_DUPLEX_SEED": str(SEED),
         "ANTIPHON_DUPLEX_TEMPERATURE": "0",
         "ANTIPHON_DUPLEX_TEXT_TEMPERATURE": "0",
         "ANTIPHON_DUPLEX_JITTER_MS": "20000",
-        "ANTIPHON_DUPLEX_FRONT_ENDS": str(front_ends),
         "ANTIPHON_CAPACITY": str(capacity),
         "NO_TORCH_COMPILE": "1",
     }
-    return Pod(
-        "stage0",
-        front_ends,
-        "",
-        tmp / f"stage0-{front_ends}.log",
-        env,
-        metrics_ports=front_ends + (front_ends > 1),
-    )
-
-
-async def _ready(pod: Pod, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    for address in pod.addresses():
-        async with grpc.aio.insecure_channel(address) as channel:
-            while not await check_ready(channel, SERVICE):
-                if pod.proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"{address} not ready:\n{pod.tail()}")
-                await asyncio.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
 def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pod, Pod]]:
     """The same worker twice: one process, and a stepper with two front ends."""
     tmp = tmp_path_factory.mktemp("duplex-front-ends")
-    one, two = _pod(tmp, 1, 4), _pod(tmp, 2, 4)
-    try:
-        asyncio.run(_ready(one))
-        asyncio.run(_ready(two))
-        yield one, two
-    finally:
-        one.kill()
-        two.kill()
+    with one_and_two("stage0", tmp, _env(4), SERVICE) as pods:
+        yield pods
 
 
 class Session:
@@ -268,7 +240,7 @@ async def test_a_front_end_killed_loses_its_own_sessions_only_and_comes_back(
     for port in (two.metrics_port, two.metrics_port + 1):
         assert scrape([port])["antiphon_stage0_sessions_active"] == 1
     assert scrape([two.metrics_port + 2])["antiphon_stage0_duplex_step_seconds_count"] > 0
-    victim = [pid for pid in two.children("spawn_main") if _listens(int(pid), two.port)]
+    victim = two.listening(two.port)
     assert len(victim) == 1
     os.kill(int(victim[0]), signal.SIGKILL)
     await asyncio.wait_for(tasks[0], 30)
@@ -280,27 +252,10 @@ async def test_a_front_end_killed_loses_its_own_sessions_only_and_comes_back(
     assert [f.index for f in kept.frames] == list(range(60))
     assert _rows_active(two) == 0
     # Started again on its port and rows: it serves a new session.
-    await _ready(two, timeout_s=60)
+    await two.ready(SERVICE, timeout_s=60)
     again = Session(first, "again", 3, 4)
     await asyncio.wait_for(again.run(), 60)
     assert again.code == grpc.StatusCode.OK and len(again.frames) == 4
-
-
-def _listens(pid: int, port: int) -> bool:
-    """Whether process `pid` holds the listening socket on `port` (its gRPC server,
-    IPv4 mapped into IPv6 as gRPC binds it)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            if (target := os.readlink(fd)).startswith("socket:["):
-                inodes.add(target[8:-1])
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            listening = fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port
-            if listening and fields[9] in inodes:
-                return True
-    return False
 
 
 @pytest.mark.models
@@ -316,9 +271,9 @@ async def test_sigterm_drains_the_front_ends_then_the_stepper_stops(
 
 @pytest.mark.models
 async def test_the_stepper_killed_ends_every_stream_unavailable(tmp_path: Path) -> None:
-    pod = _pod(tmp_path, 2, 2)
+    pod = duplex_pod("stage0", tmp_path, 2, _env(2))
     try:
-        await _ready(pod)
+        await pod.ready(SERVICE)
         sessions = [Session(a, f"s{k}", k, 1000) for k, a in enumerate(pod.addresses())]
         tasks = [asyncio.create_task(s.run()) for s in sessions]
         await asyncio.gather(*(s.has(2) for s in sessions))

@@ -11,11 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 import redis.asyncio as aioredis
 
+from antiphon.common.grpcserver import check_ready
 from antiphon.common.workers import WorkerInfo, WorkerRegistry
 from bench.lib.machine import free_ports
 
@@ -113,8 +116,65 @@ class Pod:
             await asyncio.sleep(0.5)
         pytest.fail(f"{self.count} workers not listed within {timeout_s:.0f}s:\n{self.tail()}")
 
+    async def ready(self, service: str, timeout_s: float = 120) -> None:
+        """Once every front end's `service` is ready (fails the test when the
+        pod exits or the time runs out first)."""
+        deadline = time.monotonic() + timeout_s
+        for address in self.addresses():
+            async with grpc.aio.insecure_channel(address) as channel:
+                while not await check_ready(channel, service):
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        pytest.fail(f"{address} not ready:\n{self.tail()}")
+                    await asyncio.sleep(0.2)
+
+    def listening(self, port: int) -> list[str]:
+        """The supervisor's spawned children holding the listening socket on
+        `port` (a front end's gRPC server)."""
+        return [pid for pid in self.children("spawn_main") if listens(int(pid), port)]
+
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
         self._log.close()
+
+
+def duplex_pod(tier: str, tmp: Path, front_ends: int, env: dict[str, str]) -> Pod:
+    """A duplex worker of `tier` (`duplex_front_ends`: `front_ends`), no
+    registry; above one front end its stepper's metrics port follows theirs."""
+    own = env | {"ANTIPHON_DUPLEX_FRONT_ENDS": str(front_ends)}
+    log = tmp / f"{tier}-{front_ends}.log"
+    return Pod(tier, front_ends, "", log, own, metrics_ports=front_ends + (front_ends > 1))
+
+
+@contextlib.contextmanager
+def one_and_two(
+    tier: str, tmp: Path, env: dict[str, str], service: str
+) -> Iterator[tuple[Pod, Pod]]:
+    """The same duplex worker twice, ready: one process, and a stepper with
+    two front ends."""
+    one, two = duplex_pod(tier, tmp, 1, env), duplex_pod(tier, tmp, 2, env)
+    try:
+        asyncio.run(one.ready(service))
+        asyncio.run(two.ready(service))
+        yield one, two
+    finally:
+        one.kill()
+        two.kill()
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the listening socket on `port` (its gRPC server,
+    IPv4 mapped into IPv6 as gRPC binds it)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if (target := os.readlink(fd)).startswith("socket:["):
+                inodes.add(target[8:-1])
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            listening = fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port
+            if listening and fields[9] in inodes:
+                return True
+    return False

@@ -3,7 +3,8 @@ Worker processes in one pod of a component: stage0's profile.stage0.llm_front_en
 (several stage0 workers on one vLLM engine core, front_ends.py) or
 duplex_front_ends (several on one duplex stepper, duplex_front_ends.py), stage1's
 profile.stage1.worker_processes (several stage1 workers on one device,
-processes.py), 1 elsewhere. Worker i listens on the component's port + i and
+processes.py) or duplex_front_ends (several on one `mimi` stepper,
+stage1/duplex_front_ends.py), 1 elsewhere. Worker i listens on the component's port + i and
 serves metrics on metricsPort + i.
 */}}
 {{- define "antiphon.frontEnds" -}}
@@ -11,16 +12,18 @@ serves metrics on metricsPort + i.
 {{- $s0 := .root.Values.profile.stage0 -}}
 {{- max (int ($s0.llm_front_ends | default 1)) (int ($s0.duplex_front_ends | default 1)) -}}
 {{- else if eq .component "stage1" -}}
-{{- int (.root.Values.profile.stage1.worker_processes | default 1) -}}
+{{- $s1 := .root.Values.profile.stage1 -}}
+{{- max (int ($s1.worker_processes | default 1)) (int ($s1.duplex_front_ends | default 1)) -}}
 {{- else -}}
 1
 {{- end -}}
 {{- end -}}
 
-{{/* A duplex stepper (stage0's duplex_front_ends above 1) serves the step's
-metrics after its front ends', at metricsPort + their count: 1 if so, else 0. */}}
+{{/* A duplex stepper (stage0's or stage1's duplex_front_ends above 1) serves the
+step's metrics after its front ends', at metricsPort + their count: 1 if so, else 0. */}}
 {{- define "antiphon.stepperMetrics" -}}
-{{- if and (eq .component "stage0") (gt (int (.root.Values.profile.stage0.duplex_front_ends | default 1)) 1) -}}
+{{- $section := index .root.Values.profile .component | default dict -}}
+{{- if and (has .component (list "stage0" "stage1")) (gt (int ($section.duplex_front_ends | default 1)) 1) -}}
 1
 {{- else -}}
 0

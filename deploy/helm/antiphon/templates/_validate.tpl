@@ -105,6 +105,25 @@ Rendered by validate.yaml, so `helm template`, `helm install` and `helm lint` al
 {{- $errors = append $errors (printf "stage1.service.port (%d) and metricsPort (%d): the %d worker processes take port + i and metricsPort + i, and these overlap" $grpc $metrics $processes) -}}
 {{- end -}}
 {{- end -}}
+{{- $stage1FrontEnds := int ($s1.duplex_front_ends | default 1) -}}
+{{- if lt $stage1FrontEnds 1 -}}
+{{- $errors = append $errors (printf "profile.stage1.duplex_front_ends (%v) must be at least 1" $s1.duplex_front_ends) -}}
+{{- else if gt $stage1FrontEnds 1 -}}
+{{- if ne ($s1.backend | default "piper") "mimi" -}}
+{{- $errors = append $errors (printf "profile.stage1.duplex_front_ends (%d) shares a duplex stepper: the %v backend has none (set it to 1)" $stage1FrontEnds ($s1.backend | default "piper")) -}}
+{{- end -}}
+{{- if gt $processes 1 -}}
+{{- $errors = append $errors "profile.stage1.duplex_front_ends and worker_processes cannot both be above 1" -}}
+{{- end -}}
+{{- if lt (int ($s1.capacity | default 0)) $stage1FrontEnds -}}
+{{- $errors = append $errors (printf "profile.stage1.capacity (%v) leaves some of the %d front ends (duplex_front_ends) no session" $s1.capacity $stage1FrontEnds) -}}
+{{- end -}}
+{{- $grpc := int .Values.stage1.service.port -}}
+{{- $metrics := int .Values.stage1.service.metricsPort -}}
+{{- if and (lt $grpc (add $metrics $stage1FrontEnds 1)) (lt $metrics (add $grpc $stage1FrontEnds)) -}}
+{{- $errors = append $errors (printf "stage1.service.port (%d) and metricsPort (%d): the %d front ends (duplex_front_ends) take port + i and metricsPort + i, their stepper metricsPort + %d, and these overlap" $grpc $metrics $stage1FrontEnds $stage1FrontEnds) -}}
+{{- end -}}
+{{- end -}}
 {{- if lt (int .Values.profile.session.max_sessions) 1 -}}
 {{- $errors = append $errors "profile.session.max_sessions must be at least 1" -}}
 {{- end -}}

@@ -43,6 +43,17 @@ def worker_settings(settings: S, index: int, count: int) -> S:
     )
 
 
+def shares(settings: S, count: int) -> list[tuple[S, range]]:
+    """Each of `count` front ends' own settings and its rows of one stepper's
+    batch (`duplex_front_ends`): its share of the capacity, in order."""
+    start, out = 0, []
+    for index in range(count):
+        own = worker_settings(settings, index, count)
+        out.append((own, range(start, start + own.capacity)))
+        start += own.capacity
+    return out
+
+
 def check_shares(capacity: int, count: int, what: str) -> None:
     """Refuse `count` workers (`what`) of a pod whose capacity leaves one of them none."""
     if capacity < count:

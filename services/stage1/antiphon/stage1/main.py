@@ -11,7 +11,7 @@ import asyncio
 from antiphon.common import bootstrap, config, loop_lag, metrics, workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
-from antiphon.stage1 import backends, processes
+from antiphon.stage1 import backends, duplex_front_ends, processes
 from antiphon.stage1.metrics import Stage1Metrics
 from antiphon.stage1.service import Stage1Service
 from antiphon.stage1.settings import Stage1Settings
@@ -20,17 +20,25 @@ from antiphon.v1 import stage_pb2_grpc
 SERVICE_NAME = "antiphon.v1.Stage1Service"
 
 
-async def serve(settings: Stage1Settings) -> None:
-    try:
-        backend = backends.load(settings.backend)  # imports that backend only
-    except backends.UnknownBackendError as exc:
-        raise SystemExit(str(exc)) from None
+async def serve(settings: Stage1Settings, *, backend: backends.Backend | None = None) -> None:
+    """One worker; with `backend`, one of several on a duplex stepper
+    (duplex_front_ends.py), whose decoder it is instead of the settings' own."""
+    on_failure_now = backend is not None
+    if backend is None:
+        try:
+            backend = backends.load(settings.backend)  # imports that backend only
+        except backends.UnknownBackendError as exc:
+            raise SystemExit(str(exc)) from None
     registry = metrics.service_registry()
     stage_metrics = Stage1Metrics(registry)
     stage_metrics.capacity.set(settings.capacity)
     app = GrpcApp(SERVICE_NAME, settings.listen)
     context = backends.BackendContext(
-        settings=settings, metrics=stage_metrics, registry=registry, on_failure=app.stopping.set
+        settings=settings,
+        metrics=stage_metrics,
+        registry=registry,
+        # A front end whose stepper is gone ends its streams at once.
+        on_failure=app.abandon if on_failure_now else app.stopping.set,
     )
     async with backend.open(context) as sessions:
         metrics.serve(registry, settings.metrics_port)
@@ -61,7 +69,9 @@ def main() -> None:
         backends.module_for(settings.backend)  # an unknown name fails here, before any worker
     except backends.UnknownBackendError as exc:
         raise SystemExit(str(exc)) from None
-    if settings.worker_processes > 1:
+    if settings.duplex_front_ends > 1:
+        duplex_front_ends.supervise(settings, serve)
+    elif settings.worker_processes > 1:
         processes.supervise(settings, serve)
     else:
         asyncio.run(serve(settings))

@@ -105,7 +105,8 @@ STEP_BUCKETS = (*(ms / 1000 for ms in range(5, 101, 5)), 0.12, 0.15, 0.2, 0.3, 0
 
 class DuplexMetrics:
     """The `mimi` backend's decoder batch; registered only by a worker that runs
-    it, so a Piper worker exports none of them."""
+    it, so a Piper worker exports none of them. With `duplex_front_ends` the
+    stepper exports the step, each front end its frames and its rows."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.step_seconds = Histogram(
@@ -122,7 +123,9 @@ class DuplexMetrics:
         self.frames = Counter(
             "antiphon_stage1_duplex_frames",
             "Frames; sent: audio (a response's, decoded and sent), silent (decoded, not "
-            "sent) or dropped (not decoded: the session's queue was full)",
+            "sent), dropped (not decoded: the session's queue was full) or lost (decoded, "
+            "its audio written over before a duplex front end read it); with "
+            "duplex_front_ends, counted by each front end",
             ["sent"],
             registry=registry,
         )

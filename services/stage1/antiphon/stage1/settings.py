@@ -69,6 +69,11 @@ class Stage1Settings(WorkerSettings):
     # How long a step waits for the other sessions' frames after the first:
     # stage0 sends one lockstep burst every 80 ms, spread over a few ms.
     duplex_gather_ms: float = 5.0
+    # `mimi` backend: processes carrying the sessions' gRPC streams, on one
+    # stepper process that owns the decoder and its batch
+    # (duplex_front_ends.py; stage0's setting of the same name splits its
+    # worker the same way); 1 is one process.
+    duplex_front_ends: int = Field(default=1, ge=1)
     # moshi's torch.compile of a few functions costs some 30 s at the first
     # call on a CPU and gains little for a decoder this small: off unless asked.
     duplex_compile: bool = False

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from antiphon.common.stepper_messages import Failed, Ready, Stepped
+
 
 # ----------------------------------------------------- front end -> stepper
 @dataclass(frozen=True)
@@ -34,18 +36,7 @@ class Release:
 
 
 # ----------------------------------------------------- stepper -> front end
-@dataclass(frozen=True)
-class Ready:
-    """The model is loaded and steps: the front end may take sessions."""
-
-
-@dataclass(frozen=True)
-class Stepped:
-    """Step `step`'s output is in the slots (shared_rows.StepSlots)."""
-
-    step: int
-
-
+# (beside common/stepper_messages.py: Ready, Stepped, Failed)
 @dataclass(frozen=True)
 class Events:
     """Serialized Stage0Events for session `token`, in order: the answer to a
@@ -55,12 +46,6 @@ class Events:
     events: list[bytes]
 
 
-@dataclass(frozen=True)
-class Failed:
-    """The model failed a step; the stepper stops."""
-
-    message: str
-
-
 ToStepper = Request | Release
 ToFrontEnd = Ready | Stepped | Events | Failed
+__all__ = ["Events", "Failed", "Ready", "Release", "Request", "Stepped", "ToFrontEnd", "ToStepper"]

@@ -16,23 +16,18 @@ the session service binds them elsewhere.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
 
 from antiphon.common.outbox import Merge
+from antiphon.common.stepper_pipe import Link, StepperPipe
 from antiphon.stage0.backends.moshi.crossing import (
     Events,
-    Failed,
-    Ready,
     Release,
     Request,
     Stepped,
-    ToFrontEnd,
 )
 from antiphon.stage0.backends.moshi.shared_rows import AudioRing, Layout, SharedRows, StepSlots
 from antiphon.stage0.metrics import Stage0Metrics
@@ -40,19 +35,10 @@ from antiphon.v1 import stage_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-# After telling its sessions the stepper is gone, the moment their streams get
-# to send it before the front end stops.
-FLUSH_S = 0.2
 
-
-@dataclass(frozen=True)
-class StepperLink:
-    """What a front end's process is given to reach its stepper: the pipe, the
-    shared memory, and the rows that are its own."""
-
-    conn: Connection
-    layout: Layout
-    rows: range
+class StepperLink(Link[Layout]):
+    """A front end's link to its stepper (common/stepper_pipe.Link), and its
+    worker's engines on it."""
 
     async def load(
         self,
@@ -74,34 +60,30 @@ class FrontEndEngines:
     def __init__(
         self, link: StepperLink, metrics: Stage0Metrics, on_failure: Callable[[], None]
     ) -> None:
-        self._conn = link.conn
         self._shared = SharedRows.attach(link.layout)
         self._slots = StepSlots(self._shared)
         self._rings = {row: AudioRing(self._shared, row) for row in link.rows}
         # A stack: a new session takes the row freed last (the rows in use stay few and low).
         self._free = list(reversed(link.rows))
         self._metrics = metrics
-        self._on_failure = on_failure
         self._by_row: dict[int, FrontEndSession] = {}
         self._by_token: dict[int, FrontEndSession] = {}
         # Tokens unlike a predecessor's (a front end restarted on the same rows).
         self._tokens = itertools.count(os.getpid() << 24)
-        self.ready = asyncio.Event()
-        self.lost: str | None = None
-        asyncio.get_running_loop().add_reader(self._conn.fileno(), self._readable)
+        self._pipe = StepperPipe(link.conn, self._take, self._tell, on_failure)
+        self.ready = self._pipe.ready
 
     def bind(self, emit: Callable[[pb.Stage0Event], None]) -> FrontEndSession:
         # Admission (ActiveSessions, this front end's capacity: its rows) keeps a row free.
         row = self._free.pop()
         session = FrontEndSession(self, self._rings[row], row, next(self._tokens), emit)
         self._by_row[row], self._by_token[session.token] = session, session
-        if self.lost is not None:
-            session.tell_lost(self.lost)
+        if self._pipe.lost is not None:
+            session.tell_lost(self._pipe.lost)
         return session
 
     def send(self, message: Request | Release) -> None:
-        if self.lost is None:
-            self._conn.send(message)
+        self._pipe.send(message)
 
     def leave(self, session: FrontEndSession) -> None:
         self.send(Release(session.token))
@@ -109,28 +91,16 @@ class FrontEndEngines:
         self._free.append(session.row)
 
     async def close(self) -> None:
-        asyncio.get_running_loop().remove_reader(self._conn.fileno())
-        self._conn.close()
+        self._pipe.close()
         self._shared.close()
 
     # ------------------------------------------------------- from the stepper
-    def _readable(self) -> None:
-        try:
-            while self._conn.poll():
-                self._take(self._conn.recv())
-        except (EOFError, OSError):
-            self._lose("the duplex stepper is gone")
-
-    def _take(self, message: ToFrontEnd) -> None:
+    def _take(self, message: Stepped | Events) -> None:
         if isinstance(message, Stepped):
             self._stepped(message.step)
         elif isinstance(message, Events):
             if (session := self._by_token.get(message.token)) is not None:
                 session.deliver(message.events)
-        elif isinstance(message, Ready):
-            self.ready.set()
-        elif isinstance(message, Failed):
-            self._lose(message.message)
 
     def _stepped(self, step: int) -> None:
         for row, session in self._by_row.items():
@@ -140,15 +110,9 @@ class FrontEndEngines:
             elif events:
                 session.deliver(events)
 
-    def _lose(self, reason: str) -> None:
-        if self.lost is not None:
-            return
-        self.lost = reason
-        log.error("duplex stepper lost; the front end stops", extra={"reason": reason})
-        asyncio.get_running_loop().remove_reader(self._conn.fileno())
+    def _tell(self, reason: str) -> None:
         for session in self._by_row.values():
             session.tell_lost(reason)
-        asyncio.get_running_loop().call_later(FLUSH_S, self._on_failure)
 
 
 class FrontEndSession:

@@ -25,25 +25,18 @@ numpy only, no torch: the front ends import this.
 
 from __future__ import annotations
 
-import contextlib
-import mmap
-import os
 from dataclasses import dataclass
-from multiprocessing import shared_memory
-from typing import Any, Self
+from typing import Self
 
 import numpy as np
-import numpy.typing as npt
 
+from antiphon.common import slot_ring
+from antiphon.common.shared_block import Section, SharedBlock
+from antiphon.common.slot_ring import SlotRing
 from antiphon.stage0.backends.moshi.rows import BYTES_PER_MS, FRAME_BYTES
 
 # The columns of a row's input head.
 WRITE, FLOOR, EPOCH, READ = range(4)
-# The columns of a step slot's head: the step it holds, the session it holds
-# it for (its token), and how many bytes of events.
-STEP, TOKEN, SIZE = range(3)
-# A slot's step while the stepper writes it, and before it ever has.
-TORN, NEVER = -1, -2
 # Steps of output kept: 16 frames (1.28 s) a front end may lag.
 DEPTH = 16
 # A slot's bytes: a frame's event is some 40-60 bytes; a step's events past
@@ -74,80 +67,40 @@ class Layout:
     def ring(self) -> int:
         return self.limit + RING_MARGIN_MS * BYTES_PER_MS
 
-    def sizes(self) -> tuple[int, int, int, int]:
-        return (
-            self.rows * 4 * 8,
-            self.rows * self.ring,
-            DEPTH * self.rows * 3 * 8,
-            DEPTH * self.rows * SLOT_BYTES,
-        )
-
-    @property
-    def nbytes(self) -> int:
-        return sum(self.sizes())
+    def sections(self) -> list[Section]:
+        return [
+            (np.int64, (self.rows, 4)),
+            (np.uint8, (self.rows, self.ring)),
+            *slot_ring.sections(DEPTH, self.rows, SLOT_BYTES),
+        ]
 
 
 class SharedRows:
-    """The shared block as numpy views. The stepper creates it (and Python's
-    resource tracker unlinks it when the stepper ends, even killed); front
-    ends map the same file, untracked, so that one dying unlinks nothing."""
+    """The shared block (common/shared_block.py) as this stage's views: each
+    row's audio ring and head, and the step slots."""
 
-    def __init__(
-        self,
-        layout: Layout,
-        mapped: mmap.mmap,
-        owned: shared_memory.SharedMemory | None = None,
-    ) -> None:
+    def __init__(self, layout: Layout, block: SharedBlock) -> None:
         self.layout = layout
-        self._mapped = mapped
-        # The owner's handle, kept to unlink the name: its own mapping is
-        # closed at once, so that no view of it outlives it.
-        self._owned = owned
-        buffer = memoryview(mapped)
-        sizes = layout.sizes()
-        offsets = np.cumsum((0, *sizes))
-        rows, ring = layout.rows, layout.ring
-
-        def view(i: int, dtype: type[np.generic], shape: tuple[int, ...]) -> npt.NDArray[Any]:
-            count = sizes[i] // np.dtype(dtype).itemsize
-            return np.frombuffer(buffer, dtype, count, int(offsets[i])).reshape(shape)
-
-        self.head: npt.NDArray[np.int64] = view(0, np.int64, (rows, 4))
-        self.ring: npt.NDArray[np.uint8] = view(1, np.uint8, (rows, ring))
-        self.out_head: npt.NDArray[np.int64] = view(2, np.int64, (DEPTH, rows, 3))
-        self.out: npt.NDArray[np.uint8] = view(3, np.uint8, (DEPTH, rows, SLOT_BYTES))
+        self._block = block
+        self.head, self.ring, self.out_head, self.out = block.views
 
     @classmethod
     def create(cls, rows: int, jitter_ms: int) -> Self:
         probe = Layout("", rows, jitter_ms)
-        memory = shared_memory.SharedMemory(create=True, size=probe.nbytes)
-        memory.close()
-        layout = Layout(memory.name, rows, jitter_ms)
-        shared = cls(layout, _map(layout), memory)
-        shared.head[:] = 0
-        shared.out_head[:, :, STEP] = NEVER
+        block = SharedBlock.create(probe.sections())
+        shared = cls(Layout(block.name, rows, jitter_ms), block)
+        SlotRing(shared.out_head, shared.out).clear()
         return shared
 
     @classmethod
     def attach(cls, layout: Layout) -> Self:
-        return cls(layout, _map(layout))
+        return cls(layout, SharedBlock.attach(layout.name, layout.sections()))
 
     def close(self, *, unlink: bool = False) -> None:
         """Drop the views (the owner unlinks the name too). Views still held
         elsewhere (a ring's) keep the mapping until they go."""
         del self.head, self.ring, self.out_head, self.out
-        if unlink and self._owned is not None:
-            self._owned.unlink()
-        with contextlib.suppress(BufferError):
-            self._mapped.close()
-
-
-def _map(layout: Layout) -> mmap.mmap:
-    fd = os.open(f"/dev/shm/{layout.name}", os.O_RDWR)
-    try:
-        return mmap.mmap(fd, layout.nbytes)
-    finally:
-        os.close(fd)
+        self._block.close(unlink=unlink)
 
 
 class AudioRing:
@@ -237,49 +190,28 @@ class AudioRing:
 
 
 class StepSlots:
-    """Each row's events of a step, in the slot ring."""
+    """Each row's events of a step, in the slot ring (common/slot_ring.py)."""
 
     def __init__(self, shared: SharedRows) -> None:
-        self._head = shared.out_head
-        self._out = shared.out
+        self._slots = SlotRing(shared.out_head, shared.out)
 
     def write(self, step: int, row: int, token: int, events: list[bytes]) -> bool:
         """The stepper: `events` in row `row`'s slot for `step`; False (the
         slot says none) when they do not fit: they go by the pipe."""
-        slot = step % DEPTH
-        head, out = self._head[slot, row], self._out[slot, row]
-        head[STEP] = TORN  # while written: a reader finds no step here
-        size = sum(_LEN + len(e) for e in events)
-        fits = size <= SLOT_BYTES
-        if fits:
-            at = 0
-            for event in events:
-                out[at : at + _LEN] = np.frombuffer(len(event).to_bytes(_LEN, "little"), np.uint8)
-                out[at + _LEN : at + _LEN + len(event)] = np.frombuffer(event, np.uint8)
-                at += _LEN + len(event)
-        head[SIZE] = size if fits else 0
-        head[TOKEN] = token
-        head[STEP] = step
-        return fits
+        payload = b"".join(len(e).to_bytes(_LEN, "little") + e for e in events)
+        return self._slots.write(step, row, token, payload)
 
     def read(self, step: int, row: int, token: int) -> list[bytes] | None:
         """A front end: the events of `step` for session `token` on `row`;
         [] when it had none, None when they were lost (overwritten by a
         later step: this reader is `DEPTH` steps behind)."""
-        slot = step % DEPTH
-        head = self._head[slot, row]
-        stamped = int(head[STEP])
-        if stamped > step or stamped == TORN:
-            return None  # a later step's, or one being written now
-        if stamped < step or int(head[TOKEN]) != token:
-            return []  # the row stepped for nobody, or for its last session
-        size = int(head[SIZE])
-        data = self._out[slot, row, :size].tobytes()
-        if int(head[STEP]) != step:
+        slot = self._slots.read(step, row, token)
+        if slot is None:
             return None
+        data, _ = slot
         events = []
         at = 0
-        while at < size:
+        while at < len(data):
             length = int.from_bytes(data[at : at + _LEN], "little")
             events.append(data[at + _LEN : at + _LEN + length])
             at += _LEN + length

@@ -53,9 +53,10 @@ class DecodeRow(Protocol):
         """The oldest waiting frame's codes (one per codebook), left queued."""
         ...
 
-    def decoded(self, pcm: Pcm) -> bool:
+    def decoded(self, pcm: Pcm) -> bool | None:
         """The oldest frame is decoded (`pcm`: its samples at 24 kHz, in
-        [-1, 1]); True when its audio was sent, False when it was silent."""
+        [-1, 1]); True when its audio was sent, False when it was silent,
+        None when that is known elsewhere (a front end's session: it counts)."""
         ...
 
 
@@ -75,6 +76,7 @@ class MimiLockstep:
         *,
         metrics: DuplexMetrics | None = None,
         gather_s: float = 0.005,
+        poll_s: float | None = None,
         compile: bool = False,
     ) -> None:
         if slots < 1:
@@ -86,6 +88,11 @@ class MimiLockstep:
         self._device: torch.device = next(iter(mimi.parameters())).device
         self._metrics = metrics
         self._gather_s = gather_s
+        # Rows filled from another process (a stepper's) wake the loop once
+        # per step, not per frame: the gather looks at them this often.
+        self._poll_s = poll_s
+        # Called on the loop after each step's frames are delivered.
+        self.on_step: Callable[[], None] = lambda: None
         self._compile = compile
         self._holders: list[DecodeRow | None] = [None] * slots
         self._to_reset = [False] * slots
@@ -103,11 +110,15 @@ class MimiLockstep:
         when every row is held (admission should have refused the session)."""
         for slot, holder in enumerate(self._holders):
             if holder is None:
-                self._holders[slot] = row
-                self._to_reset[slot] = True
-                self._rows_changed()
+                self.hold(slot, row)
                 return slot
         return None
+
+    def hold(self, slot: int, row: DecodeRow) -> None:
+        """`row` takes `slot` (a stepper's front end chose it), reset before its first decode."""
+        self._holders[slot] = row
+        self._to_reset[slot] = True
+        self._rows_changed()
 
     def release(self, slot: int, row: DecodeRow) -> None:
         if self._holders[slot] is row:
@@ -126,6 +137,11 @@ class MimiLockstep:
     def notify(self) -> None:
         """A row has a new frame: wake the step loop."""
         self._wake.set()
+
+    def framed(self, slot: int, codes: Sequence[int]) -> None:
+        """Row `slot` has a new frame (session.Decoder): its holder gives the
+        codes when the step asks, so only the loop is woken."""
+        self.notify()
 
     def _rows_changed(self) -> None:
         if self._metrics is not None:
@@ -181,7 +197,7 @@ class MimiLockstep:
                 continue
             sent = row.decoded(pcm[slot])
             decoded += 1
-            if self._metrics is not None:
+            if self._metrics is not None and sent is not None:
                 self._metrics.frames.labels(sent="audio" if sent else "silent").inc()
         return decoded
 
@@ -212,6 +228,7 @@ class MimiLockstep:
                 continue
             pcm = await loop.run_in_executor(self._executor, self._decode, batch)
             self._deliver(batch, pcm)
+            self.on_step()
 
     async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait up to the gather window for every held row to have a frame;
@@ -224,8 +241,9 @@ class MimiLockstep:
             if left <= 0:
                 return
             self._wake.clear()
+            wait = left if self._poll_s is None else min(left, self._poll_s)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), left)
+                await asyncio.wait_for(self._wake.wait(), wait)
 
     def _any_ready(self) -> bool:
         return any(row.queued() for row in self._held())
@@ -245,7 +263,9 @@ class MimiLockstep:
         self._executor.shutdown(wait=False)
 
 
-def load(settings: Stage1Settings, metrics: DuplexMetrics) -> MimiLockstep:
+def load(
+    settings: Stage1Settings, metrics: DuplexMetrics, *, poll_s: float | None = None
+) -> MimiLockstep:
     """The decoder `settings` name, with a row per session the worker admits."""
     if not settings.duplex_checkpoint:
         raise SystemExit(
@@ -268,5 +288,6 @@ def load(settings: Stage1Settings, metrics: DuplexMetrics) -> MimiLockstep:
         settings.capacity,
         metrics=metrics,
         gather_s=settings.duplex_gather_ms / 1000,
+        poll_s=poll_s,
         compile=settings.duplex_compile,
     )

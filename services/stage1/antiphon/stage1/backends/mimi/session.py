@@ -16,12 +16,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from antiphon.common.audio import float32_to_pcm16
 from antiphon.common.moshi_checkpoint import FRAME_MS, SAMPLE_RATE
 from antiphon.stage1.backends.mimi.frame_resampler import FrameResampler
-from antiphon.stage1.backends.mimi.lockstep import MimiLockstep, Pcm
+from antiphon.stage1.backends.mimi.lockstep import DecodeRow, Pcm
 from antiphon.stage1.metrics import Stage1Metrics
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
@@ -32,6 +32,28 @@ log = logging.getLogger(__name__)
 # and a step decodes one per row, so only a stalled decoder gets here; then
 # newer frames are dropped rather than queued without end.
 MAX_QUEUED_FRAMES = 64
+
+
+class Decoder(Protocol):
+    """What a session needs of the decoder its row is on: the lockstep in this
+    process (lockstep.MimiLockstep), or a stepper's reached from a front end
+    (front_end.FrontEndDecoder)."""
+
+    @property
+    def num_codebooks(self) -> int: ...
+
+    @property
+    def cardinality(self) -> int: ...
+
+    def acquire(self, row: DecodeRow) -> int | None: ...
+
+    def release(self, slot: int, row: DecodeRow) -> None: ...
+
+    def framed(self, slot: int, codes: Sequence[int]) -> None:
+        """Row `slot` has a new frame, `codes`."""
+        ...
+
+    def dropped(self) -> None: ...
 
 
 @dataclass
@@ -59,7 +81,7 @@ class _Timing:
 class MimiSession:
     def __init__(
         self,
-        lockstep: MimiLockstep,
+        lockstep: Decoder,
         metrics: Stage1Metrics,
         emit: Callable[[pb.Stage1Event], None],
     ) -> None:
@@ -123,7 +145,7 @@ class MimiSession:
         if frame.response_id and frame.epoch >= self._epoch:
             self._timings.setdefault(frame.response_id, _Timing(frame.epoch, time.perf_counter()))
         self._queue.append(_Queued(frame))
-        self._lockstep.notify()
+        self._lockstep.framed(self._slot, frame.codes)
 
     def _text(self, msg: pb.SynthesizeText) -> None:
         # Nothing to speak from text here: the model's own frames are the speech.
@@ -173,6 +195,12 @@ class MimiSession:
             self._finish(done)
         return sent
 
+    def lost(self) -> None:
+        """The oldest frame's audio was lost on its way back (a front end too
+        far behind its stepper): nothing is sent for it, its responses end."""
+        for done in self._queue.popleft().dones:
+            self._finish(done)
+
     # --- responses --------------------------------------------------------
 
     def _first_audio(self, response_id: str) -> None:
@@ -195,6 +223,10 @@ class MimiSession:
                 )
             )
         )
+
+    def engine_lost(self, reason: str) -> None:
+        """Its decoder is gone (a front end's stepper): the worker stops."""
+        self._error(0, "", "engine_failed", reason)
 
     def _error(self, epoch: int, response_id: str, code: str, message: str) -> None:
         self._emit(
