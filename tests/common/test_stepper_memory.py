@@ -1,4 +1,4 @@
-"""The shared memory of a stepper and its front ends (common/shared_block.py,
+"""The shared memory of a stepper and its front ends (common/stepper/shared_block.py,
 slot_ring.py): a block attached by name sees its creator's writes, and the
 creator's close unlinks it; a slot gives a step's payload and tag to the
 session it was written for, nothing to any other, and says when a later step
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from antiphon.common import slot_ring
-from antiphon.common.shared_block import Section, SharedBlock
-from antiphon.common.slot_ring import SlotRing
+from antiphon.common.stepper import slot_ring
+from antiphon.common.stepper.shared_block import Section, SharedBlock
+from antiphon.common.stepper.slot_ring import SlotRing
 
 
 def test_a_block_attached_by_name_shares_its_sections_and_its_creator_unlinks_it() -> None:

@@ -23,7 +23,7 @@ step histogram, late frames, rows) are at `metrics_port` + K.
 Between them (crossing.py, shared_rows.py): audio and each step's frames in
 shared memory, one notice per step and the rare requests by a pipe each.
 
-The pod's processes, their restarts and their stop are common/stepper_pod.py's
+The pod's processes, their restarts and their stop are common/stepper/pod.py's
 (stage1's `mimi` worker is split the same way); a front end told its stepper
 is gone tells its sessions `engine_failed`.
 """
@@ -37,7 +37,8 @@ import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from antiphon.common import bootstrap, metrics, pod, stepper_pod
+from antiphon.common import bootstrap, metrics, pod
+from antiphon.common.stepper import pod as stepper_pod
 from antiphon.stage0.backend import LoadEngines
 from antiphon.stage0.backends.moshi.front_end import StepperLink
 from antiphon.stage0.backends.moshi.shared_rows import AudioRing, SharedRows, StepSlots

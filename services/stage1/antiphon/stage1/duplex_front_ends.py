@@ -15,7 +15,7 @@ entry and share of `capacity` (common/pod.py), and so its own rows of the
 batch. The stepper's metrics (the step histogram) are at `metrics_port` + K.
 Between them (backends/mimi/shared_rows.py, crossing.py): codes and audio in
 shared memory, one notice per step, a session's coming and going by a pipe.
-The processes, their restarts and their stop are common/stepper_pod.py's.
+The processes, their restarts and their stop are common/stepper/pod.py's.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from antiphon.common import bootstrap, metrics, pod, stepper_pod
+from antiphon.common import bootstrap, metrics, pod
+from antiphon.common.stepper import pod as stepper_pod
 from antiphon.stage1.backends.mimi.front_end import StepperLink
 from antiphon.stage1.backends.mimi.shared_rows import (
     CARDINALITY,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from antiphon.common.stepper_messages import Failed, Ready, Stepped
+from antiphon.common.stepper.messages import Failed, Ready, Stepped
 
 
 # ----------------------------------------------------- front end -> stepper
@@ -36,7 +36,7 @@ class Release:
 
 
 # ----------------------------------------------------- stepper -> front end
-# (beside common/stepper_messages.py: Ready, Stepped, Failed)
+# (beside common/stepper/messages.py: Ready, Stepped, Failed)
 @dataclass(frozen=True)
 class Events:
     """Serialized Stage0Events for session `token`, in order: the answer to a

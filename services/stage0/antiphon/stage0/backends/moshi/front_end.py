@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 
 from antiphon.common.outbox import Merge
-from antiphon.common.stepper_pipe import Link, StepperPipe
+from antiphon.common.stepper.pipe import Link, StepperPipe
 from antiphon.stage0.backends.moshi.crossing import (
     Events,
     Release,
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 class StepperLink(Link[Layout]):
-    """A front end's link to its stepper (common/stepper_pipe.Link), and its
+    """A front end's link to its stepper (common/stepper/pipe.Link), and its
     worker's engines on it."""
 
     async def load(

@@ -30,9 +30,9 @@ from typing import Self
 
 import numpy as np
 
-from antiphon.common import slot_ring
-from antiphon.common.shared_block import Section, SharedBlock
-from antiphon.common.slot_ring import SlotRing
+from antiphon.common.stepper import slot_ring
+from antiphon.common.stepper.shared_block import Section, SharedBlock
+from antiphon.common.stepper.slot_ring import SlotRing
 from antiphon.stage0.backends.moshi.rows import BYTES_PER_MS, FRAME_BYTES
 
 # The columns of a row's input head.
@@ -76,7 +76,7 @@ class Layout:
 
 
 class SharedRows:
-    """The shared block (common/shared_block.py) as this stage's views: each
+    """The shared block (common/stepper/shared_block.py) as this stage's views: each
     row's audio ring and head, and the step slots."""
 
     def __init__(self, layout: Layout, block: SharedBlock) -> None:
@@ -190,7 +190,7 @@ class AudioRing:
 
 
 class StepSlots:
-    """Each row's events of a step, in the slot ring (common/slot_ring.py)."""
+    """Each row's events of a step, in the slot ring (common/stepper/slot_ring.py)."""
 
     def __init__(self, shared: SharedRows) -> None:
         self._slots = SlotRing(shared.out_head, shared.out)

@@ -1,6 +1,6 @@
 """What crosses the pipe between a `mimi` stepper and one of its front ends
 (`duplex_front_ends`), beside the shared memory (shared_rows.py) and the
-notices both stages share (common/stepper_messages.py: Ready, Stepped,
+notices both stages share (common/stepper/messages.py: Ready, Stepped,
 Failed). Codes and audio go through memory; the pipe carries a session's
 coming and going, and at most a wake or so per step. Typed values, their
 fields only ever appended; a session is its front end's `token` for it.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from antiphon.common.stepper_messages import Failed, Ready, Stepped
+from antiphon.common.stepper.messages import Failed, Ready, Stepped
 
 
 # ----------------------------------------------------- front end -> stepper

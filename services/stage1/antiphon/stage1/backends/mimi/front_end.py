@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from antiphon.common.stepper_messages import Stepped
-from antiphon.common.stepper_pipe import Link, StepperPipe
+from antiphon.common.stepper.messages import Stepped
+from antiphon.common.stepper.pipe import Link, StepperPipe
 from antiphon.stage1.backends import Backend, BackendContext
 from antiphon.stage1.backends.mimi.backend import CAPABILITIES
 from antiphon.stage1.backends.mimi.crossing import Free, Hold, ToStepper, Wake
@@ -58,7 +58,7 @@ class _Held:
 
 
 class StepperLink(Link[Layout]):
-    """A front end's link to its stepper (common/stepper_pipe.Link), and its
+    """A front end's link to its stepper (common/stepper/pipe.Link), and its
     worker's backend on it."""
 
     def backend(self) -> Backend:

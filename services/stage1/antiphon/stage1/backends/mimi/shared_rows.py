@@ -7,7 +7,7 @@ every 80 ms; as a message each over a pipe the stepper would pay per
 session-frame what one process's event loop pays (docs/performance.md).
 Here a front end writes codes where the step reads them, the step writes
 each row's samples where the front end reads them, and one small notice per
-step tells each front end (common/slot_ring.py).
+step tells each front end (common/stepper/slot_ring.py).
 
 Every place has one writer: a row's codes and write count, the front end
 that serves the row (rows are split between front ends once, at start); a
@@ -25,10 +25,10 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
-from antiphon.common import slot_ring
 from antiphon.common.moshi_checkpoint import FRAME_MS, SAMPLE_RATE
-from antiphon.common.shared_block import Section, SharedBlock
-from antiphon.common.slot_ring import SlotRing
+from antiphon.common.stepper import slot_ring
+from antiphon.common.stepper.shared_block import Section, SharedBlock
+from antiphon.common.stepper.slot_ring import SlotRing
 from antiphon.stage1.backends.mimi.session import MAX_QUEUED_FRAMES
 
 # The columns of a row's head.

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from antiphon.common.slot_ring import SlotRing
-from antiphon.common.stepper_messages import Failed, Stepped
-from antiphon.common.stepper_pod import FrontEndPort
+from antiphon.common.stepper.messages import Failed, Stepped
+from antiphon.common.stepper.pod import FrontEndPort
+from antiphon.common.stepper.slot_ring import SlotRing
 from antiphon.stage1.backends.mimi.crossing import Free, Hold, ToStepper, Wake
 from antiphon.stage1.backends.mimi.lockstep import MimiLockstep, Pcm
 from antiphon.stage1.backends.mimi.shared_rows import CodeRing

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
-from antiphon.common.stepper_messages import Failed, Ready
+from antiphon.common.stepper.messages import Failed, Ready
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ class Ready:
 
 @dataclass(frozen=True)
 class Stepped:
-    """Step `step`'s output is in the slots (common/slot_ring.py)."""
+    """Step `step`'s output is in the slots (common/stepper/slot_ring.py)."""
 
     step: int
 

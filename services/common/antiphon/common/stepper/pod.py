@@ -3,7 +3,7 @@
 This process owns the model; each front end is a whole worker of its stage
 for its share of the sessions and of the rows (its own port, health, registry
 entry and metrics: common/pod.py), reached by one pipe each, beside the
-shared memory the stage lays out (common/shared_block.py).
+shared memory the stage lays out (common/stepper/shared_block.py).
 
 Failures, the same in both stages: a front end that dies (even by SIGKILL)
 loses its own sessions only: the stepper frees their rows and starts it
@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Generic, Protocol, TypeVar
 
 from antiphon.common import pod
-from antiphon.common.stepper_messages import Ready
+from antiphon.common.stepper.messages import Ready
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from antiphon.common.shared_block import Section
+from antiphon.common.stepper.shared_block import Section
 
 # The columns of a slot's head: the step it holds, the session it holds it
 # for, how many bytes, and a number the writer attaches (stage1: the frame's
