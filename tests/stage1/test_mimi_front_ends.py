@@ -12,8 +12,6 @@ real gRPC on loopback.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +25,15 @@ from antiphon.stage1.settings import Stage1Settings
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
 from bench.lib.prometheus import scrape
-from tests.support.pod import Pod, duplex_pod, one_and_two
+from tests.support.pod import (
+    Pod,
+    assert_front_ends_hold_no_torch,
+    assert_sigterm_drains,
+    duplex_pod,
+    kill_front_end,
+    kill_stepper,
+    one_and_two,
+)
 
 SERVICE = "antiphon.v1.Stage1Service"
 CODEBOOKS = 8
@@ -177,13 +183,7 @@ async def test_sessions_through_two_front_ends_hear_what_one_process_gives_them(
 
 @pytest.mark.models
 def test_front_ends_do_not_load_torch_and_one_process_has_none(pods: tuple[Pod, Pod]) -> None:
-    one, two = pods
-    assert one.children("") == []
-    front_ends = two.children("spawn_main")
-    assert len(front_ends) == 2
-    for pid in front_ends:
-        maps = Path(f"/proc/{pid}/maps").read_text()
-        assert "libtorch" not in maps and "grpc" in maps
+    assert_front_ends_hold_no_torch(*pods)
 
 
 @pytest.mark.models
@@ -201,9 +201,7 @@ async def test_a_front_end_killed_loses_its_own_sessions_only_and_comes_back(
         assert seen["antiphon_stage1_sessions_active"] == 1
         assert seen["antiphon_stage1_duplex_rows_active"] == 1
     assert scrape([two.metrics_port + 2])["antiphon_stage1_duplex_step_seconds_count"] > 0
-    victim = two.listening(two.port)
-    assert len(victim) == 1
-    os.kill(int(victim[0]), signal.SIGKILL)
+    kill_front_end(two, 0)
     await asyncio.wait_for(tasks[0], 30)
     assert lost.code == grpc.StatusCode.UNAVAILABLE
     at = len(kept.pcm)
@@ -221,11 +219,7 @@ async def test_a_front_end_killed_loses_its_own_sessions_only_and_comes_back(
 async def test_sigterm_drains_the_front_ends_then_the_stepper_stops(
     pods: tuple[Pod, Pod],
 ) -> None:
-    _, two = pods
-    two.proc.send_signal(signal.SIGTERM)
-    code = await asyncio.to_thread(two.proc.wait, 60)
-    assert code == 0, two.tail()
-    assert await asyncio.to_thread(two.group_left, 10.0) == [], two.tail()
+    await assert_sigterm_drains(pods[1])
 
 
 @pytest.mark.models
@@ -236,12 +230,8 @@ async def test_the_stepper_killed_ends_every_stream_unavailable(tmp_path: Path) 
         sessions = [Session(a, 10 + k, 1000, 0.05) for k, a in enumerate(pod.addresses())]
         tasks = [asyncio.create_task(s.run()) for s in sessions]
         await asyncio.gather(*(s.has(2) for s in sessions))
-        pod.proc.kill()
-        await asyncio.to_thread(pod.proc.wait, 10)
-        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        await kill_stepper(pod, tasks)
         for session in sessions:
             assert session.code == grpc.StatusCode.UNAVAILABLE, session.seed
-        # The front ends stop with it.
-        assert await asyncio.to_thread(pod.group_left, 10.0) == [], pod.tail()
     finally:
         pod.kill()

@@ -178,3 +178,41 @@ def listens(pid: int, port: int) -> bool:
             if listening and fields[9] in inodes:
                 return True
     return False
+
+
+# What both stages' duplex front-end tests check of a pod alike.
+
+
+def assert_front_ends_hold_no_torch(one: Pod, two: Pod) -> None:
+    """`one` (one process) has no child; `two`'s two front ends map gRPC and
+    not libtorch: torch loads in the stepper alone."""
+    assert one.children("") == []
+    front_ends = two.children("spawn_main")
+    assert len(front_ends) == 2
+    for pid in front_ends:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert "libtorch" not in maps and "grpc" in maps
+
+
+def kill_front_end(pod: Pod, index: int) -> None:
+    """kill -9 of the front end listening on the pod's port + `index`."""
+    (victim,) = pod.listening(pod.port + index)
+    os.kill(int(victim), signal.SIGKILL)
+
+
+async def assert_sigterm_drains(pod: Pod) -> None:
+    """SIGTERM: the pod exits 0 and leaves no process of its group behind."""
+    pod.proc.send_signal(signal.SIGTERM)
+    code = await asyncio.to_thread(pod.proc.wait, 60)
+    assert code == 0, pod.tail()
+    assert await asyncio.to_thread(pod.group_left, 10.0) == [], pod.tail()
+
+
+async def kill_stepper(pod: Pod, streams: list[asyncio.Task[None]]) -> None:
+    """kill -9 of the stepper; returns once `streams` ended and the front ends
+    stopped with it."""
+    pod.proc.kill()
+    # Reaped: a zombie stays in the group.
+    await asyncio.to_thread(pod.proc.wait, 10)
+    await asyncio.wait_for(asyncio.gather(*streams), 30)
+    assert await asyncio.to_thread(pod.group_left, 10.0) == [], pod.tail()
