@@ -30,6 +30,7 @@ from typing import Any
 import websockets
 
 from antiphon.client.load.questions import live_question
+from bench.lib.args import ints
 from bench.lib.loadstack import LoadStack, stack_env
 from bench.lib.results import write_json
 from bench.lib.speech import spoken
@@ -165,9 +166,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--calls", type=lambda s: [int(x) for x in s.split(",")], default=[1, 10, 50]
-    )
+    parser.add_argument("--calls", type=ints, default=[1, 10, 50])
     parser.add_argument("--timeout", type=float, default=60.0, help="per session, seconds")
     parser.add_argument("--out", default="bench/results/webrtc.json")
     asyncio.run(measure(parser.parse_args()))

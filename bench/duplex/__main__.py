@@ -18,6 +18,7 @@ from bench.duplex.levels import GAP_P99_MS, STEP_P99_MS, run_worker_levels
 from bench.duplex.reference import run_reference
 from bench.duplex.report import finish, table
 from bench.duplex.workers import STAGE0, STAGE1, unknown_settings, worker_profile
+from bench.lib.args import ints
 from bench.lib.machine import device_name, now, version
 from bench.lib.results import RESULTS
 
@@ -28,7 +29,6 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description=bench.duplex.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     ap.add_argument("--checkpoint", default="random:7b", help="duplex_checkpoint of both workers")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")

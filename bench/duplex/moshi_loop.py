@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.lib.args import ints
+
 
 def quantile(values: Sequence[float], q: float) -> float:
     return round(float(np.percentile(values, q)), 2)
@@ -97,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--context", type=int, default=None, help="attention window, frames")
-    ap.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[1])
+    ap.add_argument("--batches", type=ints, default=[1])
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")

@@ -20,6 +20,7 @@ from antiphon.common.grpcserver import check_ready
 from bench.duplex.clients import FRAME_S, Schedule, run_clients
 from bench.duplex.levels import COUNTERS, GAP_P99_MS, STEP_HISTOGRAM, summarize_clients
 from bench.duplex.workers import STAGE0, STAGE1, WorkerProcess, worker_env, worker_profile
+from bench.lib.args import ints
 from bench.lib.machine import device_name, free_ports, now, version
 from bench.lib.procstats import ProcSampler
 from bench.lib.prometheus import metric_sum, scrape, step_window
@@ -32,7 +33,6 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description=bench.duplex_fanin.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     ap.add_argument(
         "--front-ends",
         dest="counts",

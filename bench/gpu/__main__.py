@@ -22,6 +22,7 @@ from bench.gpu.raw import ratio, raw_levels
 from bench.gpu.report import merge, table
 from bench.gpu.sessions import PER_PROC
 from bench.gpu.worker import worker_env
+from bench.lib.args import ints
 from bench.lib.machine import device_name, version
 from bench.lib.profile import profile_summary
 from bench.lib.questions import RECORDED, record
@@ -46,7 +47,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model-cache", type=Path, default=None)
     ap.add_argument(
         "--levels",
-        type=lambda s: [int(x) for x in s.split(",")],
+        type=ints,
         default=[1, 16, 64, 128, 256, 512],
     )
     ap.add_argument("--turns", type=int, default=3)

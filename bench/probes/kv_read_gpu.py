@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from antiphon.stage0.backends.moshi import kv_kernel
 from antiphon.stage0.backends.moshi.fp8 import quantize
 from antiphon.stage0.backends.moshi.kv_attention import Window, _chunks, allowed
+from bench.lib.args import ints
 from bench.lib.machine import torch_device_name
 from bench.lib.results import command_line, git_commit, write_json
 
@@ -158,10 +159,6 @@ def forced(
 def tile(text: str) -> kv_kernel.Tile:
     block_n, warps, stages = ints(text.removesuffix("d").replace("x", ","))
     return kv_kernel.Tile(block_n, warps, stages, dot=text.endswith("d"))
-
-
-def ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
 
 
 def main() -> None:

@@ -57,6 +57,11 @@ class Tile(NamedTuple):
 
 TILE = Tile()
 BLOCK_N = TILE.block_n
+# The matrix units' operand type. Triton's interpreter (3.9) multiplies
+# bfloat16 matrices wrong; float16 holds the same float8 values exactly, so
+# the CPU's check of this path differs in that one cast. Read once, as
+# `triton.jit` reads it to choose the interpreter.
+MMA = tl.float16 if os.environ.get("TRITON_INTERPRET") == "1" else tl.bfloat16
 # Enough programs to cover a GPU several times over (132 SMs on an H100).
 TARGET_PROGRAMS = 2048
 MAX_SPLITS = 16
@@ -282,10 +287,7 @@ def attend(
         HAS_CONTEXT=context is not None,
         DOT=dot,
         R=16 if dot else 1,
-        # Triton's interpreter (3.9) multiplies bfloat16 matrices wrong; float16
-        # holds the same float8 values exactly, so the CPU's check of this
-        # path differs in that one cast.
-        MMA=tl.float16 if os.environ.get("TRITON_INTERPRET") == "1" else tl.bfloat16,
+        MMA=MMA,
         num_warps=tile.warps,
         num_stages=tile.stages,
     )
