@@ -36,6 +36,10 @@ install: $(VENV)/.installed
 # stage0 CPU engines and the root pyproject's dev group. (The uninstall
 # removes the single `antiphon` distribution a checkout from before the split
 # may still have.)
+# Each distribution's extras in .venv: stage0's CPU engines, the Nemotron
+# VoiceChat code both stages' `nemotron` backends share.
+EXTRAS_services/common := [nemotron]
+EXTRAS_services/stage0 := [cpu]
 DISTRIBUTIONS := services/common services/gateway services/session services/stage0 \
 	services/stage1 client
 
@@ -52,8 +56,8 @@ $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(DISTRIBUTIONS))
 	$(PY) -m pip uninstall -y -q antiphon 2>/dev/null || true
 	$(PY) -m pip install -q torch==2.13.0
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q --group dev \
-		$(foreach d,$(DISTRIBUTIONS),-e '$(d)$(if $(filter services/stage0,$(d)),[cpu])')
-	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0 $(MOSHI)
+		$(foreach d,$(DISTRIBUTIONS),-e '$(d)$(EXTRAS_$(d))')
+	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0 $(MOSHI) $(NEMO)
 	$(INSTALL_LLM)
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
@@ -70,6 +74,12 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # Python, installed --no-deps because it pins torch<2.10; what it really
 # needs is in the stage0/stage1 extras.
 MOSHI := moshi==0.2.13
+
+# Nemotron VoiceChat's model code (stage0 and stage1 `nemotron`): NeMo, pure
+# Python, --no-deps (antiphon-common's `nemotron` extra says why and holds
+# what it needs).
+NEMO := nemo-toolkit==3.0.0 nv-one-logger-core==2.3.1 nv-one-logger-training-telemetry==2.3.1 \
+	nv-one-logger-pytorch-lightning-integration==2.3.1
 
 # The third-party realtime clients (OpenAI Agents SDK, Pipecat, LiveKit Agents)
 # that tests/clients drives against the stack: a venv of their own, since their

@@ -261,20 +261,22 @@ class GenerationToolCall(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., refused: _Optional[bool] = ...) -> None: ...
 
 class ModelFrame(_message.Message):
-    __slots__ = ("epoch", "index", "text", "codes", "decision", "late")
+    __slots__ = ("epoch", "index", "text", "codes", "decision", "late", "tokens")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     CODES_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     LATE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     index: int
     text: str
     codes: _containers.RepeatedScalarFieldContainer[int]
     decision: Decision
     late: bool
-    def __init__(self, epoch: _Optional[int] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., codes: _Optional[_Iterable[int]] = ..., decision: _Optional[_Union[Decision, str]] = ..., late: _Optional[bool] = ...) -> None: ...
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, epoch: _Optional[int] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., codes: _Optional[_Iterable[int]] = ..., decision: _Optional[_Union[Decision, str]] = ..., late: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StageError(_message.Message):
     __slots__ = ("epoch", "response_id", "code", "message")
@@ -355,18 +357,20 @@ class SynthesizeText(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., text: _Optional[str] = ..., final: _Optional[bool] = ...) -> None: ...
 
 class DecodeFrame(_message.Message):
-    __slots__ = ("epoch", "response_id", "codes", "text", "index")
+    __slots__ = ("epoch", "response_id", "codes", "text", "index", "tokens")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
     CODES_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     response_id: str
     codes: _containers.RepeatedScalarFieldContainer[int]
     text: str
     index: int
-    def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., codes: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., codes: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., index: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Stage1Cancel(_message.Message):
     __slots__ = ("epoch",)

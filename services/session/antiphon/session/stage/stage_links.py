@@ -146,6 +146,7 @@ class StageLinks:
                     epoch=self._epoch,
                     response_id=response_id,
                     codes=frame.codes,
+                    tokens=frame.tokens,
                     text=frame.text if response_id else "",
                     index=frame.index,
                 )
