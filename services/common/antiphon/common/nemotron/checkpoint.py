@@ -102,7 +102,9 @@ class Checkpoint:
             if cfg.get(key):
                 path = self.folder / cfg[key]
                 if not path.is_dir():
-                    raise MissingAssetError(f"{self.name}: {key} {cfg[key]!r} is not a folder in the checkpoint")
+                    raise MissingAssetError(
+                        f"{self.name}: {key} {cfg[key]!r} is not a folder in the checkpoint"
+                    )
                 cfg[key] = str(path)
         cfg["pretrained_weights"] = False
         return cfg
@@ -140,7 +142,7 @@ def _load(model: torch.nn.Module, weights: Path, prefix: str) -> None:
     params = dict(model.named_parameters()) | dict(model.named_buffers())
     loaded: set[str] = set()
     with safe_open(str(weights), framework="pt", device="cpu") as f:
-        for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+        for key in f.keys():
             if not key.startswith(prefix):
                 continue
             name = key.removeprefix(prefix)
@@ -154,10 +156,13 @@ def _load(model: torch.nn.Module, weights: Path, prefix: str) -> None:
                 raise MissingAssetError(f"{weights}: {key} is not in the model the config builds")
             if target.shape != tensor.shape:
                 raise MissingAssetError(
-                    f"{weights}: {key} is {tuple(tensor.shape)}, the model's is {tuple(target.shape)}"
+                    f"{weights}: {key} is {tuple(tensor.shape)}, "
+                    f"the model's is {tuple(target.shape)}"
                 )
             target.data.copy_(tensor)
             loaded.add(name)
     missing = sorted(set(dict(model.named_parameters())) - loaded)
     if missing:
-        raise MissingAssetError(f"{weights}: no tensor for {len(missing)} parameters, e.g. {missing[:3]}")
+        raise MissingAssetError(
+            f"{weights}: no tensor for {len(missing)} parameters, e.g. {missing[:3]}"
+        )

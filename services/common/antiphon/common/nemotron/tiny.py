@@ -61,7 +61,11 @@ def _tokenizer(out: Path) -> int:
     )
     tok.train_from_iterator(_CORPUS * 20, trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
     )
     fast.save_pretrained(str(out))
     return len(fast)
@@ -99,7 +103,11 @@ def config() -> dict[str, Any]:
     and tokenizer's paths are relative to the checkpoint folder."""
     return {
         "model": {"stt": {"model": _stt()}, "speech_generation": _tts()},
-        "data": {"frame_length": 0.08, "source_sample_rate": INPUT_RATE, "target_sample_rate": OUTPUT_RATE},
+        "data": {
+            "frame_length": 0.08,
+            "source_sample_rate": INPUT_RATE,
+            "target_sample_rate": OUTPUT_RATE,
+        },
     }
 
 

@@ -16,26 +16,29 @@ import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from antiphon.common.moshi_checkpoint import FRAME_MS
-from antiphon.stage0.backends.moshi.lockstep import Batch
 
 log = logging.getLogger(__name__)
 
 
-class Stepped(Protocol):
-    """What the clock steps: a Lockstep, or a stepper's view of one that also
-    hands each step's output to its front ends (stepper.py)."""
+BatchT = TypeVar("BatchT")
+
+
+class Stepped(Protocol[BatchT]):
+    """What the clock steps: a Lockstep, a stepper's view of one that also
+    hands each step's output to its front ends (stepper.py), or another duplex
+    model's batch (`nemotron`'s Listening)."""
 
     @property
     def active(self) -> int: ...
 
-    def gather(self) -> Batch: ...
+    def gather(self) -> BatchT: ...
 
-    def compute(self, batch: Batch) -> list[list[int]]: ...
+    def compute(self, batch: BatchT) -> list[list[int]]: ...
 
-    def deliver(self, batch: Batch, tokens: list[list[int]], *, late: bool) -> None: ...
+    def deliver(self, batch: BatchT, tokens: list[list[int]], *, late: bool) -> None: ...
 
     def fail(self, message: str) -> None: ...
 
@@ -43,7 +46,7 @@ class Stepped(Protocol):
 class LockstepClock:
     def __init__(
         self,
-        lockstep: Stepped,
+        lockstep: Stepped[Any],
         *,
         period_s: float = FRAME_MS / 1000,
         thread_setup: Callable[[], None] | None = None,

@@ -9,10 +9,10 @@ frame from each row per step and tells it what the model said; the session
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from antiphon.common.moshi_checkpoint import FRAME_SAMPLES, SAMPLE_RATE
+from antiphon.common.moshi_checkpoint import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
 from antiphon.stage0.backends.moshi.context import ContextQueue
 from antiphon.v1 import stage_pb2 as pb
 
@@ -25,11 +25,15 @@ BYTES_PER_MS = SAMPLE_RATE * 2 // 1000  # 48 at 24 kHz
 
 class JitterBuffer:
     """PCM16 waiting for its step, at most `limit_ms`: beyond it the oldest goes
-    (a sender ahead of real time would otherwise grow it without end)."""
+    (a sender ahead of real time would otherwise grow it without end). Frames
+    are 80 ms at `rate` (Mimi's 24 kHz unless a model hears another)."""
 
-    def __init__(self, limit_ms: int) -> None:
+    def __init__(self, limit_ms: int, rate: int = SAMPLE_RATE) -> None:
+        self._bytes_per_ms = rate * 2 // 1000
+        self._frame_bytes = rate * FRAME_MS // 1000 * 2
         # Whole frames only, so that a drop never shifts the frame grid.
-        self._limit = max(FRAME_BYTES, limit_ms * BYTES_PER_MS // FRAME_BYTES * FRAME_BYTES)
+        frame = self._frame_bytes
+        self._limit = max(frame, limit_ms * self._bytes_per_ms // frame * frame)
         self._pcm = bytearray()
 
     def push(self, pcm16: bytes) -> int:
@@ -41,15 +45,15 @@ class JitterBuffer:
         # Drop whole samples, and a lone odd byte never counts as audio.
         over += over % 2
         del self._pcm[:over]
-        return over // BYTES_PER_MS
+        return over // self._bytes_per_ms
 
     def take_frame(self) -> bytes | None:
         """One frame's audio, or None while less than a frame has come (the
         partial frame stays for the next step)."""
-        if len(self._pcm) < FRAME_BYTES:
+        if len(self._pcm) < self._frame_bytes:
             return None
-        frame = bytes(self._pcm[:FRAME_BYTES])
-        del self._pcm[:FRAME_BYTES]
+        frame = bytes(self._pcm[: self._frame_bytes])
+        del self._pcm[: self._frame_bytes]
         return frame
 
     def clear(self) -> None:
@@ -57,7 +61,7 @@ class JitterBuffer:
 
     @property
     def buffered_ms(self) -> int:
-        return len(self._pcm) // BYTES_PER_MS
+        return len(self._pcm) // self._bytes_per_ms
 
 
 class AudioBuffer(Protocol):
@@ -124,11 +128,14 @@ class Row:
         context: Callable[[], ContextQueue],
         session_id: str = "",
         audio: AudioBuffer | None = None,
+        rate: int = SAMPLE_RATE,
     ) -> None:
         self.index = index
         self.emit = emit
         self.session_id = session_id
-        self.audio: AudioBuffer = audio or JitterBuffer(jitter_ms)
+        self.audio: AudioBuffer = audio or JitterBuffer(jitter_ms, rate)
+        # PCM16 bytes a millisecond of its audio takes (Transcript.audio_ms).
+        self.bytes_per_ms = rate * 2 // 1000
         self.speaking = Speaking(quiet_frames)
         # The newest epoch the session sent: frames are stamped with it.
         self.epoch = 0
@@ -155,8 +162,11 @@ class Row:
         # A new queue, not a cleared one: a step under way settles the old.
         self.context = self._new_context()
 
-    def frame(self, text: str, codes: list[int], *, word: bool, late: bool) -> None:
-        """Report what the model said in this row's newest step."""
+    def frame(
+        self, text: str, codes: list[int], *, word: bool, late: bool, tokens: Sequence[int] = ()
+    ) -> None:
+        """Report what the model said in this row's newest step (`tokens`: its
+        text token ids, for a stage1 that speaks from them)."""
         decision = self.speaking.observe(word)
         self.emit(
             pb.Stage0Event(
@@ -165,6 +175,7 @@ class Row:
                     index=self.frames,
                     text=text,
                     codes=codes,
+                    tokens=tokens,
                     decision=decision,
                     late=late,
                 )

@@ -13,20 +13,56 @@ model's own text stream (context.py), which it then says.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Final, Protocol
 
-from antiphon.stage0.backends.moshi.lockstep import Lockstep, NoFreeRowError
-from antiphon.stage0.backends.moshi.rows import BYTES_PER_MS, Row
+from antiphon.stage0.backends.moshi.lockstep import NoFreeRowError
+from antiphon.stage0.backends.moshi.rows import Row
 from antiphon.v1 import stage_pb2 as pb
 
+if TYPE_CHECKING:
+    from antiphon.stage0.backends.moshi.prompt import ForcedFrame
+
 log = logging.getLogger(__name__)
+
+
+class Prompted(Protocol):
+    """What a session asks of the model itself: its prompt and its words."""
+
+    def prefill(self, instructions: str, voice: str) -> Sequence[ForcedFrame]: ...
+
+    def words(self, text: str) -> list[list[int]]: ...
+
+
+class Rows(Protocol):
+    """The batch a session takes a row of: `moshi`'s Lockstep, or another
+    duplex model's (`nemotron`'s Listening)."""
+
+    @property
+    def model(self) -> Prompted: ...
+
+    def open(
+        self,
+        emit: Callable[[pb.Stage0Event], None],
+        session_id: str = "",
+        prefill: Sequence[ForcedFrame] = (),
+        *,
+        index: int | None = None,
+    ) -> Row: ...
+
+    def restart(self, row: Row, prefill: Sequence[ForcedFrame] = ()) -> None: ...
+
+    def release(self, row: Row) -> None: ...
+
+    def hear(self, row: Row, pcm16: bytes) -> None: ...
+
+    def next_frame(self, row: Row) -> int: ...
 
 
 class DuplexSession:
     def __init__(
         self,
-        lockstep: Lockstep,
+        lockstep: Rows,
         emit: Callable[[pb.Stage0Event], None],
         *,
         on_open: Callable[[], None] = lambda: None,
@@ -70,7 +106,7 @@ class DuplexSession:
             return
         row.epoch = max(row.epoch, msg.epoch)
         # The model heard it as it came; all there is to say is how much.
-        audio_ms = row.uncommitted_bytes // BYTES_PER_MS
+        audio_ms = row.uncommitted_bytes // row.bytes_per_ms
         row.uncommitted_bytes = 0
         self._emit(
             pb.Stage0Event(

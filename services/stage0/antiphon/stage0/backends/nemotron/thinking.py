@@ -1,0 +1,115 @@
+"""The `nemotron` backend's LLM: NeMo's DuplexSTTModel's NemotronH stepped one
+80 ms frame at a time for a batch of rows, as NeMo's own inference steps one
+session (streaming/duplex_stt_inference.py), with a cache.
+
+Each step a row's input is its frame of heard audio (hearing.py) plus the
+embedding of the text token it said the step before (padding at its first
+step, NeMo's "BOS" of the text channel), each scaled by the model's channel
+weights; the LLM's text head answers greedily. NeMo's reference recomputes
+the whole history every step for NemotronH (it has no cache path for the
+hybrid); a `DynamicCache` built from the LLM's config gives the same tokens
+(tests/stage0/test_nemotron_thinking.py) at one frame's cost.
+
+Rows start afresh alone: a Mamba2 layer's state is per row and fixed-size
+(zeroed), and an attention layer's keys stay in the cache but are masked
+out for a reset row through the 2D attention mask (NemotronH's attention has
+no rotary positions, so a row's positions need no renumbering). The
+attention cache keeps at most `window` frames; older ones are dropped for
+every row at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+if TYPE_CHECKING:
+    from nemo.collections.speechlm2.models.duplex_stt_model import DuplexSTTModel
+
+
+class Thinking:
+    def __init__(self, stt: DuplexSTTModel, rows: int, *, window: int) -> None:
+
+        self.stt = stt
+        self.rows = rows
+        self.window = window
+        cfg = stt.cfg
+        self._w_user = float(cfg.get("duplex_user_channel_weight", 1.0))
+        self._w_text = float(cfg.get("duplex_text_channel_weight", 1.0))
+        self._w_asr = float(cfg.get("duplex_asr_text_weight", 1.0))
+        self._boosts = {
+            stt.text_pad_id: cfg.get("inference_pad_boost"),
+            stt.text_bos_id: cfg.get("inference_bos_boost"),
+            stt.text_eos_id: cfg.get("inference_eos_boost"),
+        }
+        self._user_text = bool(stt.predict_user_text)
+        device = next(stt.parameters()).device
+        self._cache = DynamicCache(config=stt.llm.config)
+        # Per row, per cached position: 1 where the row's current session
+        # wrote it. A reset row's older positions turn 0.
+        self._valid = torch.zeros(rows, 0, dtype=torch.long, device=device)
+        pad = torch.full((rows,), stt.text_pad_id, dtype=torch.long, device=device)
+        # The tokens each row said last step (its text channel, and its
+        # transcript of the user where the model predicts one).
+        self._said = pad.clone()
+        self._heard = pad.clone()
+
+    def reset(self, mask: torch.Tensor) -> None:
+        """Rows `mask` [rows] start a new session at their next step."""
+        if not bool(mask.any()):
+            return
+        for layer in self._cache.layers:
+            for states in (
+                getattr(layer, "conv_states", None),
+                getattr(layer, "recurrent_states", None),
+            ):
+                for state in (states or {}).values():
+                    if state is not None:
+                        state[mask] = 0
+        self._valid[mask] = 0
+        self._said[mask] = self.stt.text_pad_id
+        self._heard[mask] = self.stt.text_pad_id
+
+    def step(self, heard: torch.Tensor) -> torch.Tensor:
+        """One frame for every row: `heard` [rows, H] is each row's perception
+        embedding for it; the text token each row says [rows]."""
+        stt = self.stt
+        x = heard * self._w_user + stt.embed_tokens(self._said) * self._w_text
+        if self._user_text:
+            x = x + stt.embed_asr_tokens(self._heard) * self._w_asr
+        self._trim()
+        ones = torch.ones(self.rows, 1, dtype=self._valid.dtype, device=self._valid.device)
+        self._valid = torch.cat([self._valid, ones], dim=1)
+        out = stt.llm(
+            inputs_embeds=x.unsqueeze(1),
+            past_key_values=self._cache,
+            use_cache=True,
+            attention_mask=self._valid,
+        )
+        hidden = out.last_hidden_state[:, -1]
+        logits = stt.lm_head(hidden)
+        for token, boost in self._boosts.items():
+            if boost:
+                logits[:, token] += boost
+        self._said = logits.argmax(dim=-1)
+        if self._user_text:
+            self._heard = stt.asr_head(hidden).argmax(dim=-1)
+        return self._said
+
+    def _trim(self) -> None:
+        """Keep the attention cache to `window` - 1 positions before a step."""
+        over = self._valid.shape[1] - (self.window - 1)
+        if over <= 0:
+            return
+        for layer in self._cache.layers:
+            if (
+                isinstance(layer, DynamicLayer)
+                and layer.keys is not None
+                and layer.values is not None
+            ):
+                layer.keys = layer.keys[:, :, over:]
+                layer.values = layer.values[:, :, over:]
+        self._valid = self._valid[:, over:]

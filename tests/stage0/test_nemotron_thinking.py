@@ -1,0 +1,98 @@
+"""The `nemotron` backend's LLM stepping (thinking.py) against NeMo's own
+inference: each session's text tokens, stepped in a batch of rows while
+sessions join and leave, equal `offline_inference` on that session's audio
+alone (greedy, the tiny random checkpoint)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("nemo.collections.speechlm2")
+
+from antiphon.common.nemotron import checkpoint  # noqa: E402
+from antiphon.stage0.backends.nemotron.thinking import Thinking  # noqa: E402
+from tests.support.speech import spoken  # noqa: E402
+
+pytestmark = pytest.mark.models
+
+RATE = 16_000
+SECONDS = 3
+
+
+@pytest.fixture(scope="module")
+def stt():
+    torch.set_num_threads(1)
+    return checkpoint.resolve("random:tiny").stt()
+
+
+def _audio(pcm16: bytes) -> torch.Tensor:
+    x = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768.0
+    x = np.pad(x, (0, max(0, RATE * SECONDS - len(x))))[: RATE * SECONDS]
+    return torch.from_numpy(x)
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    """Three callers' audio: two voices speaking, one noise."""
+    return [
+        _audio(spoken("hello there, how can I help you today?", RATE, voice="piper")),
+        _audio(spoken("the weather is sunny and warm in paris", RATE, voice="espeak")),
+        0.1 * torch.randn(RATE * SECONDS, generator=torch.Generator().manual_seed(3)),
+    ]
+
+
+def _reference(stt, audio: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        ans = stt.streaming_inference.offline_inference(audio[None], torch.tensor([len(audio)]))
+    return ans["tokens_text"][0]
+
+
+def _heard(stt, audio: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        emb, _, _ = stt.perception(
+            input_signal=audio[None],
+            input_signal_length=torch.tensor([len(audio)]),
+            return_encoder_emb=True,
+        )
+    return emb[0]
+
+
+def test_rows_joining_and_leaving_say_what_each_session_alone_says(stt, sessions):
+    refs = [_reference(stt, a) for a in sessions]
+    heard = [_heard(stt, a) for a in sessions]
+    frames = heard[0].shape[0]
+    assert all(len(set(r.tolist())) > 1 for r in refs[:2]), "speech should move the random model"
+    late = 9  # session 2 joins row 1 at this step, after session 1 left it
+    thinking = Thinking(stt, 2, window=4 * frames)
+    said: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    zero = torch.zeros_like(heard[0][0])
+    with torch.no_grad():
+        for t in range(frames + late):
+            if t == late:
+                thinking.reset(torch.tensor([False, True]))
+            row0 = heard[0][t] if t < frames else zero
+            if t < late:
+                row1, owner = heard[1][t], 1
+            else:
+                row1, owner = heard[2][t - late], 2
+            tokens = thinking.step(torch.stack([row0, row1])).tolist()
+            if t < frames:
+                said[0].append(tokens[0])
+            said[owner].append(tokens[1])
+    assert said[0] == refs[0].tolist()
+    # Session 1 left after `late` frames: what it heard until then it said.
+    assert said[1] == refs[1][:late].tolist()
+    assert said[2] == refs[2].tolist()
+
+
+def test_a_window_shorter_than_the_session_changes_only_what_comes_after_it(stt, sessions):
+    ref = _reference(stt, sessions[0])
+    heard = _heard(stt, sessions[0])
+    window = 12
+    thinking = Thinking(stt, 1, window=window)
+    with torch.no_grad():
+        tokens = [int(thinking.step(heard[t][None])[0]) for t in range(heard.shape[0])]
+    assert tokens[:window] == ref[:window].tolist()
+    assert thinking._valid.shape[1] == window
