@@ -96,3 +96,36 @@ def test_a_window_shorter_than_the_session_changes_only_what_comes_after_it(stt,
         tokens = [int(thinking.step(heard[t][None])[0]) for t in range(heard.shape[0])]
     assert tokens[:window] == ref[:window].tolist()
     assert thinking._valid.shape[1] == window
+
+
+def test_a_prompt_stepped_before_the_call_is_what_nemo_prepends(stt, sessions):
+    """Session 0 starts with a prompt while row 1 hears its call: each says
+    what NeMo's inference says given that prompt (`prompt_tokens`) or none."""
+    ids = stt.tokenizer.text_to_ids("you are a helpful weather assistant")
+    prompt = [stt.text_bos_id, *ids, stt.text_eos_id]
+    with torch.no_grad():
+        ans = stt.streaming_inference.offline_inference(
+            sessions[0][None],
+            torch.tensor([len(sessions[0])]),
+            prompt_tokens=torch.tensor([prompt]),
+            prompt_token_lens=torch.tensor([len(prompt)]),
+        )
+    ref = ans["tokens_text"][0].tolist()
+    plain = _reference(stt, sessions[1]).tolist()
+    heard = [_heard(stt, a) for a in sessions[:2]]
+    thinking = Thinking(stt, 2, window=1000)
+    p = len(prompt)
+    said: list[list[int]] = [[], []]
+    with torch.no_grad():
+        for t in range(p + heard[0].shape[0]):
+            row0 = heard[0][max(0, t - p)]
+            row1 = heard[1][t] if t < heard[1].shape[0] else torch.zeros_like(row0)
+            forced = torch.tensor([prompt[t] if t < p else -1, -1])
+            tokens = thinking.step(torch.stack([row0, row1]), forced).tolist()
+            if t >= p:
+                said[0].append(tokens[0])
+            if t < heard[1].shape[0]:
+                said[1].append(tokens[1])
+    assert said[0] == ref
+    assert said[0] != _reference(stt, sessions[0]).tolist()
+    assert said[1] == plain

@@ -19,6 +19,8 @@ BACKENDS: Mapping[str, str] = {
     "cascade": "antiphon.stage0.backends.cascade.backend",
     # A model-native duplex model of the Moshi architecture (Moshi, PersonaPlex).
     "moshi": "antiphon.stage0.backends.moshi.backend",
+    # Nemotron VoiceChat's listening half (NeMo's perception and NemotronH LLM).
+    "nemotron": "antiphon.stage0.backends.nemotron.backend",
     # The cascade's VAD and turn model, scripted ASR and LLM (load and fault tests).
     "synthetic": "antiphon.stage0.backends.synthetic.backend",
 }

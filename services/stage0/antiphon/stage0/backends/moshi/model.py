@@ -70,6 +70,9 @@ class Sampling:
 class DuplexModel:
     """The generator and codec the lockstep steps, and the text of its tokens."""
 
+    # Text goes into a running row's text stream (context.py).
+    takes_context = True
+
     lm_gen: LMGen
     mimi: MimiModel
     # A text token's text ("" for padding, whose ids are `silent_ids`).

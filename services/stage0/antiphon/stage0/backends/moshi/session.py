@@ -14,22 +14,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Any, Final, Protocol
 
 from antiphon.stage0.backends.moshi.lockstep import NoFreeRowError
 from antiphon.stage0.backends.moshi.rows import Row
 from antiphon.v1 import stage_pb2 as pb
 
-if TYPE_CHECKING:
-    from antiphon.stage0.backends.moshi.prompt import ForcedFrame
-
 log = logging.getLogger(__name__)
+
+# A model's prompt as the steps its row takes before the call: moshi's
+# ForcedFrames, nemotron's token ids.
+Prefill = Sequence[Any]
 
 
 class Prompted(Protocol):
-    """What a session asks of the model itself: its prompt and its words."""
+    """What a session asks of the model itself: its prompt, whether text goes
+    into its running context (`supports_context_text`), and that text's words."""
 
-    def prefill(self, instructions: str, voice: str) -> Sequence[ForcedFrame]: ...
+    @property
+    def takes_context(self) -> bool: ...
+
+    def prefill(self, instructions: str, voice: str) -> Prefill: ...
 
     def words(self, text: str) -> list[list[int]]: ...
 
@@ -45,12 +50,12 @@ class Rows(Protocol):
         self,
         emit: Callable[[pb.Stage0Event], None],
         session_id: str = "",
-        prefill: Sequence[ForcedFrame] = (),
+        prefill: Prefill = (),
         *,
         index: int | None = None,
     ) -> Row: ...
 
-    def restart(self, row: Row, prefill: Sequence[ForcedFrame] = ()) -> None: ...
+    def restart(self, row: Row, prefill: Prefill = ()) -> None: ...
 
     def release(self, row: Row) -> None: ...
 
@@ -145,6 +150,10 @@ class DuplexSession:
             self._error(0, "not_open", "context before open", response_id=msg.id)
             return
         row.epoch = max(row.epoch, msg.epoch)
+        if not self._lockstep.model.takes_context:
+            message = "this model takes no text into its running context"
+            self._error(msg.epoch, "unsupported_capability", message, response_id=msg.id)
+            return
         tokens = self._lockstep.model.words(msg.text)
         if not tokens and not row.context:
             index = self._lockstep.next_frame(row)

@@ -10,6 +10,12 @@ the whole history every step for NemotronH (it has no cache path for the
 hybrid); a `DynamicCache` built from the LLM's config gives the same tokens
 (tests/stage0/test_nemotron_thinking.py) at one frame's cost.
 
+A row may first step through a prompt (the session's instructions as
+`[BOS] text [EOS]` tokens), one token a step in lockstep with the others:
+the token's embedding stands where the audio would, the text channel holds
+padding, and what the model says meanwhile is not the call's (NeMo's
+`prompt_tokens`).
+
 Rows start afresh alone: a Mamba2 layer's state is per row and fixed-size
 (zeroed), and an attention layer's keys stay in the cache but are masked
 out for a reset row through the 2D attention mask (NemotronH's attention has
@@ -73,10 +79,16 @@ class Thinking:
         self._said[mask] = self.stt.text_pad_id
         self._heard[mask] = self.stt.text_pad_id
 
-    def step(self, heard: torch.Tensor) -> torch.Tensor:
+    def step(self, heard: torch.Tensor, prompt: torch.Tensor | None = None) -> torch.Tensor:
         """One frame for every row: `heard` [rows, H] is each row's perception
-        embedding for it; the text token each row says [rows]."""
+        embedding for it, `prompt` [rows] a prompt token for rows still in
+        their prompt (-1: none); the text token each row says [rows]."""
         stt = self.stt
+        prompted = None
+        if prompt is not None and bool((prompt >= 0).any()):
+            prompted = prompt >= 0
+            tokens = stt.embed_tokens(prompt.clamp(min=0)).to(heard.dtype)
+            heard = torch.where(prompted[:, None], tokens, heard)
         x = heard * self._w_user + stt.embed_tokens(self._said) * self._w_text
         if self._user_text:
             x = x + stt.embed_asr_tokens(self._heard) * self._w_asr
@@ -94,10 +106,14 @@ class Thinking:
         for token, boost in self._boosts.items():
             if boost:
                 logits[:, token] += boost
-        self._said = logits.argmax(dim=-1)
-        if self._user_text:
-            self._heard = stt.asr_head(hidden).argmax(dim=-1)
-        return self._said
+        said = logits.argmax(dim=-1)
+        heard_text = stt.asr_head(hidden).argmax(dim=-1) if self._user_text else self._heard
+        if prompted is not None:
+            # A prompt's steps say nothing: the channels stay on padding.
+            said = torch.where(prompted, self.stt.text_pad_id, said)
+            heard_text = torch.where(prompted, self.stt.text_pad_id, heard_text)
+        self._said, self._heard = said, heard_text
+        return said
 
     def _trim(self) -> None:
         """Keep the attention cache to `window` - 1 positions before a step."""

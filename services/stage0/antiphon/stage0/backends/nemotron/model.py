@@ -1,0 +1,73 @@
+"""The `nemotron` backend's model: NeMo's DuplexSTTModel (perception and the
+NemotronH LLM) loaded once per worker from `duplex_checkpoint`, and what its
+text tokens say."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from antiphon.common import moshi_checkpoint
+from antiphon.common.nemotron import checkpoint as nemotron_checkpoint
+from antiphon.stage0.backends.moshi.model import resolve_dtype
+from antiphon.stage0.settings import Stage0Settings
+
+if TYPE_CHECKING:
+    import torch
+    from nemo.collections.speechlm2.models.duplex_stt_model import DuplexSTTModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NemotronModel:
+    stt: DuplexSTTModel
+    device: torch.device
+    # Tokens that say nothing: padding, and the agent's turn marks (BOS when
+    # it takes the turn, EOS when it gives it back).
+    silent_ids: frozenset[int]
+    # No text goes into its running context (it declares none).
+    takes_context = False
+
+    @classmethod
+    def load(cls, settings: Stage0Settings) -> NemotronModel:
+        t0 = time.perf_counter()
+        device = moshi_checkpoint.device(settings.duplex_device)
+        dtype = resolve_dtype(settings.duplex_dtype, device)
+        checkpoint = nemotron_checkpoint.resolve(settings.duplex_checkpoint)
+        stt = checkpoint.stt(device).to(dtype)
+        if stt.cfg.get("force_turn_taking", False):
+            log.warning(
+                "force_turn_taking is set in the checkpoint; this backend does not apply it"
+            )
+        silent = frozenset({stt.text_pad_id, stt.text_bos_id, stt.text_eos_id})
+        log.info(
+            "nemotron model loaded",
+            extra={
+                "checkpoint": checkpoint.name,
+                "device": str(device),
+                "dtype": str(dtype).removeprefix("torch."),
+                "seconds": round(time.perf_counter() - t0, 1),
+            },
+        )
+        return cls(stt, device, silent)
+
+    def text_of(self, token: int) -> str:
+        """What the token says ("" for the silent ones)."""
+        if token in self.silent_ids:
+            return ""
+        return str(self.stt.tokenizer.ids_to_text([token]))
+
+    def prefill(self, instructions: str, voice: str) -> list[int]:
+        """The session's instructions as the prompt its row steps through
+        before the call: `[BOS] text [EOS]`, as the published serving wraps a
+        system prompt; none without instructions. (The voice is stage1's.)"""
+        if not instructions.strip():
+            return []
+        ids = self.stt.tokenizer.text_to_ids(instructions)
+        return [self.stt.text_bos_id, *ids, self.stt.text_eos_id]
+
+    def words(self, text: str) -> list[list[int]]:
+        return []  # never asked: it takes no context
