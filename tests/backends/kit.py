@@ -74,6 +74,21 @@ async def decode(call: Any, rate: int) -> None:
     )
 
 
+async def decode_tokens(call: Any, rate: int) -> None:
+    """A model-native response spoken from its text: one text token a frame
+    (ids `random:tiny`'s tokenizer knows), then the response's end."""
+    await call.write(pb.Stage1Request(open=pb.Stage1Open(session_id="kit", sample_rate_hz=rate)))
+    for index, text in enumerate(["", " Paris", " is", " the", " capital"]):
+        response = "r1" if text else ""
+        frame = pb.DecodeFrame(
+            epoch=1, response_id=response, tokens=[index * 37], text=text, index=index
+        )
+        await call.write(pb.Stage1Request(frame=frame))
+    await call.write(
+        pb.Stage1Request(text=pb.SynthesizeText(epoch=1, response_id="r1", final=True))
+    )
+
+
 @dataclass(frozen=True)
 class Entry:
     stage: Stage
@@ -99,9 +114,13 @@ ENTRIES = (
     Entry("stage0", "synthetic", listen_vad, "speech_started"),
     # A randomly initialised Moshi of a few layers: the architecture, not the weights.
     Entry("stage0", "moshi", listen_native, "frame", env=RANDOM_TINY),
+    # Nemotron VoiceChat's perception and NemotronH LLM, tiny and random (NeMo's code).
+    Entry("stage0", "nemotron", listen_native, "frame", env=RANDOM_TINY),
     Entry("stage1", "piper", say, "audio"),
     Entry("stage1", "synthetic", say, "audio"),
     Entry("stage1", "mimi", decode, "audio", env=RANDOM_TINY),
+    # Nemotron VoiceChat's EAR-TTS and codec, tiny and random (NeMo's code).
+    Entry("stage1", "nemotron", decode_tokens, "audio", env=RANDOM_TINY),
 )
 
 

@@ -1,5 +1,6 @@
 """One Piper voice per test session (loading it takes about a second); a
-fresh tiny Mimi decoder per test (it builds in milliseconds)."""
+fresh tiny Mimi decoder per test (it builds in milliseconds); one tiny
+Nemotron VoiceChat EAR-TTS per test session (some ten seconds)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from moshi.models.compression import MimiModel
 
     from antiphon.stage1.backends.piper.tts import PiperTts
+    from tests.stage1.nemotron_reference import TinyNemotron
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +74,16 @@ def make_tiny_mimi(request: pytest.FixtureRequest) -> Callable[[], MimiModel]:
 @pytest.fixture
 def tiny_mimi(make_tiny_mimi: Callable[[], MimiModel]) -> MimiModel:
     return make_tiny_mimi()
+
+
+@pytest.fixture(scope="session")
+def tiny_nemotron(request: pytest.FixtureRequest) -> TinyNemotron:
+    """`random:tiny`'s EAR-TTS and codec with its prefilled speaker prompt,
+    and NeMo's own answers for one session alone (nemotron_reference.py)."""
+    tiers.require(request, tiers.MODELS, "builds Nemotron VoiceChat's EAR-TTS and codec")
+    from tests.stage1 import nemotron_reference
+
+    return nemotron_reference.build()
 
 
 @pytest.fixture

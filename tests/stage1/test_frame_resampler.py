@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from antiphon.common.audio import StreamResampler, bytes_for_ms, float32_to_pcm16
-from antiphon.stage1.backends.mimi.frame_resampler import FrameResampler, lead_bytes
+from antiphon.stage1.frames.resampler import FrameResampler, lead_bytes
 
 
 def tone(frames: int, rate: int = 24000, samples: int = 1920) -> list[bytes]:

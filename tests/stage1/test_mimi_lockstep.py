@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from antiphon.stage1.backends.mimi.lockstep import MimiLockstep, Pcm, load
+from antiphon.stage1.backends.mimi.lockstep import MimiLockstep, load
+from antiphon.stage1.frames.session import Pcm
 from antiphon.stage1.metrics import DuplexMetrics
 from antiphon.stage1.settings import Stage1Settings
 from tests.support.polling import eventually

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from antiphon.stage1.backends.mimi import session as mimi_session
+from antiphon.stage1.frames import session as frame_session
 from antiphon.stage1.speech import synthesis
 from antiphon.v1 import stage_pb2 as pb
 from tests.support.request_kinds import (
@@ -16,8 +16,9 @@ from tests.support.request_kinds import (
     assert_every_kind_handled_or_ignored,
 )
 
-# Piper and the synthetic voice share the text synthesis session.
-BACKENDS = [(synthesis, synthesis.SynthesisSession), (mimi_session, mimi_session.MimiSession)]
+# Piper and the synthetic voice share the text synthesis session; the frame
+# backends (mimi, nemotron) the frame session.
+BACKENDS = [(synthesis, synthesis.SynthesisSession), (frame_session, frame_session.FrameSession)]
 
 
 @pytest.mark.parametrize(("module", "session"), BACKENDS, ids=lambda b: b.__name__)

@@ -6,7 +6,7 @@ Why: the decode is one batch for every session, but each session's frame in
 and 80 ms of audio out every 80 ms ride one event loop and one GIL beside
 it; behind a stage0 split into front ends, one stage1 process was the next
 wall (docs/performance.md). Here K front ends carry the streams and the
-sessions (backends/mimi/session.py: responses, resampling, text marks), and
+sessions (frames/session.py: responses, resampling, text marks), and
 the stepper (this process) the decoder (backends/mimi/stepper.py).
 
 Each front end is a whole stage1 worker (main.serve): its gRPC server at

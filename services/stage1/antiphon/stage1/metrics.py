@@ -104,8 +104,8 @@ STEP_BUCKETS = (*(ms / 1000 for ms in range(5, 101, 5)), 0.12, 0.15, 0.2, 0.3, 0
 
 
 class DuplexMetrics:
-    """The `mimi` backend's decoder batch; registered only by a worker that runs
-    it, so a Piper worker exports none of them. With `duplex_front_ends` the
+    """A frame backend's (`mimi`, `nemotron`) lockstep batch; registered only by
+    a worker that runs one, so a Piper worker exports none of them. With `duplex_front_ends` the
     stepper exports the step, each front end its frames and its rows."""
 
     def __init__(self, registry: CollectorRegistry) -> None:

@@ -41,10 +41,10 @@ CLOSE_S = 10.0
 def check(settings: Stage1Settings) -> None:
     """Refuse, before anything starts, a layout that cannot serve."""
     count = settings.worker_processes
-    if settings.backend == "mimi":
+    if settings.backend in ("mimi", "nemotron"):
         raise SystemExit(
-            f"worker_processes={count}: the mimi backend decodes every session in one "
-            "lockstep batch (set worker_processes=1)"
+            f"worker_processes={count}: the {settings.backend} backend steps every session "
+            "in one lockstep batch (set worker_processes=1)"
         )
     pod.check_shares(settings.capacity, count, "workers")
 

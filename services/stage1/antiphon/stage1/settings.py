@@ -16,8 +16,9 @@ class Stage1Settings(WorkerSettings):
     listen: str = "0.0.0.0:50071"
     metrics_port: int = 9121
     # A name in the backend registry (backends/__init__.py): "piper" (real
-    # voice), "synthetic" (a tone; load and fault tests only) or "mimi"
-    # (decodes a Moshi-architecture model's audio tokens: duplex only).
+    # voice), "synthetic" (a tone; load and fault tests only), "mimi"
+    # (decodes a Moshi-architecture model's audio tokens: duplex only) or
+    # "nemotron" (Nemotron VoiceChat's EAR-TTS and codec: duplex only).
     backend: str = "piper"
     # One thread: two under contention on a shared 2-core box ran far slower.
     tts_threads: int = 1
@@ -55,11 +56,13 @@ class Stage1Settings(WorkerSettings):
     synthetic_ms_per_char: float = 60.0
     synthetic_compute_ratio: float = 0.0
     # Sessions this worker serves in real time (measured by `make bench`);
-    # the `mimi` backend decodes a batch of this many rows.
+    # the `mimi` and `nemotron` backends step a batch of this many rows.
     capacity: int = 4
     # `mimi` backend. The model whose Mimi decoder runs here: a local checkpoint
     # folder, random:7b or random:tiny (common/moshi_checkpoint.py); no default,
-    # since stage0 must serve the same one.
+    # since stage0 must serve the same one. `nemotron`: the Nemotron VoiceChat
+    # checkpoint folder or random:tiny (common/nemotron/checkpoint.py), whose
+    # EAR-TTS and codec run here. The duplex_* settings below serve both.
     duplex_checkpoint: str = ""
     # "auto": the GPU when there is one (the decoder is batched for it), else the CPU.
     duplex_device: str = "auto"

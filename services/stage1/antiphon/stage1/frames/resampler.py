@@ -7,8 +7,9 @@ each, 80 ms long whatever the rate, so the output is cut to exactly a frame.
 Silence goes before the stream once, as much as the resampler is ever behind
 (measured on silence: the blocks do not depend on the audio), so the cuts
 never find it short later: zeros in the middle of speech would click. That
-costs some 37 ms of latency at 16 kHz and 73 ms at 8 kHz (soxr "HQ"); a
-session at Mimi's own 24 kHz gets the frames as they are.
+costs some 37 ms of latency at 16 kHz and 73 ms at 8 kHz (soxr "HQ") from
+Mimi's 24 kHz; a session at the model's own rate gets the frames as they are.
+Any rate in, any rate out: Mimi's 24 kHz, Nemotron's codec's 22,050 Hz.
 """
 
 from __future__ import annotations

@@ -34,7 +34,6 @@ from antiphon.common.stepper.pipe import Link, StepperPipe
 from antiphon.stage1.backends import Backend, BackendContext
 from antiphon.stage1.backends.mimi.backend import CAPABILITIES
 from antiphon.stage1.backends.mimi.crossing import Free, Hold, ToStepper, Wake
-from antiphon.stage1.backends.mimi.lockstep import DecodeRow
 from antiphon.stage1.backends.mimi.session import MimiSession
 from antiphon.stage1.backends.mimi.shared_rows import (
     CARDINALITY,
@@ -43,6 +42,7 @@ from antiphon.stage1.backends.mimi.shared_rows import (
     Layout,
     SharedRows,
 )
+from antiphon.stage1.frames.lockstep import DecodeRow
 from antiphon.stage1.metrics import DuplexMetrics
 from antiphon.stage1.service import Emit, SessionFactory
 
@@ -97,7 +97,7 @@ class FrontEndDecoder:
 
     # ------------------------------------------------------- session.Decoder
     @property
-    def num_codebooks(self) -> int:
+    def frame_width(self) -> int:
         return int(self._shared.model[CODEBOOKS])
 
     @property

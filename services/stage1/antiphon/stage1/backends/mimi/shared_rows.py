@@ -29,7 +29,7 @@ from antiphon.common.moshi_checkpoint import FRAME_MS, SAMPLE_RATE
 from antiphon.common.stepper import slot_ring
 from antiphon.common.stepper.shared_block import Section, SharedBlock
 from antiphon.common.stepper.slot_ring import SlotRing
-from antiphon.stage1.backends.mimi.session import MAX_QUEUED_FRAMES
+from antiphon.stage1.frames.session import MAX_QUEUED_FRAMES
 
 # The columns of a row's head.
 WRITE, READ = range(2)

@@ -22,12 +22,13 @@ from antiphon.common.stepper.messages import Failed, Stepped
 from antiphon.common.stepper.pod import FrontEndPort
 from antiphon.common.stepper.slot_ring import SlotRing
 from antiphon.stage1.backends.mimi.crossing import Free, Hold, ToStepper, Wake
-from antiphon.stage1.backends.mimi.lockstep import MimiLockstep, Pcm
+from antiphon.stage1.backends.mimi.lockstep import MimiLockstep
 from antiphon.stage1.backends.mimi.shared_rows import CodeRing
+from antiphon.stage1.frames.session import Pcm
 
 
 class RingRow:
-    """A session's row as the lockstep sees it (lockstep.DecodeRow)."""
+    """A session's row as the lockstep sees it (frames/lockstep.DecodeRow)."""
 
     def __init__(self, stepper: Stepper, ring: CodeRing, row: int, token: int) -> None:
         self._stepper = stepper
