@@ -175,7 +175,7 @@ class ToolCall(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
 
 class Capabilities(_message.Message):
-    __slots__ = ("implementation_level", "supports_input_append", "supports_barge_in", "supports_session_resume", "supports_audio_truncate", "chunk_period_ms", "input_modes", "input_sample_rate_hz", "model_native", "supports_context_text")
+    __slots__ = ("implementation_level", "supports_input_append", "supports_barge_in", "supports_session_resume", "supports_audio_truncate", "chunk_period_ms", "input_modes", "input_sample_rate_hz", "model_native", "supports_context_text", "supports_tool_calls")
     IMPLEMENTATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_INPUT_APPEND_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_BARGE_IN_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +186,7 @@ class Capabilities(_message.Message):
     INPUT_SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
     MODEL_NATIVE_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_CONTEXT_TEXT_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTS_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     implementation_level: str
     supports_input_append: bool
     supports_barge_in: bool
@@ -196,7 +197,8 @@ class Capabilities(_message.Message):
     input_sample_rate_hz: int
     model_native: bool
     supports_context_text: bool
-    def __init__(self, implementation_level: _Optional[str] = ..., supports_input_append: _Optional[bool] = ..., supports_barge_in: _Optional[bool] = ..., supports_session_resume: _Optional[bool] = ..., supports_audio_truncate: _Optional[bool] = ..., chunk_period_ms: _Optional[int] = ..., input_modes: _Optional[_Iterable[str]] = ..., input_sample_rate_hz: _Optional[int] = ..., model_native: _Optional[bool] = ..., supports_context_text: _Optional[bool] = ...) -> None: ...
+    supports_tool_calls: bool
+    def __init__(self, implementation_level: _Optional[str] = ..., supports_input_append: _Optional[bool] = ..., supports_barge_in: _Optional[bool] = ..., supports_session_resume: _Optional[bool] = ..., supports_audio_truncate: _Optional[bool] = ..., chunk_period_ms: _Optional[int] = ..., input_modes: _Optional[_Iterable[str]] = ..., input_sample_rate_hz: _Optional[int] = ..., model_native: _Optional[bool] = ..., supports_context_text: _Optional[bool] = ..., supports_tool_calls: _Optional[bool] = ...) -> None: ...
 
 class ContentPart(_message.Message):
     __slots__ = ("type", "text", "transcript", "audio", "sample_rate_hz")

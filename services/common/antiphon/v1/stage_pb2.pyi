@@ -45,7 +45,7 @@ class StageInfo(_message.Message):
     def __init__(self, backend: _Optional[str] = ..., capabilities: _Optional[_Union[_common_pb2.Capabilities, _Mapping]] = ..., capacity: _Optional[int] = ..., active_sessions: _Optional[int] = ...) -> None: ...
 
 class Stage0Open(_message.Message):
-    __slots__ = ("session_id", "lane", "turn_detection", "skip_vad", "instructions", "voice", "preemptive")
+    __slots__ = ("session_id", "lane", "turn_detection", "skip_vad", "instructions", "voice", "preemptive", "tools")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
     TURN_DETECTION_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class Stage0Open(_message.Message):
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIVE_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     lane: Lane
     turn_detection: _common_pb2.TurnDetection
@@ -60,7 +61,8 @@ class Stage0Open(_message.Message):
     instructions: str
     voice: str
     preemptive: bool
-    def __init__(self, session_id: _Optional[str] = ..., lane: _Optional[_Union[Lane, str]] = ..., turn_detection: _Optional[_Union[_common_pb2.TurnDetection, _Mapping]] = ..., skip_vad: _Optional[bool] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., preemptive: _Optional[bool] = ...) -> None: ...
+    tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]
+    def __init__(self, session_id: _Optional[str] = ..., lane: _Optional[_Union[Lane, str]] = ..., turn_detection: _Optional[_Union[_common_pb2.TurnDetection, _Mapping]] = ..., skip_vad: _Optional[bool] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., preemptive: _Optional[bool] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ...) -> None: ...
 
 class Stage0Audio(_message.Message):
     __slots__ = ("epoch", "pcm16")
@@ -126,8 +128,18 @@ class Stage0Context(_message.Message):
     text: str
     def __init__(self, epoch: _Optional[int] = ..., id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
+class Stage0ToolOutput(_message.Message):
+    __slots__ = ("epoch", "call_id", "output")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    call_id: str
+    output: str
+    def __init__(self, epoch: _Optional[int] = ..., call_id: _Optional[str] = ..., output: _Optional[str] = ...) -> None: ...
+
 class Stage0Request(_message.Message):
-    __slots__ = ("open", "audio", "commit", "clear_input", "generate", "cancel", "configure", "cancel_response", "context")
+    __slots__ = ("open", "audio", "commit", "clear_input", "generate", "cancel", "configure", "cancel_response", "context", "tool_output")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +149,7 @@ class Stage0Request(_message.Message):
     CONFIGURE_FIELD_NUMBER: _ClassVar[int]
     CANCEL_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     open: Stage0Open
     audio: Stage0Audio
     commit: Stage0Commit
@@ -146,7 +159,8 @@ class Stage0Request(_message.Message):
     configure: Stage0Open
     cancel_response: StageCancelResponse
     context: Stage0Context
-    def __init__(self, open: _Optional[_Union[Stage0Open, _Mapping]] = ..., audio: _Optional[_Union[Stage0Audio, _Mapping]] = ..., commit: _Optional[_Union[Stage0Commit, _Mapping]] = ..., clear_input: _Optional[_Union[Stage0ClearInput, _Mapping]] = ..., generate: _Optional[_Union[Generate, _Mapping]] = ..., cancel: _Optional[_Union[Stage0Cancel, _Mapping]] = ..., configure: _Optional[_Union[Stage0Open, _Mapping]] = ..., cancel_response: _Optional[_Union[StageCancelResponse, _Mapping]] = ..., context: _Optional[_Union[Stage0Context, _Mapping]] = ...) -> None: ...
+    tool_output: Stage0ToolOutput
+    def __init__(self, open: _Optional[_Union[Stage0Open, _Mapping]] = ..., audio: _Optional[_Union[Stage0Audio, _Mapping]] = ..., commit: _Optional[_Union[Stage0Commit, _Mapping]] = ..., clear_input: _Optional[_Union[Stage0ClearInput, _Mapping]] = ..., generate: _Optional[_Union[Generate, _Mapping]] = ..., cancel: _Optional[_Union[Stage0Cancel, _Mapping]] = ..., configure: _Optional[_Union[Stage0Open, _Mapping]] = ..., cancel_response: _Optional[_Union[StageCancelResponse, _Mapping]] = ..., context: _Optional[_Union[Stage0Context, _Mapping]] = ..., tool_output: _Optional[_Union[Stage0ToolOutput, _Mapping]] = ...) -> None: ...
 
 class VadSpeechStarted(_message.Message):
     __slots__ = ("epoch", "audio_start_ms")

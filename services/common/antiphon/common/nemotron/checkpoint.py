@@ -73,6 +73,16 @@ class Checkpoint:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_STT_SEED)
             model = DuplexSTTModel(cfg)
+            if cfg.get("use_function_head"):
+                # The published checkpoints carry a function head beside the
+                # text head (`stt_model.function_head.weight`, one tool-call
+                # token a frame); NeMo 3.0.0's DuplexSTTModel builds none, so
+                # it is made here, its shape the text head's, for the
+                # weights to load into.
+                head = model.lm_head
+                model.function_head = torch.nn.Linear(
+                    head.in_features, head.out_features, bias=False
+                )
         if self.weights is not None:
             _load(model, self.weights, STT_PREFIX)
         return model.eval().to(device)
@@ -132,6 +142,22 @@ def resolve(name: str) -> Checkpoint:
             raise MissingAssetError(f"Nemotron VoiceChat checkpoint {folder} has no {needed}")
     config = json.loads((folder / CONFIG_FILE).read_text())
     return Checkpoint(name, folder, config, folder / WEIGHTS_FILE)
+
+
+def has_function_head(name: str) -> bool:
+    """Whether the checkpoint `name` calls tools (a function head), read from
+    its config alone; False for one that cannot be read (it fails to load)."""
+    if name.startswith(RANDOM_PREFIX):
+        from antiphon.common.nemotron import tiny
+
+        config = tiny.config()
+    else:
+        try:
+            config = json.loads((Path(name).expanduser() / CONFIG_FILE).read_text())
+        except (OSError, ValueError):
+            return False
+    stt = config.get("model", {}).get("stt", {}).get("model", {})
+    return bool(stt.get("use_function_head"))
 
 
 def _load(model: torch.nn.Module, weights: Path, prefix: str) -> None:

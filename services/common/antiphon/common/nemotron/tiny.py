@@ -32,9 +32,12 @@ _CORPUS = [
     "hello there how can I help you today",
     "the weather is sunny and warm",
     "please call the function get weather for paris",
+    '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>',
     "thank you goodbye",
 ]
-SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
+# The published tokenizer's function-channel marks are among its specials:
+# start and end of a tool call, end of a tool's response.
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<SPECIAL_20>", "<SPECIAL_21>", "<SPECIAL_22>"]
 
 
 def write(folder: Path) -> None:

@@ -468,5 +468,7 @@ HANDLERS: Final[Mapping[str, Callable[[CascadeSession, pb.Stage0Request], None]]
     "cancel_response": lambda s, req: s._cancel_response(req.cancel_response),
     "context": lambda s, req: s._context(req.context),
 }
-# Kinds the cascade has nothing to do with, and why (none: it handles them all).
-IGNORED: Final[Mapping[str, str]] = {}
+# Kinds the cascade has nothing to do with, and why.
+IGNORED: Final[Mapping[str, str]] = {
+    "tool_output": "function results reach the cascade's LLM in the history of each generate",
+}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from antiphon.stage0.backends.moshi.prompt import (
     text_encoder,
 )
 from antiphon.stage0.settings import KVCacheFormat, Stage0Settings
+from antiphon.v1.common_pb2 import Tool
 
 if TYPE_CHECKING:
     import torch
@@ -89,9 +90,11 @@ class DuplexModel:
         """A context's text as the tokens forced into a row, word by word."""
         return context_words(self.encode_text, text, self.silent_ids)
 
-    def prefill(self, instructions: str, voice: str) -> list[ForcedFrame]:
+    def prefill(
+        self, instructions: str, voice: str, tools: Sequence[Tool] = ()
+    ) -> list[ForcedFrame]:
         """What a new row steps through, forced, before its call (nothing
-        without a prompter)."""
+        without a prompter). Its prompt has no room for tools: it calls none."""
         if self.prompter is None:
             return []
         return self.prompter.prefill(instructions, voice)

@@ -19,6 +19,7 @@ from typing import Any, Final, Protocol
 from antiphon.stage0.backends.moshi.lockstep import NoFreeRowError
 from antiphon.stage0.backends.moshi.rows import Row
 from antiphon.v1 import stage_pb2 as pb
+from antiphon.v1.common_pb2 import Tool
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class Prompted(Protocol):
     @property
     def takes_context(self) -> bool: ...
 
-    def prefill(self, instructions: str, voice: str) -> Prefill: ...
+    def prefill(self, instructions: str, voice: str, tools: Sequence[Tool] = ()) -> Prefill: ...
 
     def words(self, text: str) -> list[list[int]]: ...
 
@@ -81,7 +82,7 @@ class DuplexSession:
         self._row: Row | None = None
         # The instructions and voice its row was prompted with, and whether
         # that made a prompt at all.
-        self._persona = ("", "")
+        self._persona = _persona(pb.Stage0Open())
         self._prompted = False
 
     @property
@@ -174,10 +175,10 @@ class DuplexSession:
         prompt); a new one starts the row afresh with it. The rest (lane, turn
         detection) is the model's own business."""
         row = self._row
-        if row is None or (open_.instructions, open_.voice) == self._persona:
+        if row is None or _persona(open_) == self._persona:
             return
-        self._persona = (open_.instructions, open_.voice)
-        prefill = self._lockstep.model.prefill(open_.instructions, open_.voice)
+        self._persona = _persona(open_)
+        prefill = self._prefill(open_)
         if not prefill and not self._prompted:
             return  # a model without a prompt (Moshi): nothing changes for it
         self._lockstep.restart(row, prefill)
@@ -187,12 +188,20 @@ class DuplexSession:
             extra={"session_id": row.session_id, "row": row.index, "prompt_frames": len(prefill)},
         )
 
+    def _prefill(self, open_: pb.Stage0Open) -> Prefill:
+        return self._lockstep.model.prefill(open_.instructions, open_.voice, tools=open_.tools)
+
+    def _tool_output(self, msg: pb.Stage0ToolOutput) -> None:
+        """A function's result: this model calls no tools."""
+        message = "this model calls no tools and takes no function results"
+        self._error(msg.epoch, "unsupported_capability", message, response_id=msg.call_id)
+
     def _open(self, open_: pb.Stage0Open) -> None:
         if self._row is not None:
             return  # already has its row; a second open changes nothing
         # PersonaPlex's voice and instructions, stepped through before the call.
-        prefill = self._lockstep.model.prefill(open_.instructions, open_.voice)
-        self._persona = (open_.instructions, open_.voice)
+        prefill = self._prefill(open_)
+        self._persona = _persona(open_)
         self._prompted = bool(prefill)
         try:
             self._row = self._lockstep.open(
@@ -241,8 +250,15 @@ HANDLERS: Final[Mapping[str, Callable[[DuplexSession, pb.Stage0Request], None]]]
     "generate": lambda s, req: s._generate(req.generate),
     "cancel": lambda s, req: s._cancel(req.cancel),
     "context": lambda s, req: s._context(req.context),
+    "tool_output": lambda s, req: s._tool_output(req.tool_output),
 }
 # Kinds this backend has nothing to do with, and why.
 IGNORED: Final[Mapping[str, str]] = {
     "cancel_response": "a model-native session is never asked for a preemptive answer",
 }
+
+
+def _persona(open_: pb.Stage0Open) -> tuple[str, str, tuple[tuple[str, str, str], ...]]:
+    """What of an open a row's prompt is made of: a new one restarts the row."""
+    tools = tuple((t.name, t.description, t.parameters) for t in open_.tools)
+    return (open_.instructions, open_.voice, tools)

@@ -25,7 +25,12 @@ FRAME_MS = 80
 def capabilities(settings: Stage0Settings) -> cpb.Capabilities:
     """A model-native duplex backend: it decides itself when to speak; the
     reference's capabilities for this model (no barge-in: the user talking
-    over it is the model's own business)."""
+    over it is the model's own business; tools)."""
+    # A checkpoint with a function head calls tools, and takes their results
+    # and other text into that channel.
+    from antiphon.common.nemotron import checkpoint
+
+    tools = checkpoint.has_function_head(settings.duplex_checkpoint)
     return cpb.Capabilities(
         implementation_level="model_native_duplex",
         model_native=True,
@@ -34,6 +39,8 @@ def capabilities(settings: Stage0Settings) -> cpb.Capabilities:
         chunk_period_ms=FRAME_MS,
         input_sample_rate_hz=SAMPLE_RATE,
         input_modes=["append_audio_chunk"],
+        supports_context_text=tools,
+        supports_tool_calls=tools,
     )
 
 

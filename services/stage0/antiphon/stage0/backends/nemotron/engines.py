@@ -1,6 +1,6 @@
 """The `nemotron` backend as a worker loads it: the model, its batch of
 `capacity` rows and their clock (moshi's), and the sessions bound to them
-(moshi's DuplexSession: the requests mean the same to both models)."""
+(session.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections.abc import Callable
 from antiphon.common.outbox import Merge
 from antiphon.stage0.backends.moshi.clock import LockstepClock
 from antiphon.stage0.backends.moshi.engines import torch_threads
-from antiphon.stage0.backends.moshi.session import DuplexSession
 from antiphon.stage0.backends.nemotron.listening import Listening
 from antiphon.stage0.backends.nemotron.model import NemotronModel
+from antiphon.stage0.backends.nemotron.session import NemotronSession
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.v1 import stage_pb2 as pb
@@ -53,8 +53,8 @@ class NemotronEngines:
         clock.start()
         return cls(listening, clock)
 
-    def bind(self, emit: Callable[[pb.Stage0Event], None]) -> DuplexSession:
-        return DuplexSession(self.listening, emit, on_open=self.clock.wake)
+    def bind(self, emit: Callable[[pb.Stage0Event], None]) -> NemotronSession:
+        return NemotronSession(self.listening, emit, on_open=self.clock.wake)
 
     async def close(self) -> None:
         await self.clock.close()

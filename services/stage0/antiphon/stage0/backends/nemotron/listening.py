@@ -10,6 +10,10 @@ whole batch) and `deliver` (on the loop: each row's text token as a frame).
 Every row steps, bound or not, so that no row's state waits on another's.
 A frame carries its token id (`ModelFrame.tokens`): stage1's EAR-TTS speaks
 from the LLM's tokens.
+
+With a function head, each row's function channel is read for tool calls
+(calls.py), sent between its frames; what goes into the channel (a tool's
+result, context text) waits in the row's queue and goes in a token a step.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.v1 import stage_pb2 as pb
 
 FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000  # 1,280
+# Tokens a row may have waiting for its function channel: 80 ms each, so
+# about 80 s of results and context.
+MAX_FORCED_TOKENS = 1000
 
 
 @dataclass
@@ -49,6 +56,10 @@ class Batch:
     # Per row: the prompt token it steps through (-1: its audio is heard);
     # such a step's output is the prompt's, not reported.
     prompt: list[int]
+    # Per row: the token forced into its function channel (-1: none), and
+    # the context it was the last of (told once the step is done).
+    forced: list[int]
+    taken: list[pb.ContextTaken | None]
 
 
 class Listening:
@@ -69,8 +80,13 @@ class Listening:
         self._quiet_frames = quiet_frames
         self._rows: list[Row | None] = [None] * slots
         self._fresh: set[int] = set()
-        # Per row: the prompt tokens it has still to step through.
+        # Per row: the prompt tokens it has still to step through, what waits
+        # to go into its function channel, and its channel's reader.
         self._prompts: list[deque[int]] = [deque() for _ in range(slots)]
+        self._forced: list[deque[tuple[int, pb.ContextTaken | None]]] = [
+            deque() for _ in range(slots)
+        ]
+        self._readers = [model.call_reader() for _ in range(slots)] if model.calls_tools else []
         self._hearing = Hearing(model.stt, slots)
         self._thinking = Thinking(model.stt, slots, window=window)
         first = next(model.stt.parameters())
@@ -112,6 +128,23 @@ class Listening:
     def _start(self, index: int, prefill: Prefill) -> None:
         self._fresh.add(index)
         self._prompts[index] = deque(int(token) for token in prefill)
+        self._forced[index] = deque()
+        if self._readers:
+            self._readers[index] = self.model.call_reader()
+
+    def force(self, row: Row, tokens: list[int], taken: pb.ContextTaken | None = None) -> bool:
+        """`tokens` into `row`'s function channel after what waits, a token a
+        step; `taken` told once the last is in. False: more than a row holds."""
+        queue = self._forced[row.index]
+        if len(queue) + len(tokens) > MAX_FORCED_TOKENS:
+            return False
+        if not tokens:
+            if taken is not None:
+                row.emit(pb.Stage0Event(context_taken=taken))
+            return True
+        queue.extend((token, None) for token in tokens[:-1])
+        queue.append((tokens[-1], taken))
+        return True
 
     def release(self, row: Row) -> None:
         if self._rows[row.index] is row:
@@ -135,6 +168,8 @@ class Listening:
         pcm = np.zeros((self.slots, FRAME_SAMPLES), dtype=np.int16)
         reset = [i in self._fresh for i in range(self.slots)]
         prompt = [-1] * self.slots
+        forced = [-1] * self.slots
+        taken: list[pb.ContextTaken | None] = [None] * self.slots
         self._fresh.clear()
         silent = dropped_ms = 0
         for i, row in enumerate(self._rows):
@@ -148,6 +183,12 @@ class Listening:
                 if row.audio.take_frame() is not None:
                     dropped_ms += FRAME_MS
                 continue
+            if self._forced[i]:
+                forced[i], last_of = self._forced[i].popleft()
+                if last_of is not None:
+                    # Taken with the step that makes the row's next frame.
+                    last_of.index = row.frames
+                taken[i] = last_of
             frame = row.audio.take_frame()
             if frame is None:
                 silent += 1
@@ -157,7 +198,7 @@ class Listening:
             self._metrics.duplex_silence_frames.inc(silent)
         if dropped_ms:
             self._metrics.duplex_dropped_input_ms.inc(dropped_ms)
-        return Batch(list(self._rows), pcm, reset, prompt)
+        return Batch(list(self._rows), pcm, reset, prompt, forced, taken)
 
     def compute(self, batch: Batch) -> list[list[int]]:
         """Perception and one LLM step for every row: each row's text token."""
@@ -170,23 +211,33 @@ class Listening:
             audio = torch.from_numpy(batch.pcm).to(self._device, torch.float32) / 32768.0
             heard = self._hearing.step(audio).to(self._dtype)
             prompt = torch.tensor(batch.prompt, dtype=torch.long, device=self._device)
-            tokens = self._thinking.step(heard, prompt)
+            forced = torch.tensor(batch.forced, dtype=torch.long, device=self._device)
+            tokens = self._thinking.step(heard, prompt, forced)
+            called = self._thinking.called.tolist()
             if any(p >= 0 for p in batch.prompt):
                 # A row in its prompt hears nothing yet: its perception starts
                 # afresh at the call's first frame, as NeMo's does after a prompt.
                 self._hearing.reset(prompt >= 0)
         self._metrics.duplex_step.observe(time.perf_counter() - t0)
-        return [[token] for token in tokens.tolist()]
+        return [[token, function] for token, function in zip(tokens.tolist(), called, strict=True)]
 
     def deliver(self, batch: Batch, tokens: list[list[int]], *, late: bool) -> None:
         emitted = 0
         for i, row in enumerate(batch.rows):
             if row is None or self._rows[i] is not row or batch.prompt[i] >= 0:
                 continue  # free, left while the step ran, or in its prompt
-            (token,) = tokens[i]
+            token, function = tokens[i]
             text = self.model.text_of(token)
             row.frame(text, [], word=bool(text), late=late, tokens=(token,))
             emitted += 1
+            if self._readers:
+                for said in self._readers[i].push(function):
+                    call = pb.GenerationToolCall(
+                        epoch=row.epoch, call=said.call, refused=said.refused
+                    )
+                    row.emit(pb.Stage0Event(tool_call=call))
+            if batch.taken[i] is not None:
+                row.emit(pb.Stage0Event(context_taken=batch.taken[i]))
         if late and emitted:
             self._metrics.duplex_late_frames.inc(emitted)
 

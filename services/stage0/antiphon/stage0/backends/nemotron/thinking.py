@@ -16,6 +16,13 @@ the token's embedding stands where the audio would, the text channel holds
 padding, and what the model says meanwhile is not the call's (NeMo's
 `prompt_tokens`).
 
+A checkpoint with a function head (tools) has a third channel: each step
+the head's greedy token is the row's function channel, fed back (embedded
+with the text table, scaled by its weight) the next step. What goes in may
+instead be forced, a token a step: a function's result (prompting.py); the
+text channel then holds padding. `called` is what the head itself said, the
+channel calls are read from (calls.py).
+
 Rows start afresh alone: a Mamba2 layer's state is per row and fixed-size
 (zeroed), and an attention layer's keys stay in the cache but are masked
 out for a reset row through the 2D attention mask (NemotronH's attention has
@@ -52,6 +59,8 @@ class Thinking:
             stt.text_eos_id: cfg.get("inference_eos_boost"),
         }
         self._user_text = bool(stt.predict_user_text)
+        self._function: torch.nn.Module | None = getattr(stt, "function_head", None)
+        self._w_function = float(cfg.get("duplex_function_channel_weight", 1.0))
         device = next(stt.parameters()).device
         self._cache = DynamicCache(config=stt.llm.config)
         # Per row, per cached position: 1 where the row's current session
@@ -62,6 +71,9 @@ class Thinking:
         # transcript of the user where the model predicts one).
         self._said = pad.clone()
         self._heard = pad.clone()
+        # The function channel as fed back, and as the head said it last step.
+        self._function_in = pad.clone()
+        self.called = pad.clone()
 
     def reset(self, mask: torch.Tensor) -> None:
         """Rows `mask` [rows] start a new session at their next step."""
@@ -76,13 +88,23 @@ class Thinking:
                     if state is not None:
                         state[mask] = 0
         self._valid[mask] = 0
-        self._said[mask] = self.stt.text_pad_id
-        self._heard[mask] = self.stt.text_pad_id
+        for channel in (self._said, self._heard, self._function_in, self.called):
+            channel[mask] = self.stt.text_pad_id
 
-    def step(self, heard: torch.Tensor, prompt: torch.Tensor | None = None) -> torch.Tensor:
+    @property
+    def calls_tools(self) -> bool:
+        return self._function is not None
+
+    def step(
+        self,
+        heard: torch.Tensor,
+        prompt: torch.Tensor | None = None,
+        forced: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """One frame for every row: `heard` [rows, H] is each row's perception
         embedding for it, `prompt` [rows] a prompt token for rows still in
-        their prompt (-1: none); the text token each row says [rows]."""
+        their prompt, `forced` [rows] a function-channel token forced in (-1:
+        none); the text token each row says [rows]."""
         stt = self.stt
         prompted = None
         if prompt is not None and bool((prompt >= 0).any()):
@@ -92,6 +114,8 @@ class Thinking:
         x = heard * self._w_user + stt.embed_tokens(self._said) * self._w_text
         if self._user_text:
             x = x + stt.embed_asr_tokens(self._heard) * self._w_asr
+        if self._function is not None:
+            x = x + stt.embed_tokens(self._function_in) * self._w_function
         self._trim()
         ones = torch.ones(self.rows, 1, dtype=self._valid.dtype, device=self._valid.device)
         self._valid = torch.cat([self._valid, ones], dim=1)
@@ -108,11 +132,24 @@ class Thinking:
                 logits[:, token] += boost
         said = logits.argmax(dim=-1)
         heard_text = stt.asr_head(hidden).argmax(dim=-1) if self._user_text else self._heard
+        pad = self.stt.text_pad_id
+        called = (
+            self._function(hidden).argmax(dim=-1) if self._function is not None else self.called
+        )
+        function_in = called
+        if forced is not None and bool((forced >= 0).any()):
+            # A result going in: the channel holds it, the text waits.
+            taking = forced >= 0
+            function_in = torch.where(taking, forced, called)
+            said = torch.where(taking, pad, said)
         if prompted is not None:
             # A prompt's steps say nothing: the channels stay on padding.
-            said = torch.where(prompted, self.stt.text_pad_id, said)
-            heard_text = torch.where(prompted, self.stt.text_pad_id, heard_text)
+            said = torch.where(prompted, pad, said)
+            heard_text = torch.where(prompted, pad, heard_text)
+            called = torch.where(prompted, pad, called)
+            function_in = torch.where(prompted, pad, function_in)
         self._said, self._heard = said, heard_text
+        self._function_in, self.called = function_in, called
         return said
 
     def _trim(self) -> None:
