@@ -38,7 +38,9 @@ def unknown_keys(profile: dict[str, Any]) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("name", ["local.yaml", "compose.yaml", "duplex.yaml", "gpu.yaml"])
+@pytest.mark.parametrize(
+    "name", ["local.yaml", "compose.yaml", "duplex.yaml", "gpu.yaml", "nemotron.yaml"]
+)
 def test_profile_files_name_only_real_settings(name: str) -> None:
     profile = yaml.safe_load((REPO / "deploy" / "profiles" / name).read_text())
     assert not unknown_keys(profile)

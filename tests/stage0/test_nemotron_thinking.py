@@ -98,9 +98,10 @@ def test_a_window_shorter_than_the_session_changes_only_what_comes_after_it(stt,
     assert thinking._valid.shape[1] == window
 
 
-def test_a_prompt_stepped_before_the_call_is_what_nemo_prepends(stt, sessions):
-    """Session 0 starts with a prompt while row 1 hears its call: each says
-    what NeMo's inference says given that prompt (`prompt_tokens`) or none."""
+def test_a_prompt_taken_in_at_once_is_what_nemo_prepends(stt, sessions):
+    """Session 0 joins row 0 with a prompt, in one forward of its own, while
+    row 1 is mid-call: each says what NeMo's inference says given that prompt
+    (`prompt_tokens`) or none."""
     ids = stt.tokenizer.text_to_ids("you are a helpful weather assistant")
     prompt = [stt.text_bos_id, *ids, stt.text_eos_id]
     with torch.no_grad():
@@ -114,15 +115,17 @@ def test_a_prompt_stepped_before_the_call_is_what_nemo_prepends(stt, sessions):
     plain = _reference(stt, sessions[1]).tolist()
     heard = [_heard(stt, a) for a in sessions[:2]]
     thinking = Thinking(stt, 2, window=1000)
-    p = len(prompt)
+    joins = 5
     said: list[list[int]] = [[], []]
     with torch.no_grad():
-        for t in range(p + heard[0].shape[0]):
-            row0 = heard[0][max(0, t - p)]
+        for t in range(joins + heard[0].shape[0]):
+            if t == joins:
+                thinking.reset(torch.tensor([True, False]))
+                thinking.prefill(0, prompt)
+            row0 = heard[0][t - joins] if t >= joins else torch.zeros_like(heard[0][0])
             row1 = heard[1][t] if t < heard[1].shape[0] else torch.zeros_like(row0)
-            forced = torch.tensor([prompt[t] if t < p else -1, -1])
-            tokens = thinking.step(torch.stack([row0, row1]), forced).tolist()
-            if t >= p:
+            tokens = thinking.step(torch.stack([row0, row1])).tolist()
+            if t >= joins:
                 said[0].append(tokens[0])
             if t < heard[1].shape[0]:
                 said[1].append(tokens[1])

@@ -8,7 +8,7 @@ channel: its weights are the text embedding's, scaled, so the head's greedy
 token is the token that went into the channel the step before. Forcing a
 call's tokens into the channel (the model's own input) then makes the model
 say that call itself, a step later, through its own head: a random model
-calls a tool only so.
+calls a tool only so. It never talks.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ def tools_checkpoint(folder: Path) -> Path:
     stt_config = config["model"]["stt"]["model"]
     stt_config["use_function_head"] = True
     stt_config["duplex_function_channel_weight"] = FUNCTION_WEIGHT
+    # The channel drowns what the model hears, so its text would be one word
+    # for ever: it says nothing instead (a response of calls alone).
+    stt_config["inference_pad_boost"] = 1000.0
     (folder / checkpoint.CONFIG_FILE).write_text(json.dumps(config, indent=1))
     unweighted = checkpoint.Checkpoint(str(folder), folder, config, None)
     stt, tts = unweighted.stt(), unweighted.tts()

@@ -25,6 +25,7 @@ OUTPUT_RATE = 22_050
 _LLM_HIDDEN = 64
 _ENCODER_D = 32
 _TTS_HIDDEN = 64
+PAD_BOOST = 0.5
 # Each frame of the encoder sees this many frames before it.
 ENCODER_LEFT_FRAMES = 32
 
@@ -126,6 +127,9 @@ def _stt() -> dict[str, Any]:
         "eos_token": "</s>",
         "pad_token": "<pad>",
         "predict_user_text": False,
+        # NeMo's own knob (DuplexSTTModel.forward): padding's logit raised so
+        # that the random model is quiet in silence and talks over speech.
+        "inference_pad_boost": PAD_BOOST,
         "perception": {
             "_target_": "nemo.collections.speechlm2.modules.perception.AudioPerceptionModule",
             "preprocessor": {

@@ -131,9 +131,12 @@ class ClientCommands:
         )
         patch = cmd.update.config
         # A model-native model is prompted with the persona and voice at open
-        # (PersonaPlex): a new one starts it afresh with them.
+        # (PersonaPlex), and its tools where it calls them (Nemotron
+        # VoiceChat): a new one starts it afresh with them.
         persona = self._links.model_native and (
-            patch.HasField("instructions") or patch.HasField("voice")
+            patch.HasField("instructions")
+            or patch.HasField("voice")
+            or (patch.has_tools and self._links.capabilities.supports_tool_calls)
         )
         if lane_changed or persona or patch.has_turn_detection or patch.HasField("overlap_policy"):
             self._links.configure()

@@ -355,7 +355,15 @@ class ResponseControl:
     async def on_tool_call(self, msg: stage_pb2.GenerationToolCall) -> None:
         """The model called a function: an output item of the response, sent as it ends.
         What names no function the response declares is no call (the reference's
-        raw fallback tells a duplex client what it was)."""
+        raw fallback tells a duplex client what it was). A model-native model
+        calls between its frames: the call is the answer it is in (or starts
+        one, if it called before saying anything)."""
+        if self._links.model_native and not msg.response_id:
+            if msg.epoch != self._links.epoch:
+                return  # a call of before a cancel the model had not yet heard
+            if self._active is None:
+                await self.start(self._config.default_options(), eager=True)
+            msg.response_id = self._active.id if self._active is not None else ""
         r = self.current(msg.response_id)
         if r is None:
             return
@@ -408,7 +416,7 @@ class ResponseControl:
             r = self._active
         talking = frame.decision == stage_pb2.DECISION_SPEAK and frame.epoch == self._links.epoch
         if not talking:
-            if r is not None and r.model_spoke:
+            if r is not None and (r.model_spoke or r.calls):
                 await self._model_went_quiet(r)
             self._links.decode(frame, "")
             return
@@ -433,9 +441,10 @@ class ResponseControl:
         """The response ends once stage1 has decoded the frames sent before this."""
         r.generation_done = True
         r.model_quiet = True
-        if r.audio:
+        if r.audio and r.opened:
             self._links.synthesize(r.stage_id, final=True)
         else:
+            # Nothing spoken (only calls, or text): done now.
             await self.finish(r, "completed")
 
     # ---------------------------------------------------------- overlap

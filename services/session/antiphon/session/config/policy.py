@@ -93,6 +93,8 @@ def stage0_open(
         instructions=config.instructions,
         voice=config.voice,
         preemptive=preemptive and auto_response(config),
+        # A model-native backend that calls tools puts them in its prompt.
+        tools=config.tools,
     )
 
 

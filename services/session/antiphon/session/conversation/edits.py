@@ -17,6 +17,7 @@ from antiphon.session.conversation.conversation import Conversation, ItemNotFoun
 from antiphon.session.stage.stage_links import StageLinks
 from antiphon.session.user.listening import Listening
 from antiphon.session.user.turns import Turns, item_events
+from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 
 
@@ -70,6 +71,20 @@ class Edits:
         await self._emitter.emit_all(
             item_events(previous, item, "item_added", "item_created", "item_done")
         )
+        if self._links.capabilities.supports_tool_calls:
+            self._into_running_model(item)
+
+    def _into_running_model(self, item: cpb.Item) -> None:
+        """A model-native model that calls tools (Nemotron VoiceChat) reads
+        what is not the user's speech in its function channel as it runs: a
+        function's result, and a system message's text. Others read both
+        from the history with their next answer."""
+        if item.type == "function_call_output":
+            self._links.tool_output(item.call_id, item.output)
+        elif item.type == "message" and item.role == "system":
+            text = "".join(part.text for part in item.content)
+            if text:
+                self._links.context(new_id("ctx"), text)
 
     async def _delete(self, item_id: str) -> None:
         await self._conversation.delete(item_id)

@@ -120,6 +120,12 @@ class StageLinks:
         """Text into the running model's context (model_context.py)."""
         self._send0(context=stage_pb2.Stage0Context(epoch=self._epoch, id=context_id, text=text))
 
+    def tool_output(self, call_id: str, output: str) -> None:
+        """A function's result into a model-native model that calls tools
+        (`capabilities.supports_tool_calls`): it goes on from there."""
+        result = stage_pb2.Stage0ToolOutput(epoch=self._epoch, call_id=call_id, output=output)
+        self._send0(tool_output=result)
+
     def cancel_response(self, response_id: str) -> None:
         """Both stages stop one response's work (a preemptive answer dropped);
         the epoch and all other work stay as they are."""

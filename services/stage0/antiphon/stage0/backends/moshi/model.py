@@ -71,8 +71,10 @@ class Sampling:
 class DuplexModel:
     """The generator and codec the lockstep steps, and the text of its tokens."""
 
-    # Text goes into a running row's text stream (context.py).
+    # Text goes into a running row's text stream (context.py); it has no
+    # function channel.
     takes_context = True
+    calls_tools = False
 
     lm_gen: LMGen
     mimi: MimiModel

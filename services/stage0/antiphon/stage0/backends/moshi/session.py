@@ -30,7 +30,11 @@ Prefill = Sequence[Any]
 
 class Prompted(Protocol):
     """What a session asks of the model itself: its prompt, whether text goes
-    into its running context (`supports_context_text`), and that text's words."""
+    into its running context (`supports_context_text`), that text's words,
+    and whether it calls tools (then they are part of its prompt)."""
+
+    @property
+    def calls_tools(self) -> bool: ...
 
     @property
     def takes_context(self) -> bool: ...
@@ -82,7 +86,7 @@ class DuplexSession:
         self._row: Row | None = None
         # The instructions and voice its row was prompted with, and whether
         # that made a prompt at all.
-        self._persona = _persona(pb.Stage0Open())
+        self._persona = self._persona_of(pb.Stage0Open())
         self._prompted = False
 
     @property
@@ -175,9 +179,9 @@ class DuplexSession:
         prompt); a new one starts the row afresh with it. The rest (lane, turn
         detection) is the model's own business."""
         row = self._row
-        if row is None or _persona(open_) == self._persona:
+        if row is None or self._persona_of(open_) == self._persona:
             return
-        self._persona = _persona(open_)
+        self._persona = self._persona_of(open_)
         prefill = self._prefill(open_)
         if not prefill and not self._prompted:
             return  # a model without a prompt (Moshi): nothing changes for it
@@ -187,6 +191,13 @@ class DuplexSession:
             "duplex session restarted with a new prompt",
             extra={"session_id": row.session_id, "row": row.index, "prompt_frames": len(prefill)},
         )
+
+    def _persona_of(self, open_: pb.Stage0Open) -> tuple[object, ...]:
+        """What of an open the row's prompt is made of: a new one restarts it."""
+        if not self._lockstep.model.calls_tools:
+            return (open_.instructions, open_.voice)
+        tools = tuple((t.name, t.description, t.parameters) for t in open_.tools)
+        return (open_.instructions, open_.voice, tools)
 
     def _prefill(self, open_: pb.Stage0Open) -> Prefill:
         return self._lockstep.model.prefill(open_.instructions, open_.voice, tools=open_.tools)
@@ -201,7 +212,7 @@ class DuplexSession:
             return  # already has its row; a second open changes nothing
         # PersonaPlex's voice and instructions, stepped through before the call.
         prefill = self._prefill(open_)
-        self._persona = _persona(open_)
+        self._persona = self._persona_of(open_)
         self._prompted = bool(prefill)
         try:
             self._row = self._lockstep.open(
@@ -256,9 +267,3 @@ HANDLERS: Final[Mapping[str, Callable[[DuplexSession, pb.Stage0Request], None]]]
 IGNORED: Final[Mapping[str, str]] = {
     "cancel_response": "a model-native session is never asked for a preemptive answer",
 }
-
-
-def _persona(open_: pb.Stage0Open) -> tuple[str, str, tuple[tuple[str, str, str], ...]]:
-    """What of an open a row's prompt is made of: a new one restarts the row."""
-    tools = tuple((t.name, t.description, t.parameters) for t in open_.tools)
-    return (open_.instructions, open_.voice, tools)

@@ -2,11 +2,11 @@
 and answered together one 80 ms frame at a time.
 
 As `moshi`'s lockstep (whose rows, clock and sessions it shares), a step is
-`gather` (on the event loop: a frame of 16 kHz audio from every row, or
-its prompt's next token while it steps through one),
+`gather` (on the event loop: a frame of 16 kHz audio from every row),
 `compute` (in the clock's thread: rows opened since the last step start
-afresh, then perception (hearing.py) and one LLM step (thinking.py) for the
-whole batch) and `deliver` (on the loop: each row's text token as a frame).
+afresh and take in their prompt, then perception (hearing.py) and one LLM
+step (thinking.py) for the whole batch) and `deliver` (on the loop: each
+row's text token as a frame).
 Every row steps, bound or not, so that no row's state waits on another's.
 A frame carries its token id (`ModelFrame.tokens`): stage1's EAR-TTS speaks
 from the LLM's tokens.
@@ -51,11 +51,10 @@ class Batch:
     # The session each row served when gathered (None: free).
     rows: list[Row | None]
     pcm: npt.NDArray[np.int16]
-    # Rows to start afresh before this step (opened since the last one).
+    # Rows to start afresh before this step (opened since the last one),
+    # and the prompt each then takes in (empty: none).
     reset: list[bool]
-    # Per row: the prompt token it steps through (-1: its audio is heard);
-    # such a step's output is the prompt's, not reported.
-    prompt: list[int]
+    prompts: list[list[int]]
     # Per row: the token forced into its function channel (-1: none), and
     # the context it was the last of (told once the step is done).
     forced: list[int]
@@ -80,9 +79,9 @@ class Listening:
         self._quiet_frames = quiet_frames
         self._rows: list[Row | None] = [None] * slots
         self._fresh: set[int] = set()
-        # Per row: the prompt tokens it has still to step through, what waits
+        # Per row: the prompt it takes in when it starts afresh, what waits
         # to go into its function channel, and its channel's reader.
-        self._prompts: list[deque[int]] = [deque() for _ in range(slots)]
+        self._prompts: list[list[int]] = [[] for _ in range(slots)]
         self._forced: list[deque[tuple[int, pb.ContextTaken | None]]] = [
             deque() for _ in range(slots)
         ]
@@ -127,7 +126,7 @@ class Listening:
 
     def _start(self, index: int, prefill: Prefill) -> None:
         self._fresh.add(index)
-        self._prompts[index] = deque(int(token) for token in prefill)
+        self._prompts[index] = [int(token) for token in prefill]
         self._forced[index] = deque()
         if self._readers:
             self._readers[index] = self.model.call_reader()
@@ -167,21 +166,13 @@ class Listening:
     def gather(self) -> Batch:
         pcm = np.zeros((self.slots, FRAME_SAMPLES), dtype=np.int16)
         reset = [i in self._fresh for i in range(self.slots)]
-        prompt = [-1] * self.slots
+        prompts = [self._prompts[i] if reset[i] else [] for i in range(self.slots)]
         forced = [-1] * self.slots
         taken: list[pb.ContextTaken | None] = [None] * self.slots
         self._fresh.clear()
-        silent = dropped_ms = 0
+        silent = 0
         for i, row in enumerate(self._rows):
             if row is None:
-                continue
-            if self._prompts[i]:
-                # The model does not listen yet: what the session says
-                # meanwhile is dropped (counted), so that it hears the call
-                # in real time once the prompt is in, not seconds behind.
-                prompt[i] = self._prompts[i].popleft()
-                if row.audio.take_frame() is not None:
-                    dropped_ms += FRAME_MS
                 continue
             if self._forced[i]:
                 forced[i], last_of = self._forced[i].popleft()
@@ -196,9 +187,7 @@ class Listening:
                 pcm[i] = np.frombuffer(frame, dtype="<i2")
         if silent:
             self._metrics.duplex_silence_frames.inc(silent)
-        if dropped_ms:
-            self._metrics.duplex_dropped_input_ms.inc(dropped_ms)
-        return Batch(list(self._rows), pcm, reset, prompt, forced, taken)
+        return Batch(list(self._rows), pcm, reset, prompts, forced, taken)
 
     def compute(self, batch: Batch) -> list[list[int]]:
         """Perception and one LLM step for every row: each row's text token."""
@@ -208,24 +197,22 @@ class Listening:
                 mask = torch.tensor(batch.reset, dtype=torch.bool, device=self._device)
                 self._hearing.reset(mask)
                 self._thinking.reset(mask)
+            for i, prompt in enumerate(batch.prompts):
+                if prompt:
+                    self._thinking.prefill(i, prompt)
             audio = torch.from_numpy(batch.pcm).to(self._device, torch.float32) / 32768.0
             heard = self._hearing.step(audio).to(self._dtype)
-            prompt = torch.tensor(batch.prompt, dtype=torch.long, device=self._device)
             forced = torch.tensor(batch.forced, dtype=torch.long, device=self._device)
-            tokens = self._thinking.step(heard, prompt, forced)
+            tokens = self._thinking.step(heard, forced)
             called = self._thinking.called.tolist()
-            if any(p >= 0 for p in batch.prompt):
-                # A row in its prompt hears nothing yet: its perception starts
-                # afresh at the call's first frame, as NeMo's does after a prompt.
-                self._hearing.reset(prompt >= 0)
         self._metrics.duplex_step.observe(time.perf_counter() - t0)
         return [[token, function] for token, function in zip(tokens.tolist(), called, strict=True)]
 
     def deliver(self, batch: Batch, tokens: list[list[int]], *, late: bool) -> None:
         emitted = 0
         for i, row in enumerate(batch.rows):
-            if row is None or self._rows[i] is not row or batch.prompt[i] >= 0:
-                continue  # free, left while the step ran, or in its prompt
+            if row is None or self._rows[i] is not row:
+                continue  # free, or its session left while the step ran
             token, function = tokens[i]
             text = self.model.text_of(token)
             row.frame(text, [], word=bool(text), late=late, tokens=(token,))

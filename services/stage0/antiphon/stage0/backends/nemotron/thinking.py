@@ -10,11 +10,13 @@ the whole history every step for NemotronH (it has no cache path for the
 hybrid); a `DynamicCache` built from the LLM's config gives the same tokens
 (tests/stage0/test_nemotron_thinking.py) at one frame's cost.
 
-A row may first step through a prompt (the session's instructions as
-`[BOS] text [EOS]` tokens), one token a step in lockstep with the others:
-the token's embedding stands where the audio would, the text channel holds
-padding, and what the model says meanwhile is not the call's (NeMo's
-`prompt_tokens`).
+A row may start with a prompt (the session's instructions as `[BOS] text
+[EOS]` tokens: NeMo's `prompt_tokens`): each token's embedding stands where
+the audio would, the other channels hold padding. It goes in at once, in one
+forward of that row alone, whose states are then written into the batch's:
+its Mamba states into its row, its attention keys as new columns that only
+it sees (every row's cache grows by the prompt's length; the window counts
+them). A prompt a token a step would leave the row deaf for seconds.
 
 A checkpoint with a function head (tools) has a third channel: each step
 the head's greedy token is the row's function channel, fed back (embedded
@@ -74,6 +76,10 @@ class Thinking:
         # The function channel as fed back, and as the head said it last step.
         self._function_in = pad.clone()
         self.called = pad.clone()
+        # One step of every row, then all afresh: the cache's layers exist
+        # (a prompt's states are written into them), its column masked.
+        self.step(torch.zeros(rows, stt.llm.config.hidden_size, device=device))
+        self.reset(torch.ones(rows, dtype=torch.bool, device=device))
 
     def reset(self, mask: torch.Tensor) -> None:
         """Rows `mask` [rows] start a new session at their next step."""
@@ -91,26 +97,47 @@ class Thinking:
         for channel in (self._said, self._heard, self._function_in, self.called):
             channel[mask] = self.stt.text_pad_id
 
+    def prefill(self, row: int, prompt: list[int]) -> None:
+        """Row `row`, just reset, takes in `prompt` before its first step."""
+        stt = self.stt
+        device = self._valid.device
+        tokens = torch.tensor([prompt], dtype=torch.long, device=device)
+        pad = torch.full_like(tokens, stt.text_pad_id)
+        x = stt.embed_tokens(tokens) * self._w_user + stt.embed_tokens(pad) * self._w_text
+        if self._user_text:
+            x = x + stt.embed_asr_tokens(pad) * self._w_asr
+        if self._function is not None:
+            x = x + stt.embed_tokens(pad) * self._w_function
+        alone = DynamicCache(config=stt.llm.config)
+        stt.llm(inputs_embeds=x, past_key_values=alone, use_cache=True)
+        span = len(prompt)
+        for batch_layer, row_layer in zip(self._cache.layers, alone.layers, strict=True):
+            if isinstance(batch_layer, DynamicLayer) and isinstance(row_layer, DynamicLayer):
+                ours_k, ours_v = batch_layer.keys, batch_layer.values
+                its_k, its_v = row_layer.keys, row_layer.values
+                if ours_k is None or ours_v is None or its_k is None or its_v is None:
+                    continue
+                batch_layer.keys = _with_columns(ours_k, row, its_k)
+                batch_layer.values = _with_columns(ours_v, row, its_v)
+                continue
+            for name in ("conv_states", "recurrent_states"):
+                ours, its = getattr(batch_layer, name, None), getattr(row_layer, name, None)
+                for key, state in (ours or {}).items():
+                    if state is not None and its and its.get(key) is not None:
+                        state[row] = its[key][0]
+        columns = torch.zeros(self.rows, span, dtype=self._valid.dtype, device=device)
+        columns[row] = 1
+        self._valid = torch.cat([self._valid, columns], dim=1)
+
     @property
     def calls_tools(self) -> bool:
         return self._function is not None
 
-    def step(
-        self,
-        heard: torch.Tensor,
-        prompt: torch.Tensor | None = None,
-        forced: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def step(self, heard: torch.Tensor, forced: torch.Tensor | None = None) -> torch.Tensor:
         """One frame for every row: `heard` [rows, H] is each row's perception
-        embedding for it, `prompt` [rows] a prompt token for rows still in
-        their prompt, `forced` [rows] a function-channel token forced in (-1:
-        none); the text token each row says [rows]."""
+        embedding for it, `forced` [rows] a function-channel token forced in
+        (-1: none); the text token each row says [rows]."""
         stt = self.stt
-        prompted = None
-        if prompt is not None and bool((prompt >= 0).any()):
-            prompted = prompt >= 0
-            tokens = stt.embed_tokens(prompt.clamp(min=0)).to(heard.dtype)
-            heard = torch.where(prompted[:, None], tokens, heard)
         x = heard * self._w_user + stt.embed_tokens(self._said) * self._w_text
         if self._user_text:
             x = x + stt.embed_asr_tokens(self._heard) * self._w_asr
@@ -142,12 +169,6 @@ class Thinking:
             taking = forced >= 0
             function_in = torch.where(taking, forced, called)
             said = torch.where(taking, pad, said)
-        if prompted is not None:
-            # A prompt's steps say nothing: the channels stay on padding.
-            said = torch.where(prompted, pad, said)
-            heard_text = torch.where(prompted, pad, heard_text)
-            called = torch.where(prompted, pad, called)
-            function_in = torch.where(prompted, pad, function_in)
         self._said, self._heard = said, heard_text
         self._function_in, self.called = function_in, called
         return said
@@ -166,3 +187,11 @@ class Thinking:
                 layer.keys = layer.keys[:, :, over:]
                 layer.values = layer.values[:, :, over:]
         self._valid = self._valid[:, over:]
+
+
+def _with_columns(cache: torch.Tensor, row: int, prompt: torch.Tensor) -> torch.Tensor:
+    """`cache` [rows, heads, columns, dim] with `prompt`'s columns [1, heads,
+    span, dim] added at the end: `row`'s, zeros for the others (masked)."""
+    added = cache.new_zeros(cache.shape[0], cache.shape[1], prompt.shape[2], cache.shape[3])
+    added[row] = prompt[0]
+    return torch.cat([cache, added], dim=2)
