@@ -42,7 +42,7 @@ from tests.support.stacks import bound_worker, respawn, started
 pytestmark = [pytest.mark.stack, pytest.mark.models]
 
 PROFILE = Path(__file__).parents[2] / "deploy" / "profiles" / "nemotron.yaml"
-WEATHER = {
+WEATHER: Any = {
     "type": "function",
     "name": "get_weather",
     "description": "The weather in a city",

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
 pytest.importorskip("nemo.collections.speechlm2")
 
-from prometheus_client import CollectorRegistry  # noqa: E402
+from prometheus_client import CollectorRegistry
 
-from antiphon.stage0.backends.moshi.lockstep import NoFreeRowError  # noqa: E402
-from antiphon.stage0.backends.nemotron.listening import FRAME_SAMPLES, Listening  # noqa: E402
-from antiphon.stage0.backends.nemotron.model import NemotronModel  # noqa: E402
-from antiphon.stage0.metrics import Stage0Metrics  # noqa: E402
-from antiphon.stage0.settings import Stage0Settings  # noqa: E402
-from antiphon.v1 import stage_pb2 as pb  # noqa: E402
-from tests.support.speech import spoken  # noqa: E402
+from antiphon.stage0.backends.moshi.lockstep import NoFreeRowError
+from antiphon.stage0.backends.nemotron.listening import FRAME_SAMPLES, Listening
+from antiphon.stage0.backends.nemotron.model import NemotronModel
+from antiphon.stage0.metrics import Stage0Metrics
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.v1 import stage_pb2 as pb
+from tests.support.speech import spoken
 
 pytestmark = pytest.mark.models
 

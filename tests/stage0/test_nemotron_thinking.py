@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
 pytest.importorskip("nemo.collections.speechlm2")
 
-from antiphon.common.nemotron import checkpoint  # noqa: E402
-from antiphon.stage0.backends.nemotron.thinking import Thinking  # noqa: E402
-from tests.support.speech import spoken  # noqa: E402
+from antiphon.common.nemotron import checkpoint
+from antiphon.stage0.backends.nemotron.thinking import Thinking
+from tests.support.speech import spoken
 
 pytestmark = pytest.mark.models
 

@@ -10,20 +10,20 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
 pytest.importorskip("nemo.collections.speechlm2")
 
-from prometheus_client import CollectorRegistry  # noqa: E402
+from prometheus_client import CollectorRegistry
 
-from antiphon.stage0.backends.nemotron.listening import Listening  # noqa: E402
-from antiphon.stage0.backends.nemotron.model import CALL_END, CALL_START, NemotronModel  # noqa: E402
-from antiphon.stage0.backends.nemotron.session import NemotronSession  # noqa: E402
-from antiphon.stage0.metrics import Stage0Metrics  # noqa: E402
-from antiphon.stage0.settings import Stage0Settings  # noqa: E402
-from antiphon.v1 import common_pb2 as cpb  # noqa: E402
-from antiphon.v1 import stage_pb2 as pb  # noqa: E402
-from tests.support.nemotron import tools_checkpoint  # noqa: E402
+from antiphon.stage0.backends.nemotron.listening import Listening
+from antiphon.stage0.backends.nemotron.model import CALL_END, CALL_START, NemotronModel
+from antiphon.stage0.backends.nemotron.session import NemotronSession
+from antiphon.stage0.metrics import Stage0Metrics
+from antiphon.stage0.settings import Stage0Settings
+from antiphon.v1 import common_pb2 as cpb
+from antiphon.v1 import stage_pb2 as pb
+from tests.support.nemotron import tools_checkpoint
 
 pytestmark = pytest.mark.models
 

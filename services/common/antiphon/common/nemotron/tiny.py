@@ -64,7 +64,7 @@ def _tokenizer(out: Path) -> int:
         show_progress=False,
     )
     tok.train_from_iterator(_CORPUS * 20, trainer)
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
         bos_token="<s>",
         eos_token="</s>",

@@ -157,7 +157,7 @@ class Thinking:
         for token, boost in self._boosts.items():
             if boost:
                 logits[:, token] += boost
-        said = logits.argmax(dim=-1)
+        said: torch.Tensor = logits.argmax(dim=-1)
         heard_text = stt.asr_head(hidden).argmax(dim=-1) if self._user_text else self._heard
         pad = self.stt.text_pad_id
         called = (
