@@ -30,9 +30,9 @@ def test_each_registered_backend_declares_itself_under_its_own_name(name: str) -
 
 def test_an_unknown_backend_stops_the_worker_naming_the_known_ones() -> None:
     with pytest.raises(SystemExit) as exc:
-        backends.get("nemotron")
+        backends.get("whisperx")
     message = str(exc.value)
-    assert "'nemotron'" in message
+    assert "'whisperx'" in message
     assert all(name in message for name in backends.BACKENDS)
 
 

