@@ -34,6 +34,9 @@ from tests.e2e.test_duplex_model import (
     responses,
     session,
 )
+from tests.e2e.test_duplex_model import (
+    test_a_socket_dropped_mid_speech_resumes_with_every_event_once_in_order as resumes_in_order,
+)
 from tests.support.nemotron import tools_checkpoint
 from tests.support.realtime import RealtimeClient, duplex_url, of_type
 from tests.support.speech import VOICES, Voice, spoken
@@ -213,6 +216,14 @@ async def test_kill_9_of_a_worker_fails_the_response_in_flight_and_the_model_goe
         await client.close()
         for name in killed:
             respawn(nemotron_stack, name, stage, spares.get(name, 0))
+
+
+async def test_a_socket_dropped_mid_speech_resumes_with_every_event_once_in_order(
+    nemotron_stack: LocalStack,
+) -> None:
+    """Resume (the reference says yes for this model): the Moshi stack's test,
+    on this one."""
+    await resumes_in_order(nemotron_stack)
 
 
 async def test_a_stock_openai_sdk_client_calls_a_tool_and_answers_it(
