@@ -146,21 +146,22 @@ async def test_the_model_talks_by_itself_and_every_response_keeps_the_duplex_con
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
 
 
-async def test_a_stock_openai_sdk_client_holds_a_spoken_exchange(
-    duplex_stack: LocalStack,
-) -> None:
-    """The `openai` SDK, unmodified: OpenAI's default lane (server_vad), a
-    question spoken at 24 kHz, and the model's answers as OpenAI events; every
-    event parses under the SDK's own models (the client raises otherwise)."""
-    port = duplex_stack.ports.gateway
-    client = AsyncOpenAI(
+def sdk_client(port: int) -> AsyncOpenAI:
+    """The stock `openai` SDK pointed at the stack's gateway."""
+    return AsyncOpenAI(
         api_key="unused",
         base_url=f"http://127.0.0.1:{port}/v1",
         websocket_base_url=f"ws://127.0.0.1:{port}/v1",
     )
+
+
+async def sdk_spoken_exchange(port: int, model: str) -> list[Any]:
+    """A question spoken at 24 kHz through the `openai` SDK, 200 ms every
+    200 ms then live silence, until a response completes: every event, as the
+    SDK parsed it."""
     pcm = spoken(QUESTION, 24000, "piper")
     seen: list[Any] = []
-    async with client.realtime.connect(model="antiphon-moshi") as conn:
+    async with sdk_client(port).realtime.connect(model=model) as conn:
         await conn.session.update(session={"type": "realtime", "output_modalities": ["audio"]})
 
         async def speak() -> None:
@@ -182,6 +183,16 @@ async def test_a_stock_openai_sdk_client_holds_a_spoken_exchange(
             speaker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await speaker
+    return seen
+
+
+async def test_a_stock_openai_sdk_client_holds_a_spoken_exchange(
+    duplex_stack: LocalStack,
+) -> None:
+    """The `openai` SDK, unmodified: OpenAI's default lane (server_vad), a
+    question spoken at 24 kHz, and the model's answers as OpenAI events; every
+    event parses under the SDK's own models (the client raises otherwise)."""
+    seen = await sdk_spoken_exchange(duplex_stack.ports.gateway, "antiphon-moshi")
     types = [e.type for e in seen]
     assert "error" not in types, [e for e in seen if e.type == "error"]
     done = seen[-1].response

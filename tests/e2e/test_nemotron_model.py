@@ -14,15 +14,12 @@ message.
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from openai import AsyncOpenAI
 from stack import LocalStack, Ports, free_port
 
 from antiphon.client import Microphone
@@ -32,6 +29,8 @@ from tests.e2e.test_duplex_model import (
     done_of,
     response_in_flight,
     responses,
+    sdk_client,
+    sdk_spoken_exchange,
     session,
 )
 from tests.e2e.test_duplex_model import (
@@ -140,35 +139,7 @@ async def test_a_stock_openai_sdk_client_holds_a_spoken_exchange(
 ) -> None:
     """The `openai` SDK, unmodified, at 24 kHz: the model's answer as OpenAI
     events, each parsed by the SDK's own models."""
-    port = nemotron_stack.ports.gateway
-    client = AsyncOpenAI(
-        api_key="unused",
-        base_url=f"http://127.0.0.1:{port}/v1",
-        websocket_base_url=f"ws://127.0.0.1:{port}/v1",
-    )
-    pcm = spoken(QUESTION, 24000, "piper")
-    seen: list[Any] = []
-    async with client.realtime.connect(model="antiphon-nemotron") as conn:
-        await conn.session.update(session={"type": "realtime", "output_modalities": ["audio"]})
-
-        async def speak() -> None:
-            chunk = 9600  # 200 ms at 24 kHz, then live silence
-            for i in range(0, len(pcm) + 15 * chunk, chunk):
-                piece = pcm[i : i + chunk] if i < len(pcm) else b"\x00" * chunk
-                await conn.input_audio_buffer.append(audio=base64.b64encode(piece).decode())
-                await asyncio.sleep(0.2)
-
-        speaker = asyncio.create_task(speak())
-        try:
-            async with asyncio.timeout(60):
-                async for event in conn:
-                    seen.append(event)
-                    if event.type == "response.done" and event.response.status == "completed":
-                        break
-        finally:
-            speaker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await speaker
+    seen = await sdk_spoken_exchange(nemotron_stack.ports.gateway, "antiphon-nemotron")
     types = [e.type for e in seen]
     assert "error" not in types, [e for e in seen if e.type == "error"]
     done = seen[-1].response
@@ -233,14 +204,10 @@ async def test_a_stock_openai_sdk_client_calls_a_tool_and_answers_it(
     a call into its function channel, which its own head says back: the SDK
     gets the call as OpenAI's events, answers it with a `function_call_output`
     that goes into the running model, and nothing errs."""
-    port = tools_stack.ports.gateway
-    client = AsyncOpenAI(
-        api_key="unused",
-        base_url=f"http://127.0.0.1:{port}/v1",
-        websocket_base_url=f"ws://127.0.0.1:{port}/v1",
-    )
     seen: list[Any] = []
-    async with client.realtime.connect(model="antiphon-nemotron") as conn:
+    async with sdk_client(tools_stack.ports.gateway).realtime.connect(
+        model="antiphon-nemotron"
+    ) as conn:
         await conn.session.update(session={"type": "realtime", "tools": [WEATHER]})
         await conn.conversation.item.create(
             item={

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from antiphon.common.outbox import Merge
-from antiphon.stage0.backends.moshi.clock import LockstepClock
+from antiphon.stage0.backends.moshi.clock import LockstepClock, Stepped
 from antiphon.stage0.backends.moshi.lockstep import Lockstep
 from antiphon.stage0.backends.moshi.model import DuplexModel
 from antiphon.stage0.backends.moshi.rows import AudioBuffer
@@ -24,6 +25,18 @@ def torch_threads(threads: int) -> Callable[[], None]:
         torch.set_num_threads(threads)
 
     return setup
+
+
+def started_clock(
+    stepped: Stepped[Any], settings: Stage0Settings, on_failure: Callable[[], None]
+) -> LockstepClock:
+    """The clock over a duplex batch, ticking while a session is bound, its
+    step thread on `duplex_threads` of torch's."""
+    clock = LockstepClock(
+        stepped, thread_setup=torch_threads(settings.duplex_threads), on_failure=on_failure
+    )
+    clock.start()
+    return clock
 
 
 async def load_lockstep(
@@ -68,11 +81,7 @@ class DuplexEngines:
         session is bound. `on_failure`: the model failed a step and the clock
         stopped."""
         lockstep = await load_lockstep(settings, metrics)
-        clock = LockstepClock(
-            lockstep, thread_setup=torch_threads(settings.duplex_threads), on_failure=on_failure
-        )
-        clock.start()
-        return cls(lockstep, clock)
+        return cls(lockstep, started_clock(lockstep, settings, on_failure))
 
     def bind(self, emit: Callable[[pb.Stage0Event], None]) -> DuplexSession:
         return DuplexSession(self.lockstep, emit, on_open=self.clock.wake)

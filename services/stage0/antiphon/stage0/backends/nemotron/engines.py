@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from antiphon.common.outbox import Merge
 from antiphon.stage0.backends.moshi.clock import LockstepClock
-from antiphon.stage0.backends.moshi.engines import torch_threads
+from antiphon.stage0.backends.moshi.engines import started_clock
 from antiphon.stage0.backends.nemotron.listening import Listening
 from antiphon.stage0.backends.nemotron.model import NemotronModel
 from antiphon.stage0.backends.nemotron.session import NemotronSession
@@ -47,11 +47,7 @@ class NemotronEngines:
             quiet_frames=settings.duplex_quiet_frames,
             window=settings.duplex_context or DEFAULT_WINDOW,
         )
-        clock = LockstepClock(
-            listening, thread_setup=torch_threads(settings.duplex_threads), on_failure=on_failure
-        )
-        clock.start()
-        return cls(listening, clock)
+        return cls(listening, started_clock(listening, settings, on_failure))
 
     def bind(self, emit: Callable[[pb.Stage0Event], None]) -> NemotronSession:
         return NemotronSession(self.listening, emit, on_open=self.clock.wake)
