@@ -17,6 +17,7 @@ from typing import Any, Literal
 import grpc
 
 from antiphon.common.audio import resample_pcm16
+from antiphon.common.binding import BOUND_METADATA
 from antiphon.v1 import stage_pb2 as pb
 from bench.lib.speech import silence, spoken
 
@@ -131,3 +132,15 @@ async def events(call: Any, timeout_s: float) -> AsyncIterator[Any]:
         if event is grpc.aio.EOF:
             return
         yield event
+
+
+async def admission(call: Any, timeout_s: float = 10.0) -> grpc.StatusCode | None:
+    """None when the worker admitted the stream (its initial metadata), else
+    the code it was refused with. Asked before the first write, as the session
+    service asks: a write racing the worker's refusal fails on the client's
+    side, and grpc.aio then reports INTERNAL in place of the worker's code."""
+    metadata = await asyncio.wait_for(call.initial_metadata(), timeout_s)
+    if any(key == BOUND_METADATA for key, _ in metadata or ()):
+        return None
+    code: grpc.StatusCode = await call.code()
+    return code

@@ -29,7 +29,7 @@ from antiphon.stage1 import backends as stage1_backends
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
 from antiphon.v1 import stage_pb2_grpc
-from tests.backends.kit import CAPACITY, ENTRIES, Entry, events
+from tests.backends.kit import CAPACITY, ENTRIES, Entry, admission, events
 from tests.support import tiers
 
 pytestmark = [pytest.mark.stack, pytest.mark.models]
@@ -195,11 +195,11 @@ class Bound:
 
 
 async def bind(stub: Any, stage: str, name: str) -> Bound:
-    """A stream that opens a session. A refusal may come before the open is
-    even written: the call's status says which."""
+    """A stream that opens a session, once the worker has admitted it."""
     call = stub.Bind()
-    with contextlib.suppress(grpc.aio.AioRpcError):
-        await call.write(opening(stage, name))
+    if (refused := await admission(call)) is not None:
+        return Bound(call, refused)
+    await call.write(opening(stage, name))
     reading = asyncio.ensure_future(call.read())
     done, _ = await asyncio.wait({reading}, timeout=1.0)
     if not done:
