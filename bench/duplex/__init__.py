@@ -1,13 +1,16 @@
-"""Model-native duplex capacity: N sessions through a stage0 `moshi` and a stage1 `mimi` worker.
+"""Model-native duplex capacity: N sessions through a stage0 `moshi` and a stage1 `mimi` worker
+(`--model nemotron`: both `nemotron`, Nemotron VoiceChat through NeMo's code).
 
     python -m bench.duplex --checkpoint random:7b --device cuda --context 1500 \\
         --levels 1,16,32,64,96,128 --window-s 10 --budget-s 450 --out $OUT/duplex-h200.json
     python -m bench.duplex --checkpoint random:tiny --device cpu --levels 1,2 --window-s 3
+    python -m bench.duplex --model nemotron --checkpoint random:tiny --device cpu --levels 2
     python -m bench.duplex --table bench/results/duplex-h200.json
 
 First the reference loop alone (bench/duplex/moshi_loop.py: moshi's own Mimi
 encode + LMGen.step + Mimi decode of B rows in lockstep, same shape, context
-and dtype), then both workers as real gRPC processes (`python -m
+and dtype; nemotron_loop.py: NeMo's own streaming inference of B rows), then
+both workers as real gRPC processes (`python -m
 antiphon.stage0.main` / `antiphon.stage1.main`, configured by a profile file
 written beside --out, no Redis: each is dialled at its address), capacity
 the largest level. Per level, N sessions act as the session service does:

@@ -17,7 +17,7 @@ from bench.duplex.clients import FRAME_S
 from bench.duplex.levels import GAP_P99_MS, STEP_P99_MS, run_worker_levels
 from bench.duplex.reference import run_reference
 from bench.duplex.report import finish, table
-from bench.duplex.workers import STAGE0, STAGE1, unknown_settings, worker_profile
+from bench.duplex.workers import MODELS, STAGE0, STAGE1, unknown_settings, worker_profile
 from bench.lib.args import ints
 from bench.lib.machine import device_name, now, version
 from bench.lib.results import RESULTS
@@ -29,7 +29,18 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description=bench.duplex.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--checkpoint", default="random:7b", help="duplex_checkpoint of both workers")
+    ap.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default="moshi",
+        help="the architecture: its stage0 and stage1 backends and its reference loop",
+    )
+    ap.add_argument(
+        "--checkpoint",
+        default=None,
+        help="duplex_checkpoint of both workers (default: random:7b for moshi, random:9b"
+        " for nemotron)",
+    )
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
     ap.add_argument("--context", type=int, default=None, help="attention window in frames")
@@ -76,6 +87,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--table", type=Path, help="print a results file as a markdown table")
     args = ap.parse_args(argv)
     args.levels = sorted(set(args.levels))
+    model = MODELS[args.model]
+    args.checkpoint = args.checkpoint or model.checkpoint
+    if not model.moshi_settings and args.kv_cache != "model":
+        ap.error(f"--kv-cache is the Moshi architecture's; {args.model} keeps its model's")
     if args.dtype is None:
         args.dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
     if args.out is None:
@@ -88,8 +103,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def check(args: argparse.Namespace) -> dict[str, Any]:
     """What the run needs: the workers' imports, moshi, and the settings they declare."""
     report: dict[str, Any] = {"device": device_name(), "python": sys.version.split()[0]}
-    backends = ("antiphon.stage0.backends.moshi.engines", "antiphon.stage1.backends.mimi.lockstep")
-    for module in ("moshi.models", STAGE0[0], STAGE1[0], *backends):
+    for module in (STAGE0[0], STAGE1[0], *MODELS[args.model].modules):
         try:
             __import__(module)
             report[module] = "ok"
@@ -122,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     result: dict[str, Any] = {
         "device": device_name(),
         "date": time.strftime("%Y-%m-%d"),
+        "model": args.model,
         "checkpoint": args.checkpoint,
         "context": args.context,
         "kv_cache": args.kv_cache,

@@ -127,6 +127,7 @@ async def run_session(
                     codes=f.codes,
                     text=f.text,
                     index=f.index,
+                    tokens=f.tokens,
                 )
                 if stubs[1] is not None:
                     down.queue.put_nowait(pb.Stage1Request(frame=decode))

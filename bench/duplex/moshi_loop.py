@@ -21,13 +21,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
+from bench.duplex.sweep import quantile, sweep
 from bench.lib.args import ints
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    return round(float(np.percentile(values, q)), 2)
 
 
 def build(
@@ -131,23 +126,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "kv_cache": args.kv_cache,
     }
     print(json.dumps(built), flush=True)
-    last = 0.0
-    for batch in args.batches:
-        if args.deadline_s and time.monotonic() - started + 1.5 * last > args.deadline_s:
-            print(json.dumps({"sessions": batch, "skipped": "budget"}), flush=True)
-            continue
-        t0 = time.monotonic()
-        try:
-            row = measure(lm, mimi, batch, args.steps, args.warmup, args.device)
-        except Exception as exc:  # out of memory at a batch: the larger ones too
-            print(
-                json.dumps({"sessions": batch, "error": f"{type(exc).__name__}: {exc}"[:300]}),
-                flush=True,
-            )
-            break
-        last = time.monotonic() - t0
-        row["wall_s"] = round(last, 1)
-        print(json.dumps(row), flush=True)
+    sweep(
+        args.batches,
+        lambda batch: measure(lm, mimi, batch, args.steps, args.warmup, args.device),
+        started=started,
+        deadline_s=args.deadline_s,
+    )
 
 
 if __name__ == "__main__":

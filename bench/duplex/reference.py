@@ -1,5 +1,5 @@
-"""The reference loop alone (bench/duplex/moshi_loop.py, in a process of its own), and
-the workers' step over it."""
+"""The reference loop alone (bench/duplex/moshi_loop.py, or nemotron_loop.py, in a process
+of its own), and the workers' step over it."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.duplex.workers import worker_env
+from bench.duplex.workers import MODELS, worker_env
 from bench.lib.machine import now
 from bench.lib.results import REPO
 
 
 def run_reference(args: argparse.Namespace, result: dict[str, Any], deadline: float) -> None:
-    """bench/duplex/moshi_loop.py in a process of its own (its GPU memory is freed
+    """The model's reference loop in a process of its own (its GPU memory is freed
     before the workers start); its JSON lines as it prints them."""
     steps = args.reference_steps or (100 if args.device.startswith("cuda") else 8)
     cmd = [
         sys.executable,
         "-m",
-        "bench.duplex.moshi_loop",
+        MODELS[args.model].reference,
         f"--checkpoint={args.checkpoint}",
         f"--device={args.device}",
         f"--dtype={args.dtype}",
@@ -31,9 +31,10 @@ def run_reference(args: argparse.Namespace, result: dict[str, Any], deadline: fl
         f"--steps={steps}",
         f"--warmup={10 if args.device.startswith('cuda') else 2}",
         f"--threads={args.threads}",
-        f"--kv-cache={args.kv_cache}",
     ]
-    if args.context:
+    if MODELS[args.model].moshi_settings:
+        cmd.append(f"--kv-cache={args.kv_cache}")
+    if args.context and MODELS[args.model].moshi_settings:
         cmd.append(f"--context={args.context}")
     timeout = args.reference_timeout_s
     if args.budget_s:

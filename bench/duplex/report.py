@@ -21,11 +21,12 @@ def finish(result: dict[str, Any], out: Path) -> None:
 def table(data: dict[str, Any]) -> str:
     ref = {r["sessions"]: r for r in data.get("reference", {}).get("levels", [])}
     ratio = {r["sessions"]: r["worker_p99_over_reference_p99"] for r in data.get("ratio", [])}
-    context = data["context"] or data.get("reference", {}).get("context_frames", "default")
+    context = data["context"] or data.get("reference", {}).get("context_frames") or "default"
     cache = data.get("kv_cache", "model")
     cache_note = "" if cache == "model" else f", {cache} KV cache"
     lines = [
-        f"{data['device']}; {data['checkpoint']}, context {context} frames,"
+        f"{data['device']}; {data.get('model', 'moshi')} {data['checkpoint']},"
+        f" context {context} frames,"
         f" {data['dtype']}{cache_note}; window {data['settings']['window_s']} s.",
         "",
         "| sessions | step p50 / p99 ms | late | silence | audio gap p50 / p99 ms"

@@ -1,5 +1,6 @@
-"""The two workers of a run, each its own process: a stage0 `moshi` and a stage1 `mimi`
-worker, configured by one profile file (no Redis: each is dialled at its address)."""
+"""The two workers of a run, each its own process (a stage0 `moshi` and a stage1 `mimi`
+worker, or both `nemotron`), configured by one profile file (no Redis: each is dialled at
+its address)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,25 +32,70 @@ STAGE1 = ("antiphon.stage1.main", "antiphon.v1.Stage1Service")
 OUTPUT_RATE = 24000
 
 
+@dataclass(frozen=True)
+class Model:
+    """An architecture the bench serves: its workers' backends, its reference loop."""
+
+    stage0: str
+    stage1: str
+    reference: str
+    checkpoint: str
+    # What `--check` imports: the backends' engines and the model code.
+    modules: tuple[str, ...]
+    # Whether it takes the Moshi architecture's own settings: the KV cache's
+    # format (duplex_kv_cache), front ends (duplex_front_ends), and a window
+    # for its reference loop (NeMo's keeps the whole call).
+    moshi_settings: bool
+
+
+MODELS = {
+    "moshi": Model(
+        "moshi",
+        "mimi",
+        "bench.duplex.moshi_loop",
+        "random:7b",
+        (
+            "moshi.models",
+            "antiphon.stage0.backends.moshi.engines",
+            "antiphon.stage1.backends.mimi.lockstep",
+        ),
+        moshi_settings=True,
+    ),
+    "nemotron": Model(
+        "nemotron",
+        "nemotron",
+        "bench.duplex.nemotron_loop",
+        "random:9b",
+        (
+            "nemo.collections.speechlm2",
+            "antiphon.stage0.backends.nemotron.engines",
+            "antiphon.stage1.backends.nemotron.lockstep",
+        ),
+        moshi_settings=False,
+    ),
+}
+
+
 def worker_profile(args: argparse.Namespace, ports: dict[str, int]) -> dict[str, Any]:
     """The profile both workers read (ANTIPHON_PROFILE): a section each, no registry."""
     capacity = max(args.levels)
+    model = MODELS[args.model]
     stage0 = {
-        "backend": "moshi",
+        "backend": model.stage0,
         "listen": f"127.0.0.1:{ports['stage0']}",
         "metrics_port": ports["stage0_metrics"],
         "duplex_checkpoint": args.checkpoint,
         "duplex_device": args.device,
         "duplex_dtype": args.dtype,
         "duplex_threads": args.threads,
-        "duplex_kv_cache": args.kv_cache,
         "capacity": capacity,
-        "duplex_front_ends": args.front_ends,
     }
+    if model.moshi_settings:
+        stage0 |= {"duplex_kv_cache": args.kv_cache, "duplex_front_ends": args.front_ends}
     if args.context:
         stage0["duplex_context"] = args.context
     stage1 = {
-        "backend": "mimi",
+        "backend": model.stage1,
         "listen": f"127.0.0.1:{ports['stage1']}",
         "metrics_port": ports["stage1_metrics"],
         "duplex_checkpoint": args.checkpoint,

@@ -81,3 +81,47 @@ def test_the_smoke_run_writes_every_level_the_reference_and_the_ratio(tmp_path: 
         check=True,
     ).stdout
     assert table.count("\n| ") == 4  # the header, its rule and two levels
+
+
+def test_nemotron_s_smoke_run_streams_every_session_through_its_workers_and_nemo_s_loop(
+    tmp_path: Path,
+) -> None:
+    """`--model nemotron`: stage0 and stage1 `nemotron` workers (NeMo's code,
+    the tiny random model), the LLM's tokens forwarded to stage1 as audio, and
+    NeMo's own streaming inference as the reference."""
+    out = tmp_path / "duplex-nemotron.json"
+    argv = ["--model", "nemotron", "--checkpoint", "random:tiny", "--device", "cpu"]
+    argv += ["--levels", "2", "--window-s", "2", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.duplex", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+
+    assert data["model"] == "nemotron"
+    assert data["settings_unknown_to_workers"] == {}
+    assert (
+        data["worker_profile"]["stage0"]["backend"],
+        data["worker_profile"]["stage1"]["backend"],
+    ) == ("nemotron", "nemotron")
+    assert data["stage0_info"] == {
+        "backend": "nemotron",
+        "capacity": 2,
+        "model_native": True,
+        "input_sample_rate_hz": 16000,
+    }
+    [level] = data["levels"]
+    assert level["errors"] == {}, level["error_sample"]
+    assert level["worker_step_ms"]["count"] >= 12
+    assert level["stage1_step_ms"]["count"] > 0
+    # Every frame's tokens come back as audio.
+    assert level["sessions_streaming"] == 2
+    assert level["audio_chunks"] >= 0.5 * level["audio_chunks_expected"] > 0
+    [ref] = data["reference"]["levels"]
+    assert ref["sessions"] == 2 and 0 < ref["lm_p50_ms"] <= ref["lm_p99_ms"]
+    assert ref["all_p99_ms"] >= ref["lm_p99_ms"]
+    assert data["ratio"][0]["worker_p99_over_reference_p99"] > 0
