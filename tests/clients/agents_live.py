@@ -11,19 +11,27 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from agents.realtime import RealtimeAgent, RealtimeRunner, RealtimeSession
+from agents.realtime import RealtimeAgent, RealtimeModelConfig, RealtimeRunner, RealtimeSession
 from live import Microphone, Record
 
 
 @asynccontextmanager
 async def live_session(
-    agent: RealtimeAgent[Any], url: str, record: Record, on_event: Callable[[Any], None]
+    agent: RealtimeAgent[Any],
+    url: str,
+    record: Record,
+    on_event: Callable[[Any], None],
+    model: str | None = None,
 ) -> AsyncIterator[tuple[RealtimeSession, Microphone]]:
     """`RealtimeRunner(agent).run` with the SDK's stock model settings (only the
-    URL and a dummy key are ours), every event of it seen by `on_event` after
-    the record noted its errors and raw server frames, and a live microphone."""
+    URL, a dummy key and, if given, the `model` name are ours), every event of
+    it seen by `on_event` after the record noted its errors and raw server
+    frames, and a live microphone."""
     runner = RealtimeRunner(agent)
-    session = await runner.run(model_config={"url": f"{url}/realtime", "api_key": "sk-unused"})
+    config: RealtimeModelConfig = {"url": f"{url}/realtime", "api_key": "sk-unused"}
+    if model is not None:
+        config["initial_model_settings"] = {"model_name": model}
+    session = await runner.run(model_config=config)
     async with session:
         consumer = asyncio.create_task(_consume(session, record, on_event))
         try:

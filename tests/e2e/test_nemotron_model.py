@@ -2,7 +2,7 @@
 the whole stack, tiny and random: clients hold spoken exchanges with it as
 with the Moshi architecture (the same duplex contract per response), a
 worker killed mid-answer is survived, and a tool is called and answered
-through the stock `openai` SDK.
+through the stock `openai` SDK and run by the OpenAI Agents SDK.
 
 Two stacks: `random:tiny` (quiet in silence, talking over speech) for the
 exchanges, with a spare worker of each stage to fail over to; and the tiny
@@ -23,6 +23,7 @@ import pytest
 from stack import LocalStack, Ports, free_port
 
 from antiphon.client import Microphone
+from tests.clients.harness import Utterance, drive, no_errors, scenario_ok
 from tests.e2e.test_duplex_model import (
     QUESTION,
     check_response,
@@ -239,3 +240,37 @@ async def test_a_stock_openai_sdk_client_calls_a_tool_and_answers_it(
     assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris"})
     [args] = [e for e in seen if e.type == "response.function_call_arguments.done"]
     assert (args.call_id, json.loads(args.arguments)) == (call.call_id, {"city": "Paris"})
+
+
+def test_the_agents_sdk_runs_the_tool_the_model_calls_and_its_output_goes_back(
+    tools_stack: LocalStack, tmp_path: Path
+) -> None:
+    """A `RealtimeAgent` with a `function_tool`, the SDK's stock settings: the
+    call the model says back (put into its channel by a system message the
+    app sends through the SDK's raw client events) is run by the SDK itself,
+    whose `function_call_output` the server acknowledges; no frame errs or
+    fails the SDK's validation (tests/clients/drive_agents_nemotron_tool.py)."""
+    port = tools_stack.ports.gateway
+    question = Utterance("What is the weather in Paris?", "espeak", frozenset())
+    options = ["--model", "antiphon-nemotron", "--call", CALL, "--timeout", "30"]
+    record = drive(
+        "drive_agents_nemotron_tool.py",
+        f"ws://127.0.0.1:{port}/v1",
+        question,
+        None,
+        tmp_path,
+        options=options,
+    )
+    scenario_ok(record)
+    no_errors(record)
+    facts = record["facts"]
+    assert facts["tool_starts"] == [WEATHER["name"]], facts
+    [ran] = facts["tool_ends"]
+    assert (ran["name"], json.loads(ran["arguments"])) == (WEATHER["name"], {"city": "Paris"})
+    assert facts["function_ran_with"] == ["Paris"]
+    assert json.loads(ran["output"])["city"] == "Paris"
+    # The output the SDK sent went into the conversation, for the call the model made.
+    [call_id] = facts["calls"]
+    assert facts["outputs_acked"]["conversation.item.done"] == [call_id], facts
+    # The SDK's `response.create` after it was accepted, not refused.
+    assert len(record["created"]) == 2, record["created"]
