@@ -11,7 +11,8 @@ TTS and its codec):
   tokenizer in a subfolder that the config's `pretrained_llm` names
   relative to the folder (its name must contain "Nemotron": NeMo picks its
   NemotronH code paths by that substring). Nothing is downloaded.
-- `random:tiny`: the tiny random configuration of tiny.py, for tests.
+- `random:tiny`: the tiny random configuration of tiny.py, for tests;
+  `random:9b`: the published shape (nine_b.py), for benchmarks.
 
 Random weights are drawn from fixed seeds, so that every process builds the
 same model. Only stage workers import this module; torch and NeMo load
@@ -128,14 +129,10 @@ def resolve(name: str) -> Checkpoint:
     """The checkpoint `name` names; MissingAssetError for a folder that lacks a
     file, ValueError for an unknown random shape."""
     if name.startswith(RANDOM_PREFIX):
-        shape = name.removeprefix(RANDOM_PREFIX)
-        if shape != "tiny":
-            raise ValueError(f"unknown random Nemotron VoiceChat shape {shape!r} (known: tiny)")
-        from antiphon.common.nemotron import tiny
-
-        folder = Path(tempfile.mkdtemp(prefix="nemotron-tiny-"))
-        tiny.write(folder)
-        return Checkpoint(name, folder, tiny.config(), None)
+        shape = _random_shape(name)
+        folder = Path(tempfile.mkdtemp(prefix="nemotron-random-"))
+        shape.write(folder)
+        return Checkpoint(name, folder, shape.config(), None)
     folder = Path(name).expanduser()
     for needed in (CONFIG_FILE, WEIGHTS_FILE):
         if not (folder / needed).is_file():
@@ -148,9 +145,7 @@ def has_function_head(name: str) -> bool:
     """Whether the checkpoint `name` calls tools (a function head), read from
     its config alone; False for one that cannot be read (it fails to load)."""
     if name.startswith(RANDOM_PREFIX):
-        from antiphon.common.nemotron import tiny
-
-        config = tiny.config()
+        config = _random_shape(name).config()
     else:
         try:
             config = json.loads((Path(name).expanduser() / CONFIG_FILE).read_text())
@@ -158,6 +153,18 @@ def has_function_head(name: str) -> bool:
             return False
     stt = config.get("model", {}).get("stt", {}).get("model", {})
     return bool(stt.get("use_function_head"))
+
+
+def _random_shape(name: str) -> Any:
+    """The module that writes the random shape `name` names (tiny.py, nine_b.py)."""
+    from antiphon.common.nemotron import nine_b, tiny
+
+    shapes = {"tiny": tiny, "9b": nine_b}
+    shape = name.removeprefix(RANDOM_PREFIX)
+    if shape not in shapes:
+        known = ", ".join(shapes)
+        raise ValueError(f"unknown random Nemotron VoiceChat shape {shape!r} (known: {known})")
+    return shapes[shape]
 
 
 def _load(model: torch.nn.Module, weights: Path, prefix: str) -> None:

@@ -50,7 +50,10 @@ def write(folder: Path) -> None:
     (folder / "config.json").write_text(json.dumps(config(), indent=1))
 
 
-def _tokenizer(out: Path) -> int:
+def _tokenizer(out: Path, vocab_size: int | None = None) -> int:
+    """The BPE tokenizer into `out`; with `vocab_size`, its vocabulary filled to
+    that many ids with tokens no text encodes to (the LLM's real vocabulary
+    size, for a random model of the real shape: every id it can say decodes)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -64,6 +67,8 @@ def _tokenizer(out: Path) -> int:
         show_progress=False,
     )
     tok.train_from_iterator(_CORPUS * 20, trainer)
+    if vocab_size is not None:
+        tok = _filled(tok, vocab_size)
     fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
         bos_token="<s>",
@@ -73,6 +78,20 @@ def _tokenizer(out: Path) -> int:
     )
     fast.save_pretrained(str(out))
     return len(fast)
+
+
+def _filled(tok: Any, vocab_size: int) -> Any:
+    from tokenizers import Tokenizer, models
+
+    spec = json.loads(tok.to_str())
+    vocab: dict[str, int] = dict(spec["model"]["vocab"])
+    merges: list[tuple[str, str]] = [(a, b) for a, b in spec["model"]["merges"]]
+    # Byte-level characters only ("Ġ" is the space), so the decoder maps them back.
+    vocab |= {f"Ġfill{i}": i for i in range(len(vocab), vocab_size)}
+    filled = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>"))
+    filled.pre_tokenizer, filled.decoder = tok.pre_tokenizer, tok.decoder
+    filled.add_special_tokens(SPECIALS)
+    return filled
 
 
 def _llm_config(out: Path, vocab_size: int) -> None:
