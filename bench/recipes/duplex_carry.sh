@@ -5,19 +5,22 @@
 # No vLLM and no model files: the duplex checkpoint is `random:7b` (random weights).
 #
 # Usage, here in the repo root:
-#   bench/recipes/duplex_carry.sh [DEST]     (default .duplex-carry, ignored through .git/info/exclude)
+#   bench/recipes/duplex_carry.sh [DEST [MORE_WHEELS.txt...]]
+#     (DEST default .duplex-carry, ignored through .git/info/exclude; Nemotron VoiceChat's
+#     run adds bench/recipes/nemotron-wheels.txt: NeMo and what it imports)
 # Then (bench/recipes/GPU.md, "Duplex"): one device call per slice, and on the last
 #   bash bench/recipes/gpu_install.sh /tmp/carry     (joins the slices into /tmp/site)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 dest=${1:-.duplex-carry}
+shift || true
 grep -qx "/$dest/" .git/info/exclude 2>/dev/null || echo "/$dest/" >> .git/info/exclude
 
 source bench/recipes/carry_lib.sh
 dl=$dest/download
 stage=$dest/stage
-download_wheels "$dl" bench/recipes/duplex-wheels.txt
+download_wheels "$dl" bench/recipes/duplex-wheels.txt "$@"
 
 rm -rf "$stage" && mkdir -p "$stage/wheels" "$stage/models" "$stage/site/av"
 cp "$dl"/*.whl "$stage/wheels/"

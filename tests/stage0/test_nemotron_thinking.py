@@ -132,3 +132,18 @@ def test_a_prompt_taken_in_at_once_is_what_nemo_prepends(stt, sessions):
     assert said[0] == ref
     assert said[0] != _reference(stt, sessions[0]).tolist()
     assert said[1] == plain
+
+
+def test_rows_step_in_bfloat16_as_the_gpu_serves_them(sessions):
+    """The worker casts the model to `duplex_dtype` (bfloat16 on a GPU): every
+    input the rows build is in the model's dtype, and the rows' tokens are
+    the ones bfloat16 NeMo says for each session alone."""
+    stt = checkpoint.resolve("random:tiny").stt().to(torch.bfloat16)
+    audio = sessions[0]
+    with torch.no_grad():
+        want = _reference(stt, audio)
+        heard = _heard(stt, audio)
+        rows = Thinking(stt, 2, window=500)
+        said = [rows.step(torch.stack([h, h]))[0].item() for h in heard]
+    assert heard.dtype == torch.bfloat16
+    assert said == want[: len(said)].tolist()

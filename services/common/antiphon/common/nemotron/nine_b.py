@@ -60,6 +60,8 @@ def _llm_config(out: Path) -> None:
         n_groups=8,
         chunk_size=128,
         mlp_hidden_act="relu2",
+        # The image has no mamba_ssm kernels: the torch path, as the tiny model takes.
+        use_mamba_kernels=False,
         max_position_embeddings=131_072,
         pad_token_id=0,
         bos_token_id=1,

@@ -63,7 +63,8 @@ class Thinking:
         self._user_text = bool(stt.predict_user_text)
         self._function: torch.nn.Module | None = getattr(stt, "function_head", None)
         self._w_function = float(cfg.get("duplex_function_channel_weight", 1.0))
-        device = next(stt.parameters()).device
+        weight = next(stt.llm.parameters())
+        device = weight.device
         self._cache = DynamicCache(config=stt.llm.config)
         # Per row, per cached position: 1 where the row's current session
         # wrote it. A reset row's older positions turn 0.
@@ -78,7 +79,7 @@ class Thinking:
         self.called = pad.clone()
         # One step of every row, then all afresh: the cache's layers exist
         # (a prompt's states are written into them), its column masked.
-        self.step(torch.zeros(rows, stt.llm.config.hidden_size, device=device))
+        self.step(torch.zeros(rows, stt.llm.config.hidden_size, dtype=weight.dtype, device=device))
         self.reset(torch.ones(rows, dtype=torch.bool, device=device))
 
     def reset(self, mask: torch.Tensor) -> None:
