@@ -73,8 +73,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--table", type=Path, help="print a results file as a markdown table")
     args = ap.parse_args(argv)
     args.levels = sorted(set(args.levels))
-    # What bench/duplex's worker profile reads: the CPU, float32, moshi's own cache.
-    fixed: dict[str, Any] = {"device": "cpu", "dtype": "float32", "threads": 1}
+    # What bench/duplex's worker profile reads: the Moshi architecture (its
+    # stepper takes front ends), the CPU, float32, moshi's own cache.
+    fixed: dict[str, Any] = {"model": "moshi", "device": "cpu", "dtype": "float32", "threads": 1}
     fixed |= {"kv_cache": "model", "context": None, "torch_compile": False, "stage1_set": []}
     # bench/duplex's own; the profile's are set per count
     fixed |= {"front_ends": 1, "stage1_front_ends": 1}
