@@ -89,8 +89,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.levels = sorted(set(args.levels))
     model = MODELS[args.model]
     args.checkpoint = args.checkpoint or model.checkpoint
-    if not model.moshi_settings and args.kv_cache != "model":
-        ap.error(f"--kv-cache is the Moshi architecture's; {args.model} keeps its model's")
+    if not model.moshi_settings and (args.kv_cache != "model" or args.front_ends != 1):
+        ap.error(f"--kv-cache and --front-ends are the Moshi architecture's, not {args.model}'s")
     if args.dtype is None:
         args.dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
     if args.out is None:
