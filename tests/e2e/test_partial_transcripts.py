@@ -3,7 +3,9 @@
 A long request goes into a live microphone (a 200 ms append every 200 ms,
 then silence that keeps coming). While it is spoken, what the server hears
 so far goes out as `conversation.item.input_audio_transcription.delta`; the
-deltas of the item, joined, are its `...completed` transcript. In the three
+deltas of the item, joined, are its `...completed` transcript (or, where the
+final pass revised a streamed word, its first words: a delta is never taken
+back). In the three
 lanes that hear speech by themselves, each through a client a user has:
 
 - server_vad (OpenAI's default) through the stock `openai` SDK, its events
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 from typing import Any
 
 import pytest
@@ -26,6 +29,7 @@ from stack import LocalStack
 
 from antiphon.client import DuplexClient, EventCollector, Microphone
 from antiphon.client.events import InputTranscript, InputTranscriptDelta
+from tests.support.live import words
 from tests.support.realtime import Event, RealtimeClient, of_type, realtime_url
 from tests.support.speech import Voice, spoken
 
@@ -45,6 +49,17 @@ def session(rate: int, turn_detection: dict[str, Any] | None) -> dict[str, Any]:
     return {"type": "realtime", "audio": {"input": audio_in}}
 
 
+def streamed_agrees(joined: str, transcript: str) -> bool:
+    """The deltas joined are the whole transcript; or, where the final pass
+    revised a streamed word (Whisper adding a comma, say: a delta is never
+    taken back, turns.py), they are its first words."""
+    if joined == transcript:
+        return True
+    said = re.findall(r"[a-z']+", joined.lower())
+    final = re.findall(r"[a-z']+", transcript.lower())
+    return bool(said) and final[: len(said)] == said
+
+
 def check_streamed(events: list[Event], *, ended: str) -> None:
     """The item's deltas: some while the user spoke (before the `ended` event),
     all naming the item, joined its whole transcript, all before it."""
@@ -52,8 +67,9 @@ def check_streamed(events: list[Event], *, ended: str) -> None:
     (completed,) = of_type(events, COMPLETED)
     deltas = of_type(events, DELTA)
     assert {d["item_id"] for d in deltas} == {completed["item_id"]}, deltas
-    assert "".join(d["delta"] for d in deltas) == completed["transcript"], (deltas, completed)
-    assert {"paris", "capital"} <= set(completed["transcript"].lower().split())
+    joined = "".join(d["delta"] for d in deltas)
+    assert streamed_agrees(joined, completed["transcript"]), (deltas, completed)
+    assert {"paris", "capital"} <= words(completed["transcript"])
     assert types.index(DELTA) < types.index(ended), types
     last_delta = len(types) - 1 - types[::-1].index(DELTA)
     assert last_delta < types.index(COMPLETED)
@@ -126,7 +142,7 @@ async def test_the_native_lane_streams_partials_to_our_client(
     typed = collector.events
     deltas = [e for e in typed if isinstance(e, InputTranscriptDelta)]
     (heard,) = [e for e in typed if isinstance(e, InputTranscript)]
-    assert "".join(d.delta for d in deltas) == heard.transcript
+    assert streamed_agrees("".join(d.delta for d in deltas), heard.transcript)
     # The native lane names the item at its commit: the first delta came while
     # the user still spoke, before it.
     check_streamed([e.raw for e in typed], ended="input_audio_buffer.committed")
