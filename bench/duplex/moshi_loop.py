@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.duplex.sweep import quantile, sweep
+from bench.duplex.sweep import device_clock, quantile, sweep
 from bench.lib.args import ints
 
 
@@ -53,14 +53,7 @@ def measure(lm: Any, mimi: Any, batch: int, steps: int, warmup: int, device: str
     from moshi.models.lm import LMGen
 
     cuda = device.startswith("cuda")
-
-    def sync() -> float:
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
+    sync = device_clock(device)
     gen = LMGen(lm, temp=0.8, temp_text=0.7)
     frame = torch.randn(batch, 1, mimi.frame_size, device=device) * 0.1
     times: dict[str, list[float]] = {"enc": [], "lm": [], "dec": [], "all": []}

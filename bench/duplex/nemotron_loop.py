@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.duplex.sweep import quantile, sweep
+from bench.duplex.sweep import device_clock, quantile, sweep
 from bench.lib.args import ints
 
 
@@ -40,14 +40,7 @@ def measure(stt: Any, batch: int, steps: int, warmup: int, device: str) -> dict[
     import torch
 
     cuda = device.startswith("cuda")
-
-    def sync() -> float:
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
+    sync = device_clock(device)
     rate = int(stt.cfg.get("source_sample_rate", 16_000))
     frames = warmup + steps + 1
     samples = frames * rate * 80 // 1000

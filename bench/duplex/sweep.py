@@ -1,4 +1,4 @@
-"""What the reference loops share: their percentiles, and the batch sizes run
+"""What the reference loops share: their clock, percentiles, and the batch sizes run
 one after another, each printed as a JSON line as it finishes (bench.duplex
 reads them; a loop stopped at its limit keeps the lines it printed)."""
 
@@ -14,6 +14,24 @@ import numpy as np
 
 def quantile(values: Sequence[float], q: float) -> float:
     return round(float(np.percentile(values, q)), 2)
+
+
+def device_clock(device: str) -> Callable[[], float]:
+    """`time.perf_counter` once the device has done what was queued on it (a
+    CUDA device's kernels run asynchronously), and its peak memory counter
+    reset: what a loop times each phase of its frame with."""
+    import torch
+
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+
+    def now() -> float:
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    return now
 
 
 def sweep(

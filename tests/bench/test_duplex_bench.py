@@ -5,13 +5,12 @@ reference loop, in well under a minute; the JSON holds what the GPU run reports.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.runs import run_bench
+
 SMOKE = ["--checkpoint", "random:tiny", "--device", "cpu", "--levels", "1,2", "--window-s", "3"]
 # stage1 as a stepper and two front ends (duplex_front_ends): its step histogram
 # is the stepper's, and each session's audio comes from its front end.
@@ -22,14 +21,7 @@ pytestmark = pytest.mark.stack
 
 def test_the_smoke_run_writes_every_level_the_reference_and_the_ratio(tmp_path: Path) -> None:
     out = tmp_path / "duplex.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.duplex", *SMOKE, "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stdout = run_bench("bench.duplex", *SMOKE, "--out", str(out), timeout=120)
     data = json.loads(out.read_text())
 
     assert data["checkpoint"] == "random:tiny"
@@ -72,14 +64,8 @@ def test_the_smoke_run_writes_every_level_the_reference_and_the_ratio(tmp_path: 
     assert [r["sessions"] for r in data["ratio"]] == [1, 2]
     assert all(r["worker_p99_over_reference_p99"] > 0 for r in data["ratio"])
 
-    assert "| sessions | step p50 / p99 ms |" in done.stdout
-    table = subprocess.run(
-        [sys.executable, "-m", "bench.duplex", "--table", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    assert "| sessions | step p50 / p99 ms |" in stdout
+    table = run_bench("bench.duplex", "--table", str(out), timeout=60)
     assert table.count("\n| ") == 4  # the header, its rule and two levels
 
 
@@ -92,14 +78,7 @@ def test_nemotron_s_smoke_run_streams_every_session_through_its_workers_and_nemo
     out = tmp_path / "duplex-nemotron.json"
     argv = ["--model", "nemotron", "--checkpoint", "random:tiny", "--device", "cpu"]
     argv += ["--levels", "2", "--window-s", "2", "--out", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.duplex", *argv],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_bench("bench.duplex", *argv, timeout=180)
     data = json.loads(out.read_text())
 
     assert data["model"] == "nemotron"

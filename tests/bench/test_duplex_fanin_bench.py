@@ -6,13 +6,12 @@ reports."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.runs import run_bench
+
 SMOKE = ["--front-ends", "2", "--levels", "2", "--window-s", "2", "--warmup-s", "1", "--stage1"]
 SMOKE += ["--stage1-front-ends", "2"]
 
@@ -21,14 +20,7 @@ pytestmark = pytest.mark.stack
 
 def test_two_front_ends_serve_paced_sessions_and_the_level_is_reported(tmp_path: Path) -> None:
     out = tmp_path / "fanin.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.duplex_fanin", *SMOKE, "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stdout = run_bench("bench.duplex_fanin", *SMOKE, "--out", str(out), timeout=180)
     data = json.loads(out.read_text())
     assert data["step"] == "a sleep of 40.0 ms"
     [level] = data["levels"]
@@ -41,4 +33,4 @@ def test_two_front_ends_serve_paced_sessions_and_the_level_is_reported(tmp_path:
     # The stepper's step histogram: the sleep, within its 5 ms buckets.
     assert 35 <= level["step_ms"]["p50"] <= 80
     assert level["messages_per_s"] > 0
-    assert "| 2 | 2 | 2 |" in done.stdout and data["max_held"].keys() == {"2+2"}
+    assert "| 2 | 2 | 2 |" in stdout and data["max_held"].keys() == {"2+2"}

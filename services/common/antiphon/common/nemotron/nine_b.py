@@ -39,37 +39,26 @@ def write(folder: Path) -> None:
     llm = folder / tiny.LLM_FOLDER
     llm.mkdir(parents=True, exist_ok=True)
     tiny._tokenizer(llm, VOCAB_SIZE)
-    _llm_config(llm)
+    tiny._llm_config(llm, VOCAB_SIZE, LLM_SHAPE)
     (folder / "config.json").write_text(json.dumps(config(), indent=1))
 
 
-def _llm_config(out: Path) -> None:
-    from transformers import NemotronHConfig
-
-    cfg = NemotronHConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=LLM_HIDDEN,
-        layers_block_type=[_BLOCKS[b] for b in PATTERN],
-        num_attention_heads=40,
-        num_key_value_heads=8,
-        head_dim=128,
-        intermediate_size=15_680,
-        mamba_num_heads=128,
-        mamba_head_dim=80,
-        ssm_state_size=128,
-        n_groups=8,
-        chunk_size=128,
-        mlp_hidden_act="relu2",
-        # The image has no mamba_ssm kernels: the torch path, as the tiny model takes.
-        use_mamba_kernels=False,
-        max_position_embeddings=131_072,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
-    cfg.architectures = ["NemotronHForCausalLM"]
-    cfg.save_pretrained(str(out))
+# Nemotron-Nano-9B-v2's LLM.
+LLM_SHAPE: dict[str, Any] = {
+    "hidden_size": LLM_HIDDEN,
+    "layers_block_type": [_BLOCKS[b] for b in PATTERN],
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 15_680,
+    "mamba_num_heads": 128,
+    "mamba_head_dim": 80,
+    "ssm_state_size": 128,
+    "n_groups": 8,
+    "chunk_size": 128,
+    "mlp_hidden_act": "relu2",
+    "max_position_embeddings": 131_072,
+}
 
 
 def config() -> dict[str, Any]:

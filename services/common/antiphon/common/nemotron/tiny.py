@@ -94,24 +94,32 @@ def _filled(tok: Any, vocab_size: int) -> Any:
     return filled
 
 
-def _llm_config(out: Path, vocab_size: int) -> None:
+# The tiny LLM's shape (nine_b.py gives the published one).
+_LLM_SHAPE: dict[str, Any] = {
+    "hidden_size": _LLM_HIDDEN,
+    "layers_block_type": ["linear_attention", "full_attention", "mlp"],
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "intermediate_size": 128,
+    "mamba_num_heads": 4,
+    "mamba_head_dim": 16,
+    "ssm_state_size": 16,
+    "n_groups": 1,
+    "chunk_size": 16,
+    "max_position_embeddings": 4096,
+}
+
+
+def _llm_config(out: Path, vocab_size: int, shape: dict[str, Any] | None = None) -> None:
+    """The NemotronH config into `out`, of `shape` (default: the tiny one)."""
     from transformers import NemotronHConfig
 
     cfg = NemotronHConfig(
         vocab_size=vocab_size,
-        hidden_size=_LLM_HIDDEN,
-        layers_block_type=["linear_attention", "full_attention", "mlp"],
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        intermediate_size=128,
-        mamba_num_heads=4,
-        mamba_head_dim=16,
-        ssm_state_size=16,
-        n_groups=1,
-        chunk_size=16,
+        **(shape or _LLM_SHAPE),
+        # No mamba_ssm kernels (none on this CPU, none in the GPU image): the torch path.
         use_mamba_kernels=False,
-        max_position_embeddings=4096,
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
