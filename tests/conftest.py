@@ -49,6 +49,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("fast"):
+        # The shared stacks live to the session's end; a test that loads its
+        # own model engine runs before the first of them starts, not beside
+        # them (CI: a vLLM engine beside three stacks ran 24 GB out).
+        items.sort(key=tiers.starts_no_stack)
         return
     left_out = [item for item in items if not tiers.in_fast_tier(item)]
     if left_out:

@@ -83,6 +83,12 @@ def in_fast_tier(item: pytest.Item) -> bool:
     return not any(item.get_closest_marker(marker) for marker in FAST_LEAVES_OUT)
 
 
+def starts_no_stack(item: pytest.Item) -> int:
+    """A sort key: 0 for a test that loads models but uses no stack, else 1."""
+    loads_its_own = item.get_closest_marker(MODELS) and not item.get_closest_marker(STACK)
+    return 0 if loads_its_own else 1
+
+
 def check_item(item: pytest.Item) -> None:
     """Before a test's setup: it carries the markers of the fixtures it uses."""
     for name in getattr(item, "fixturenames", ()):
