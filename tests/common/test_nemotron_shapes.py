@@ -4,6 +4,8 @@ vocabulary, and an unknown shape is refused by name."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -48,3 +50,21 @@ def test_its_tokenizer_decodes_every_id_the_llm_can_say_and_encodes_as_tiny_s(
 def test_an_unknown_random_shape_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="known: tiny, 9b"):
         checkpoint.resolve("random:70b")
+
+
+@pytest.mark.models
+def test_random_weights_whose_constructor_fails_on_the_device_are_built_on_the_cpu(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Random weights are drawn on the device asked for (9B drawn by torch's
+    CPU generator took a minute); the meta device stands in for one where a
+    constructor of NeMo's fails (both halves read a value, `.item()`, which
+    meta cannot): each half is built on the CPU instead, said so, and moved."""
+    small = checkpoint.resolve("random:tiny")
+    with caplog.at_level(logging.WARNING, logger=checkpoint.__name__):
+        tts = small.tts("meta")
+        stt = small.stt("meta")
+    said = [r.getMessage() for r in caplog.records if r.name == checkpoint.__name__]
+    assert [m.startswith("random:tiny: built on the CPU, not meta:") for m in said] == [True] * 2
+    devices = {t.device.type for m in (tts, stt) for t in [*m.parameters(), *m.buffers()]}
+    assert devices == {"meta"}

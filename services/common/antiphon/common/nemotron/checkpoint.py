@@ -14,15 +14,20 @@ TTS and its codec):
 - `random:tiny`: the tiny random configuration of tiny.py, for tests;
   `random:9b`: the published shape (nine_b.py), for benchmarks.
 
-Random weights are drawn from fixed seeds, so that every process builds the
-same model. Only stage workers import this module; torch and NeMo load
+Random weights are drawn from fixed seeds, so that every process on one
+kind of device builds the same model, and on the device the model runs on:
+torch's CPU generator draws one number at a time, a minute for 9B
+parameters. Only stage workers import this module; torch and NeMo load
 inside the functions that need them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +47,8 @@ STT_PREFIX = "stt_model."
 TTS_PREFIX = "tts_model."
 _STT_SEED = 4801
 _TTS_SEED = 4802
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,8 @@ class Checkpoint:
 
         cfg = self._part(self.config["model"]["stt"]["model"], "pretrained_llm")
         cfg.setdefault("validation_save_path", self._scratch())
-        with torch.random.fork_rng(devices=[]):
+
+        def build() -> DuplexSTTModel:
             torch.manual_seed(_STT_SEED)
             model = DuplexSTTModel(cfg)
             if cfg.get("use_function_head"):
@@ -84,6 +92,9 @@ class Checkpoint:
                 model.function_head = torch.nn.Linear(
                     head.in_features, head.out_features, bias=False
                 )
+            return model
+
+        model = self._build(build, device)
         if self.weights is not None:
             _load(model, self.weights, STT_PREFIX)
         return model.eval().to(device)
@@ -96,14 +107,37 @@ class Checkpoint:
         cfg = dict(self.config["model"]["speech_generation"])
         cfg["model"] = self._part(cfg["model"], "pretrained_lm_name")
         cfg.setdefault("exp_manager", {"explicit_log_dir": self._scratch()})
-        with torch.random.fork_rng(devices=[]):
+
+        def build() -> DuplexEARTTS:
             torch.manual_seed(_TTS_SEED)
             model = DuplexEARTTS(cfg)
             # As NemotronVoiceChat does after building it (inference's silence).
             model.codec_silence_tokens = model.get_codec_silence_frame()
+            return model
+
+        model = self._build(build, device)
         if self.weights is not None:
             _load(model, self.weights, TTS_PREFIX)
         return model.eval().to(device)
+
+    def _build(self, build: Callable[[], Any], device: str | torch.device) -> Any:
+        """`build()` with the global RNG left as it was: random weights drawn
+        on `device`, published ones made on the CPU (the file is read there).
+        Should a constructor of NeMo's fail on `device`, the model is built
+        on the CPU instead, slower, and the log says so."""
+        import torch
+
+        where = torch.device("cpu" if self.weights is not None else device)
+        try:
+            with _forked_rng(where), where:
+                return build()
+        except Exception as exc:  # hydra wraps a constructor's error in its own
+            if where.type == "cpu":
+                raise
+            log.warning("%s: built on the CPU, not %s: %s", self.name, where, exc)
+        # Outside the handler: its traceback no longer holds the failed build's tensors.
+        with _forked_rng(torch.device("cpu")):
+            return build()
 
     def _part(self, cfg: dict[str, Any], llm_key: str) -> dict[str, Any]:
         """`cfg` with its LLM and tokenizer paths made absolute, weights from
@@ -123,6 +157,16 @@ class Checkpoint:
     def _scratch(self) -> str:
         # NeMo's constructors want a log folder; inference writes nothing there.
         return tempfile.mkdtemp(prefix="nemotron-logs-")
+
+
+@contextlib.contextmanager
+def _forked_rng(device: torch.device) -> Iterator[None]:
+    """torch.manual_seed reseeds every device: their generators are put back."""
+    import torch
+
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        yield
 
 
 def resolve(name: str) -> Checkpoint:
