@@ -45,9 +45,11 @@ def assets(request: pytest.FixtureRequest, model_cache: Path) -> Stage0Assets:
     return prepare(model_cache, settings.llm_model, choose_for(settings).engine)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def llm_engine(assets: Stage0Assets) -> AsyncIterator[Llm]:
-    """The LLM on the engine a worker with the default settings picks on this machine."""
+    """The LLM on the engine a worker with the default settings picks on this
+    machine: for one module, not the session (a vLLM engine holds 6.5 GB; kept
+    to the suite's end, it left the stacks too little on a 24 GB machine)."""
     # Imported here: the engines' imports are slow and only the LLM tests need them.
     from antiphon.stage0.backends.cascade.models import start_llm
 

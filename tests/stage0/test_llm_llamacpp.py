@@ -19,7 +19,6 @@ from antiphon.stage0.settings import Stage0Settings
 
 if TYPE_CHECKING:
     from antiphon.stage0.backends.cascade.llm.llm_llamacpp import LlamaCppEngine
-    from antiphon.stage0.backends.cascade.models import Llm
 
 pytestmark = pytest.mark.models
 
@@ -27,15 +26,12 @@ SYSTEM = "You are a helpful assistant. Answer briefly."
 
 
 @pytest.fixture(scope="module")
-async def engine(llm_engine: Llm, model_cache: Path) -> AsyncIterator[LlamaCppEngine]:
-    """The worker's engine where it is llama.cpp (an AVX2 CPU), else one of its own."""
+async def engine(model_cache: Path) -> AsyncIterator[LlamaCppEngine]:
+    """llama.cpp's engine, whichever the worker picks on this CPU."""
     from antiphon.stage0.backends.cascade.llm.cpu_choice import choose_for
     from antiphon.stage0.backends.cascade.llm.llm_llamacpp import LlamaCppEngine
     from antiphon.stage0.backends.cascade.models import start_llm
 
-    if isinstance(llm_engine, LlamaCppEngine):
-        yield llm_engine
-        return
     settings = Stage0Settings()
     assets = prepare(model_cache, settings.llm_model, "llamacpp")
     own = await start_llm(settings, choose_for(settings, engine="llamacpp"), assets.llm_model)
