@@ -61,9 +61,38 @@ def _heard(stt, audio: torch.Tensor) -> torch.Tensor:
 
 def test_rows_joining_and_leaving_say_what_each_session_alone_says(stt, sessions):
     refs = [_reference(stt, a) for a in sessions]
+    assert all(len(set(r.tolist())) > 1 for r in refs[:2]), "speech should move the random model"
+    _two_rows_say_what_each_alone_says(stt, sessions, refs)
+
+
+def test_forced_turn_taking_corrects_each_row_as_nemo_corrects_one_session(sessions):
+    """A checkpoint that sets `force_turn_taking` (it transcribes the user):
+    each row's text is corrected from its ASR channel as NeMo's inference
+    corrects one session's, rows joining and leaving. The tiny model's ASR
+    channel never says BOS or EOS, so the legacy marks name tokens it says
+    (nor padding: the silence rule is not reached here)."""
+    tiny = checkpoint.resolve("random:tiny")
+    tiny.config["model"]["stt"]["model"].update(
+        predict_user_text=True,
+        force_turn_taking=True,
+        force_turn_taking_threshold=4,
+        force_turn_taking_pad_window=2,
+        user_eos_token="b",
+        user_bos_token="'",
+    )
+    stt = tiny.stt()
+    refs = [_reference(stt, a) for a in sessions]
+    stt.cfg["force_turn_taking"] = False
+    plain = [_reference(stt, a).tolist() for a in sessions]
+    stt.cfg["force_turn_taking"] = True
+    changed = sum(r.tolist() != p for r, p in zip(refs, plain, strict=True))
+    assert changed >= 2, "the rule should have turned some of the sessions"
+    _two_rows_say_what_each_alone_says(stt, sessions, refs)
+
+
+def _two_rows_say_what_each_alone_says(stt, sessions, refs) -> None:
     heard = [_heard(stt, a) for a in sessions]
     frames = heard[0].shape[0]
-    assert all(len(set(r.tolist())) > 1 for r in refs[:2]), "speech should move the random model"
     late = 9  # session 2 joins row 1 at this step, after session 1 left it
     thinking = Thinking(stt, 2, window=4 * frames)
     said: dict[int, list[int]] = {0: [], 1: [], 2: []}

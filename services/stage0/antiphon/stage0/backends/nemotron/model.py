@@ -43,10 +43,6 @@ class NemotronModel:
         dtype = resolve_dtype(settings.duplex_dtype, device)
         checkpoint = nemotron_checkpoint.resolve(settings.duplex_checkpoint)
         stt = checkpoint.stt(device).to(dtype)
-        if stt.cfg.get("force_turn_taking", False):
-            log.warning(
-                "force_turn_taking is set in the checkpoint; this backend does not apply it"
-            )
         silent = frozenset({stt.text_pad_id, stt.text_bos_id, stt.text_eos_id})
         log.info(
             "nemotron model loaded",

@@ -25,6 +25,10 @@ instead be forced, a token a step: a function's result (prompting.py); the
 text channel then holds padding. `called` is what the head itself said, the
 channel calls are read from (calls.py).
 
+A checkpoint that sets `force_turn_taking` has each row's text token
+corrected from its transcript of the user before it goes back in, as NeMo
+does (turn_taking.py).
+
 Rows start afresh alone: a Mamba2 layer's state is per row and fixed-size
 (zeroed), and an attention layer's keys stay in the cache but are masked
 out for a reset row through the 2D attention mask (NemotronH's attention has
@@ -40,6 +44,8 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+from antiphon.stage0.backends.nemotron.turn_taking import TurnTaking
 
 if TYPE_CHECKING:
     from nemo.collections.speechlm2.models.duplex_stt_model import DuplexSTTModel
@@ -77,6 +83,7 @@ class Thinking:
         # The function channel as fed back, and as the head said it last step.
         self._function_in = pad.clone()
         self.called = pad.clone()
+        self._turns = TurnTaking(stt, rows, device)
         # One step of every row, then all afresh: the cache's layers exist
         # (a prompt's states are written into them), its column masked.
         self.step(torch.zeros(rows, stt.llm.config.hidden_size, dtype=weight.dtype, device=device))
@@ -97,6 +104,7 @@ class Thinking:
         self._valid[mask] = 0
         for channel in (self._said, self._heard, self._function_in, self.called):
             channel[mask] = self.stt.text_pad_id
+        self._turns.reset(mask)
 
     def prefill(self, row: int, prompt: list[int]) -> None:
         """Row `row`, just reset, takes in `prompt` before its first step."""
@@ -129,6 +137,7 @@ class Thinking:
         columns = torch.zeros(self.rows, span, dtype=self._valid.dtype, device=device)
         columns[row] = 1
         self._valid = torch.cat([self._valid, columns], dim=1)
+        self._turns.prompted(row, span)
 
     @property
     def calls_tools(self) -> bool:
@@ -158,8 +167,8 @@ class Thinking:
         for token, boost in self._boosts.items():
             if boost:
                 logits[:, token] += boost
-        said: torch.Tensor = logits.argmax(dim=-1)
         heard_text = stt.asr_head(hidden).argmax(dim=-1) if self._user_text else self._heard
+        said: torch.Tensor = self._turns.correct(logits.argmax(dim=-1), heard_text)
         pad = self.stt.text_pad_id
         called = (
             self._function(hidden).argmax(dim=-1) if self._function is not None else self.called
@@ -170,6 +179,7 @@ class Thinking:
             taking = forced >= 0
             function_in = torch.where(taking, forced, called)
             said = torch.where(taking, pad, said)
+        self._turns.record(said, heard_text)
         self._said, self._heard = said, heard_text
         self._function_in, self.called = function_in, called
         return said
