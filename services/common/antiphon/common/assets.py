@@ -8,9 +8,16 @@ engines load, under one cache folder.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 PREPARE_COMMAND = "make models  (or: antiphon-prepare-models)"
+# A checkpoint named `random:<shape>` is random weights of a shape a model's
+# package writes (tests, benchmarks), not a folder.
+RANDOM_PREFIX = "random:"
+
+Shape = TypeVar("Shape")
 
 
 class MissingAssetError(RuntimeError):
@@ -25,3 +32,13 @@ def default_cache_dir() -> Path:
     """`ANTIPHON_MODEL_CACHE`, else `~/.cache/antiphon/models`."""
     env = os.environ.get("ANTIPHON_MODEL_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "antiphon" / "models"
+
+
+def random_shape(name: str, shapes: Mapping[str, Shape], model: str) -> Shape:
+    """The shape `random:<shape>` names among `shapes`; ValueError naming the
+    known ones for another."""
+    shape = name.removeprefix(RANDOM_PREFIX)
+    if shape not in shapes:
+        known = ", ".join(shapes)
+        raise ValueError(f"unknown random {model} shape {shape!r} (known: {known})")
+    return shapes[shape]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from antiphon.common.assets import MissingAssetError
+from antiphon.common.assets import RANDOM_PREFIX, MissingAssetError
 
 if TYPE_CHECKING:
     import sentencepiece
@@ -49,7 +49,6 @@ FRAME_RATE_HZ = 12.5
 FRAME_SAMPLES = int(SAMPLE_RATE / FRAME_RATE_HZ)  # 1920: one 80 ms frame
 FRAME_MS = int(1000 / FRAME_RATE_HZ)  # 80
 
-RANDOM_PREFIX = "random:"
 # Random Mimi weights are drawn from this seed, so that the encoder (stage0)
 # and the decoder (stage1) of a random checkpoint are one codec.
 RANDOM_MIMI_SEED = 1234

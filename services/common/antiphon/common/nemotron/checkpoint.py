@@ -32,14 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from antiphon.common.assets import MissingAssetError
+from antiphon.common.assets import RANDOM_PREFIX, MissingAssetError, random_shape
 
 if TYPE_CHECKING:
     import torch
     from nemo.collections.speechlm2.models.duplex_ear_tts import DuplexEARTTS
     from nemo.collections.speechlm2.models.duplex_stt_model import DuplexSTTModel
 
-RANDOM_PREFIX = "random:"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 # The halves' keys in the published weights (NemotronVoiceChat's attributes).
@@ -203,12 +202,7 @@ def _random_shape(name: str) -> Any:
     """The module that writes the random shape `name` names (tiny.py, nine_b.py)."""
     from antiphon.common.nemotron import nine_b, tiny
 
-    shapes = {"tiny": tiny, "9b": nine_b}
-    shape = name.removeprefix(RANDOM_PREFIX)
-    if shape not in shapes:
-        known = ", ".join(shapes)
-        raise ValueError(f"unknown random Nemotron VoiceChat shape {shape!r} (known: {known})")
-    return shapes[shape]
+    return random_shape(name, {"tiny": tiny, "9b": nine_b}, "Nemotron VoiceChat")
 
 
 def _load(model: torch.nn.Module, weights: Path, prefix: str) -> None:
