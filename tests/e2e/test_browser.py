@@ -29,6 +29,7 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from stack import LocalStack
 
+from tests.support.live import STORY
 from tests.support.speech import Voice, silence, spoken
 
 pytestmark = [pytest.mark.stack, pytest.mark.models]
@@ -252,9 +253,6 @@ def playback(driver: WebDriver, seconds: float) -> list[tuple[float, float]]:
                 spans.append([now, now + length])
         time.sleep(0.1)
     return [(a, b) for a, b in spans]
-
-
-STORY = "Tell me a long story about a dragon and a knight."
 
 
 def test_talking_over_the_answer_stops_its_playback_and_truncates_it_where_it_was_heard(

@@ -7,9 +7,13 @@ raw PCM (call_audio.Microphone); `send` writes every event to the channel,
 and the answer's audio comes as the session typed it (`audio_out`) to be
 played on the call's track (call_audio.Speaker): audio is never JSON here.
 Around that audio the channel says `output_audio_buffer.started` /
-`.stopped`, and `.cleared` when a barge-in dropped the rest, after which the
-item cut short is truncated where the caller stopped hearing it. A
-server's WebSocket may watch and drive the call (`attach`).
+`.stopped`, and `.cleared` when a barge-in or the client's
+`output_audio_buffer.clear` dropped the rest, after which the item cut short
+is truncated where the caller stopped hearing it. `.stopped` means no more
+audio is coming, as OpenAI's calls say it: the speaker ran dry *and* the
+response is done. A speaker that runs dry mid-answer (a slow voice between
+two sentences) is still the answer's, and a barge-in there still clears it.
+A server's WebSocket may watch and drive the call (`attach`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,11 @@ class CallSocket(CallMedia):
     ) -> None:
         super().__init__(media_timeout_s, Speaker(on_drained=self._drained), append_ms=append_ms)
         self.query = query
+        # The answer on the speaker, from `.started` to `.stopped`/`.cleared`
+        # ("" when none), and whether its response may still send audio.
         self._response_id = ""
+        self._response_open = False
+        self._cut_response = ""  # the last answer cut short: what it still sends is dropped
         # What the speaker was given since it was last quiet: [item_id, seconds].
         self._queued: list[list[Any]] = []
         self._watchers = FanOut(WATCHER_BACKLOG)
@@ -76,17 +84,32 @@ class CallSocket(CallMedia):
 
     def play(self, delta: spb.AudioDelta) -> None:
         """The answer's audio, on the call's track (`audio_out`)."""
-        if not self.speaker.playing:
+        if delta.ref.response_id == self._cut_response:
+            return
+        if self._response_id and delta.ref.response_id != self._response_id:
+            self._stopped()  # the last answer's response.done never came
+        if not self._response_id:
             self._response_id = delta.ref.response_id
+            self._response_open = True
             self._say("output_audio_buffer.started", response_id=self._response_id)
         self.speaker.play(delta.audio)
         self._queue(delta.ref.item_id, len(delta.audio) / 2 / SESSION_RATE)
 
     async def send(self, kind: str, text: str) -> None:
-        if kind == "input_audio_buffer.speech_started" and self.speaker.playing:
-            self._truncate_unheard(self.speaker.clear())
+        if kind == "output_audio_buffer.cleared":
+            # The session's answer to the client's `output_audio_buffer.clear`.
+            if self._response_id:
+                self._cut()
+            self._send_text(text)
+            return
+        if kind == "input_audio_buffer.speech_started" and self._response_id:
             self._say("output_audio_buffer.cleared", response_id=self._response_id)
+            self._cut()
         self._send_text(text)
+        if kind == "response.done" and _response_of(text) == self._response_id:
+            self._response_open = False
+            if not self.speaker.playing:
+                self._stopped()
 
     # ------------------------------------------------------------ helpers
     def _queue(self, item_id: str, seconds: float) -> None:
@@ -98,12 +121,15 @@ class CallSocket(CallMedia):
     def _truncate_unheard(self, dropped_s: float) -> None:
         """The caller heard only what was played: each item cut short is
         truncated there, as a WebSocket client does from its own playback
-        (the server knows what a call played; a socket's client must say)."""
+        (the server knows what a call played; a socket's client must say).
+        The last item is cut even if all it sent was played: its response
+        was still speaking (its text may be ahead of its audio)."""
         played = sum(seconds for _item, seconds in self._queued) - dropped_s
-        for item_id, seconds in self._queued:
+        last = len(self._queued) - 1
+        for index, (item_id, seconds) in enumerate(self._queued):
             heard = min(seconds, max(0.0, played))
             played -= heard
-            if heard < seconds and item_id:
+            if item_id and (heard < seconds or index == last):
                 self._from_client(
                     json.dumps(
                         {
@@ -116,9 +142,19 @@ class CallSocket(CallMedia):
                 )
         self._queued.clear()
 
+    def _cut(self) -> None:
+        """The answer stops where the caller is: the rest is dropped unheard."""
+        self._truncate_unheard(self.speaker.clear())
+        self._cut_response, self._response_id = self._response_id, ""
+
     def _drained(self) -> None:
+        if self._response_id and not self._response_open:
+            self._stopped()
+
+    def _stopped(self) -> None:
         self._queued.clear()
         self._say("output_audio_buffer.stopped", response_id=self._response_id)
+        self._response_id = ""
 
     def _say(self, kind: str, **fields: Any) -> None:
         self._send_text(json.dumps({"type": kind, "event_id": new_id("event"), **fields}))
@@ -126,6 +162,14 @@ class CallSocket(CallMedia):
     def _send_text(self, text: str) -> None:
         self._watchers.send(text)
         self._to_channel(text)
+
+
+def _response_of(text: str) -> str:
+    """The id of the response a `response.done` event's text is about."""
+    try:
+        return str(json.loads(text)["response"]["id"])
+    except (ValueError, KeyError, TypeError):
+        return ""
 
 
 def _without_formats(text: str) -> str:
