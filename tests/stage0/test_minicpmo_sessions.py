@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
+from antiphon.stage0.backends.minicpmo.session import MiniCPMoSession
 from antiphon.stage0.backends.minicpmo.thinker import Thinker, Unit
 from antiphon.stage0.backends.minicpmo.units import MAX_SAMPLED, Answer
+from antiphon.v1 import stage_pb2 as pb
 from tests.support.minicpmo import (
     RATE,
     REDUCE_OP_WARNING,
@@ -152,3 +154,80 @@ async def test_a_unit_s_frame_changes_what_the_model_says(thinker: Thinker) -> N
     flipped = await _run(plain, [Unit(audio, frame(320, 240, flip=True))] * 2)
     blind = await _run(plain, [Unit(audio)] * 2)
     assert len({tuple(a.tokens for a in s) for s in (seen, flipped, blind)}) == 3
+
+
+# ------------------------------------------------ a worker's bound session
+
+
+def _pcm(seconds: float, seed: int) -> bytes:
+    noise = np.random.default_rng(seed).normal(0, 0.3, int(RATE * seconds))
+    return (np.clip(noise, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+async def _frames(
+    thinker: Thinker, audio: bytes, *, cancel: bool = False, jitter_ms: int = 4000
+) -> list[pb.Stage0Event]:
+    """A bound session fed `audio` in 200 ms appends: its events once every
+    whole unit it kept was answered."""
+    events: list[pb.Stage0Event] = []
+    session = MiniCPMoSession(thinker, events.append, jitter_ms=jitter_ms)
+    session.handle(
+        pb.Stage0Request(open=pb.Stage0Open(session_id="s", instructions=INSTRUCTIONS["a"]))
+    )
+    if cancel:
+        session.handle(pb.Stage0Request(cancel=pb.Stage0Cancel(epoch=1)))
+    step = RATE * 2 // 5
+    for i in range(0, len(audio), step):
+        session.handle(pb.Stage0Request(audio=pb.Stage0Audio(epoch=1, pcm16=audio[i : i + step])))
+    session.handle(pb.Stage0Request(commit=pb.Stage0Commit(epoch=1, item_id="item_1")))
+    try:
+        units = min(len(audio) // (RATE * 2), jitter_ms // 1000)
+        for _ in range(600):
+            if sum(e.HasField("frame") for e in events) >= units:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await session.close()
+    return events
+
+
+def _talker(thinker: Thinker) -> Thinker:
+    """The same engine, its model never listening: every unit is spoken."""
+    from vllm import SamplingParams
+
+    tokenizer = thinker.engine.get_tokenizer()
+    words = tokenizer.encode(" the cat sat on a mat", add_special_tokens=False)
+    allowed = [thinker.vocab.speak, thinker.vocab.chunk_eos, *words]
+    return Thinker(thinker.engine, SamplingParams(temperature=0.0, allowed_token_ids=allowed))
+
+
+async def test_a_session_answers_each_second_of_its_audio_with_a_frame(thinker: Thinker) -> None:
+    thinker = _talker(thinker)
+    events = await _frames(thinker, _pcm(3.5, 5))
+    [transcript] = [e.transcript for e in events if e.HasField("transcript")]
+    assert (transcript.item_id, transcript.audio_ms) == ("item_1", 3500)
+    frames = [e.frame for e in events if e.HasField("frame")]
+    assert [f.index for f in frames] == [0, 1, 2]  # the half second left waits for its unit
+    assert {f.decision for f in frames} == {pb.DECISION_SPEAK}
+    assert any(f.tokens for f in frames), frames
+    assert all(f.text == thinker.text(tuple(f.tokens)) for f in frames), frames
+
+
+async def test_a_cancel_mutes_the_rest_of_the_model_s_turn(thinker: Thinker) -> None:
+    thinker = _talker(thinker)  # its turn never ends
+    audio = _pcm(3.0, 5)
+    heard = [e.frame for e in await _frames(thinker, audio) if e.HasField("frame")]
+    muted = [e.frame for e in await _frames(thinker, audio, cancel=True) if e.HasField("frame")]
+    assert {f.decision for f in heard} == {pb.DECISION_SPEAK}
+    assert len(muted) == len(heard) == 3
+    assert all(f.decision == pb.DECISION_LISTEN and not f.tokens for f in muted), muted
+
+
+async def test_units_the_thinker_cannot_keep_up_with_are_dropped_and_said_late(
+    thinker: Thinker,
+) -> None:
+    """Five seconds at once with room for one unit waiting: the oldest go."""
+    events = await _frames(thinker, _pcm(5.0, 6), jitter_ms=1000)
+    frames = [e.frame for e in events if e.HasField("frame")]
+    assert 1 <= len(frames) < 5
+    assert frames[0].late

@@ -17,6 +17,8 @@ from antiphon.stage0.backend import Stage0Backend
 BACKENDS: Mapping[str, str] = {
     # Silero VAD, Smart Turn, Whisper and an LLM on vLLM or llama.cpp.
     "cascade": "antiphon.stage0.backends.cascade.backend",
+    # MiniCPM-o 4.5's thinker in full duplex, a one-second unit at a time, on vLLM.
+    "minicpmo": "antiphon.stage0.backends.minicpmo.backend",
     # A model-native duplex model of the Moshi architecture (Moshi, PersonaPlex).
     "moshi": "antiphon.stage0.backends.moshi.backend",
     # Nemotron VoiceChat's listening half (NeMo's perception and NemotronH LLM).

@@ -66,6 +66,10 @@ class Thinker:
         prefill = system_ids(self._tokenizer, instructions)
         return ThinkerSession(self, new_id("minicpmo"), prefill)
 
+    def text(self, tokens: tuple[int, ...]) -> str:
+        """What `tokens` say, markers left out."""
+        return str(self._tokenizer.decode(list(tokens), skip_special_tokens=True)) if tokens else ""
+
     def unit_ids(self, head: list[int], unit: Unit) -> list[int]:
         """A unit's prompt ids, vLLM's placeholders for its media in place."""
         return [*head, *(self._image if unit.frame is not None else []), *self._audio]
