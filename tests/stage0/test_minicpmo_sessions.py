@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
 
 from antiphon.stage0.backends.minicpmo.session import MiniCPMoSession
 from antiphon.stage0.backends.minicpmo.thinker import Thinker, Unit
 from antiphon.stage0.backends.minicpmo.units import MAX_SAMPLED, Answer
+from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.v1 import stage_pb2 as pb
 from tests.support.minicpmo import (
     RATE,
@@ -165,12 +167,18 @@ def _pcm(seconds: float, seed: int) -> bytes:
 
 
 async def _frames(
-    thinker: Thinker, audio: bytes, *, cancel: bool = False, jitter_ms: int = 4000
+    thinker: Thinker,
+    audio: bytes,
+    *,
+    cancel: bool = False,
+    jitter_ms: int = 4000,
+    registry: CollectorRegistry | None = None,
 ) -> list[pb.Stage0Event]:
     """A bound session fed `audio` in 200 ms appends: its events once every
-    whole unit it kept was answered."""
+    whole unit it kept was answered; its metrics in `registry`."""
     events: list[pb.Stage0Event] = []
-    session = MiniCPMoSession(thinker, events.append, jitter_ms=jitter_ms)
+    metrics = Stage0Metrics(registry or CollectorRegistry())
+    session = MiniCPMoSession(thinker, events.append, metrics, jitter_ms=jitter_ms)
     session.handle(
         pb.Stage0Request(open=pb.Stage0Open(session_id="s", instructions=INSTRUCTIONS["a"]))
     )
@@ -227,7 +235,13 @@ async def test_units_the_thinker_cannot_keep_up_with_are_dropped_and_said_late(
     thinker: Thinker,
 ) -> None:
     """Five seconds at once with room for one unit waiting: the oldest go."""
-    events = await _frames(thinker, _pcm(5.0, 6), jitter_ms=1000)
+    registry = CollectorRegistry()
+    events = await _frames(thinker, _pcm(5.0, 6), jitter_ms=1000, registry=registry)
     frames = [e.frame for e in events if e.HasField("frame")]
     assert 1 <= len(frames) < 5
     assert frames[0].late
+    dropped = registry.get_sample_value("antiphon_stage0_duplex_dropped_input_ms_total")
+    assert dropped == (5 - len(frames)) * 1000
+    answered = registry.get_sample_value("antiphon_stage0_duplex_unit_seconds_count")
+    assert answered == len(frames)
+    assert registry.get_sample_value("antiphon_stage0_duplex_rows_active") == 0

@@ -166,6 +166,13 @@ class Stage0Metrics:
             "Rows of the lockstep batch that serve a session now",
             registry=registry,
         )
+        # The `minicpmo` backend: a unit closed (its second of audio in) to its answer.
+        self.duplex_unit = Histogram(
+            "antiphon_stage0_duplex_unit_seconds",
+            "A one-second unit's wait and the model's answer to it, from its last audio",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         # A `moshi` front end's (duplex_front_ends): its stepper's metrics are
         # the ones above, at the pod's metrics port + the front ends' count.
         self.duplex_lost_frames = Counter(

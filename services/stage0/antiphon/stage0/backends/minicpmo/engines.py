@@ -34,9 +34,12 @@ TEMPERATURE, TOP_K, TOP_P, REPETITION_PENALTY = 0.7, 20, 0.8, 1.05
 class MiniCPMoEngines:
     merge: Merge[pb.Stage0Event] | None = None
 
-    def __init__(self, thinker: Thinker, settings: Stage0Settings, folder: Any) -> None:
+    def __init__(
+        self, thinker: Thinker, settings: Stage0Settings, metrics: Stage0Metrics, folder: Any
+    ) -> None:
         self.thinker = thinker
         self._settings = settings
+        self._metrics = metrics
         self._random_folder = folder
 
     @classmethod
@@ -76,10 +79,11 @@ class MiniCPMoEngines:
         )
         # A random checkpoint's folder was written for this worker.
         random_folder = ckpt.folder if ckpt.name.startswith(RANDOM_PREFIX) else None
-        return cls(Thinker(engine, sampling), settings, random_folder)
+        return cls(Thinker(engine, sampling), settings, metrics, random_folder)
 
     def bind(self, emit: Callable[[pb.Stage0Event], None]) -> MiniCPMoSession:
-        return MiniCPMoSession(self.thinker, emit, jitter_ms=self._settings.duplex_jitter_ms)
+        jitter_ms = self._settings.duplex_jitter_ms
+        return MiniCPMoSession(self.thinker, emit, self._metrics, jitter_ms=jitter_ms)
 
     async def close(self) -> None:
         self.thinker.engine.shutdown()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from antiphon.stage0.backends.minicpmo.backend import SAMPLE_RATE, UNIT_MS
 from antiphon.stage0.backends.minicpmo.thinker import Thinker, ThinkerSession, Unit
+from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.v1 import stage_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -31,15 +33,21 @@ UNIT_BYTES = UNIT_MS * _BYTES_PER_MS
 
 class MiniCPMoSession:
     def __init__(
-        self, thinker: Thinker, emit: Callable[[pb.Stage0Event], None], *, jitter_ms: int
+        self,
+        thinker: Thinker,
+        emit: Callable[[pb.Stage0Event], None],
+        metrics: Stage0Metrics,
+        *,
+        jitter_ms: int,
     ) -> None:
         self._thinker = thinker
+        self._metrics = metrics
         self._emit = emit
         self._session: ThinkerSession | None = None
         self._session_id = ""
         self._epoch = 0
         self._pending = bytearray()  # audio short of a unit
-        self._units: deque[bytes] = deque()
+        self._units: deque[tuple[bytes, float]] = deque()  # (audio, when it closed)
         self._queued = max(1, jitter_ms // UNIT_MS)
         self._ready = asyncio.Event()
         self._hearing: asyncio.Task[None] | None = None
@@ -82,6 +90,7 @@ class MiniCPMoSession:
         self._session_id = open_.session_id
         self._session = self._thinker.open(open_.instructions)
         self._hearing = asyncio.create_task(self._hear())
+        self._metrics.duplex_rows_active.inc()
         log.info("minicpmo session opened", extra={"session_id": self._session_id})
 
     def _audio(self, msg: pb.Stage0Audio) -> None:
@@ -91,8 +100,9 @@ class MiniCPMoSession:
         while len(self._pending) >= UNIT_BYTES:
             if len(self._units) >= self._queued:
                 self._units.popleft()  # the thinker fell behind: the oldest goes
+                self._metrics.duplex_dropped_input_ms.inc(UNIT_MS)
                 self._late = True
-            self._units.append(bytes(self._pending[:UNIT_BYTES]))
+            self._units.append((bytes(self._pending[:UNIT_BYTES]), time.monotonic()))
             del self._pending[:UNIT_BYTES]
             self._ready.set()
 
@@ -123,7 +133,7 @@ class MiniCPMoSession:
             while not self._units:
                 self._ready.clear()
                 await self._ready.wait()
-            pcm = self._units.popleft()
+            pcm, closed = self._units.popleft()
             audio = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0
             try:
                 answer = await session.hear(Unit(audio))
@@ -131,6 +141,9 @@ class MiniCPMoSession:
                 log.exception("the thinker failed a unit", extra={"session_id": self._session_id})
                 self._error(self._epoch, "model_error", f"the model failed: {exc}")
                 return
+            self._metrics.duplex_unit.observe(time.monotonic() - closed)
+            if self._late:
+                self._metrics.duplex_late_frames.inc()
             speak = answer.speak and not self._muted
             if self._muted and (answer.turn_ended or not answer.speak):
                 self._muted = False  # the muted turn is over: the next may speak
@@ -159,6 +172,7 @@ class MiniCPMoSession:
             self._hearing = None
         if self._session is not None:
             await self._session.close()
+            self._metrics.duplex_rows_active.dec()
             log.info(
                 "minicpmo session closed",
                 extra={"session_id": self._session_id, "units": self._index},
