@@ -11,7 +11,7 @@ from antiphon.common import stage_audio
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 from antiphon.v1 import stage_pb2
-from tests.session.harness import MANUAL, Session, session
+from tests.session.harness import MANUAL, Session, Workers, session
 
 DB = 10  # this module's own database on the shared test Redis
 
@@ -160,3 +160,27 @@ async def test_a_short_remark_over_an_answer_is_acknowledged_not_a_turn(
         kinds = s.kinds()
         assert kinds == ["speech_stopped", "input_committed", "overlap_decision"]
         assert s.sent0("commit") == [] and not await s.history()
+
+
+async def test_camera_frames_reach_a_stage0_that_consumes_them_and_no_other(
+    redis_url: str,
+) -> None:
+    frame = b"\x89PNG\r\n\x1a\n" + bytes(32)
+    append = speech(200)
+    append.video_frames.append(frame)
+    append.max_slice_nums = 2
+    consuming = Workers(
+        info0=stage_pb2.StageInfo(
+            capabilities=cpb.Capabilities(model_native=True, consumes_video_frames=True)
+        )
+    )
+    async with session(redis_url, DB, patch=MANUAL, workers=consuming) as s:
+        await s.attach()
+        await s.command(append_audio=append)
+        (sent,) = s.sent0("audio")
+        assert (list(sent.video_frames), sent.max_slice_nums) == ([frame], 2)
+        assert sent.pcm16  # the frames ride the audio they came with
+    async with session(redis_url, DB, patch=MANUAL) as s:
+        await s.attach()
+        await s.command(append_audio=append)
+        assert all(not a.video_frames for a in s.sent0("audio"))

@@ -6,6 +6,7 @@ sessions join and leave; a unit's camera frame reaches the model."""
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -173,9 +174,11 @@ async def _frames(
     cancel: bool = False,
     jitter_ms: int = 4000,
     registry: CollectorRegistry | None = None,
+    pictures: dict[int, bytes] | None = None,
 ) -> list[pb.Stage0Event]:
     """A bound session fed `audio` in 200 ms appends: its events once every
-    whole unit it kept was answered; its metrics in `registry`."""
+    whole unit it kept was answered; its metrics in `registry`; `pictures`:
+    a camera frame on the append of that index."""
     events: list[pb.Stage0Event] = []
     metrics = Stage0Metrics(registry or CollectorRegistry())
     session = MiniCPMoSession(thinker, events.append, metrics, jitter_ms=jitter_ms)
@@ -185,8 +188,11 @@ async def _frames(
     if cancel:
         session.handle(pb.Stage0Request(cancel=pb.Stage0Cancel(epoch=1)))
     step = RATE * 2 // 5
-    for i in range(0, len(audio), step):
-        session.handle(pb.Stage0Request(audio=pb.Stage0Audio(epoch=1, pcm16=audio[i : i + step])))
+    for n, i in enumerate(range(0, len(audio), step)):
+        append = pb.Stage0Audio(epoch=1, pcm16=audio[i : i + step])
+        if pictures and n in pictures:
+            append.video_frames.append(pictures[n])
+        session.handle(pb.Stage0Request(audio=append))
     session.handle(pb.Stage0Request(commit=pb.Stage0Commit(epoch=1, item_id="item_1")))
     try:
         units = min(len(audio) // (RATE * 2), jitter_ms // 1000)
@@ -245,3 +251,35 @@ async def test_units_the_thinker_cannot_keep_up_with_are_dropped_and_said_late(
     answered = registry.get_sample_value("antiphon_stage0_duplex_unit_seconds_count")
     assert answered == len(frames)
     assert registry.get_sample_value("antiphon_stage0_duplex_rows_active") == 0
+
+
+def _png(flip: bool = False) -> bytes:
+    out = io.BytesIO()
+    frame(320, 240, flip=flip).save(out, format="PNG")
+    return out.getvalue()
+
+
+async def test_a_frame_on_an_append_is_seen_with_the_unit_it_closes(thinker: Thinker) -> None:
+    from vllm import SamplingParams
+
+    plain = Thinker(thinker.engine, SamplingParams(temperature=0.0))
+    audio = _pcm(2.0, 8)
+
+    runs = {}
+    for name, pictures in {"blind": {}, "seen": {4: _png()}, "flipped": {4: _png(True)}}.items():
+        runs[name] = [
+            e.frame for e in await _frames(plain, audio, pictures=pictures) if e.HasField("frame")
+        ]
+    # The fifth append closes the first unit: its answer sees the frame.
+    first = {name: (f[0].decision, tuple(f[0].tokens)) for name, f in runs.items()}
+    assert len(set(first.values())) == 3, first
+
+
+async def test_a_frame_that_does_not_decode_is_an_error_and_its_unit_is_still_heard(
+    thinker: Thinker,
+) -> None:
+    broken = _png()[:80]  # a PNG's signature, cut short
+    events = await _frames(thinker, _pcm(1.0, 9), pictures={2: broken})
+    [error] = [e.error for e in events if e.HasField("error")]
+    assert error.code == "invalid_image" and "video_frames[0]" in error.message
+    assert [e.frame.index for e in events if e.HasField("frame")] == [0]

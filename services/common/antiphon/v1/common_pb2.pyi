@@ -175,7 +175,7 @@ class ToolCall(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
 
 class Capabilities(_message.Message):
-    __slots__ = ("implementation_level", "supports_input_append", "supports_barge_in", "supports_session_resume", "supports_audio_truncate", "chunk_period_ms", "input_modes", "input_sample_rate_hz", "model_native", "supports_context_text", "supports_tool_calls")
+    __slots__ = ("implementation_level", "supports_input_append", "supports_barge_in", "supports_session_resume", "supports_audio_truncate", "chunk_period_ms", "input_modes", "input_sample_rate_hz", "model_native", "supports_context_text", "supports_tool_calls", "consumes_video_frames")
     IMPLEMENTATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_INPUT_APPEND_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_BARGE_IN_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +187,7 @@ class Capabilities(_message.Message):
     MODEL_NATIVE_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_CONTEXT_TEXT_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMES_VIDEO_FRAMES_FIELD_NUMBER: _ClassVar[int]
     implementation_level: str
     supports_input_append: bool
     supports_barge_in: bool
@@ -198,7 +199,8 @@ class Capabilities(_message.Message):
     model_native: bool
     supports_context_text: bool
     supports_tool_calls: bool
-    def __init__(self, implementation_level: _Optional[str] = ..., supports_input_append: _Optional[bool] = ..., supports_barge_in: _Optional[bool] = ..., supports_session_resume: _Optional[bool] = ..., supports_audio_truncate: _Optional[bool] = ..., chunk_period_ms: _Optional[int] = ..., input_modes: _Optional[_Iterable[str]] = ..., input_sample_rate_hz: _Optional[int] = ..., model_native: _Optional[bool] = ..., supports_context_text: _Optional[bool] = ..., supports_tool_calls: _Optional[bool] = ...) -> None: ...
+    consumes_video_frames: bool
+    def __init__(self, implementation_level: _Optional[str] = ..., supports_input_append: _Optional[bool] = ..., supports_barge_in: _Optional[bool] = ..., supports_session_resume: _Optional[bool] = ..., supports_audio_truncate: _Optional[bool] = ..., chunk_period_ms: _Optional[int] = ..., input_modes: _Optional[_Iterable[str]] = ..., input_sample_rate_hz: _Optional[int] = ..., model_native: _Optional[bool] = ..., supports_context_text: _Optional[bool] = ..., supports_tool_calls: _Optional[bool] = ..., consumes_video_frames: _Optional[bool] = ...) -> None: ...
 
 class ContentPart(_message.Message):
     __slots__ = ("type", "text", "transcript", "audio", "sample_rate_hz")

@@ -22,14 +22,18 @@ class UpdateSession(_message.Message):
     def __init__(self, config: _Optional[_Union[_common_pb2.SessionConfigPatch, _Mapping]] = ...) -> None: ...
 
 class AppendAudio(_message.Message):
-    __slots__ = ("pcm16", "is_speech", "sample_rate_hz")
+    __slots__ = ("pcm16", "is_speech", "sample_rate_hz", "video_frames", "max_slice_nums")
     PCM16_FIELD_NUMBER: _ClassVar[int]
     IS_SPEECH_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    MAX_SLICE_NUMS_FIELD_NUMBER: _ClassVar[int]
     pcm16: bytes
     is_speech: bool
     sample_rate_hz: int
-    def __init__(self, pcm16: _Optional[bytes] = ..., is_speech: _Optional[bool] = ..., sample_rate_hz: _Optional[int] = ...) -> None: ...
+    video_frames: _containers.RepeatedScalarFieldContainer[bytes]
+    max_slice_nums: int
+    def __init__(self, pcm16: _Optional[bytes] = ..., is_speech: _Optional[bool] = ..., sample_rate_hz: _Optional[int] = ..., video_frames: _Optional[_Iterable[bytes]] = ..., max_slice_nums: _Optional[int] = ...) -> None: ...
 
 class CommitInput(_message.Message):
     __slots__ = ("is_speech",)

@@ -65,12 +65,16 @@ class Stage0Open(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., lane: _Optional[_Union[Lane, str]] = ..., turn_detection: _Optional[_Union[_common_pb2.TurnDetection, _Mapping]] = ..., skip_vad: _Optional[bool] = ..., instructions: _Optional[str] = ..., voice: _Optional[str] = ..., preemptive: _Optional[bool] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ...) -> None: ...
 
 class Stage0Audio(_message.Message):
-    __slots__ = ("epoch", "pcm16")
+    __slots__ = ("epoch", "pcm16", "video_frames", "max_slice_nums")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     PCM16_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    MAX_SLICE_NUMS_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     pcm16: bytes
-    def __init__(self, epoch: _Optional[int] = ..., pcm16: _Optional[bytes] = ...) -> None: ...
+    video_frames: _containers.RepeatedScalarFieldContainer[bytes]
+    max_slice_nums: int
+    def __init__(self, epoch: _Optional[int] = ..., pcm16: _Optional[bytes] = ..., video_frames: _Optional[_Iterable[bytes]] = ..., max_slice_nums: _Optional[int] = ...) -> None: ...
 
 class Stage0Commit(_message.Message):
     __slots__ = ("epoch", "item_id")

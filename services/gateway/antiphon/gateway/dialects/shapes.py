@@ -104,6 +104,8 @@ def capabilities(c: cpb.Capabilities) -> Json:
         "supports_audio_truncate": c.supports_audio_truncate,
         "chunk_period_ms": c.chunk_period_ms,
         "input_modes": list(c.input_modes),
+        # Camera frames on appends (`video_frames`): seen by the model, or dropped.
+        "supports_video_frames": c.consumes_video_frames,
     }
 
 

@@ -33,6 +33,7 @@ from antiphon.gateway.translate.audio_formats import WAV, base64_audio, decode_f
 from antiphon.gateway.translate.fields import Event
 from antiphon.gateway.translate.items import create_item, item_ref, truncation
 from antiphon.gateway.translate.session_patch import session_patch, with_query
+from antiphon.gateway.translate.video_frames import max_slice_nums, video_frames
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import session_pb2 as spb
 
@@ -203,6 +204,10 @@ class Translator:
         is_speech = event.get("is_speech")
         if is_speech is not None:
             append.is_speech = fields.boolean(is_speech, "is_speech")
+        if event.get("video_frames") is not None:
+            append.video_frames.extend(video_frames(event["video_frames"]))
+        if event.get("max_slice_nums") is not None:
+            append.max_slice_nums = max_slice_nums(event["max_slice_nums"])
         return spb.ClientCommand(append_audio=append)
 
     def _create_item(self, event: Event) -> spb.ClientCommand:

@@ -10,7 +10,7 @@ until a later tick finds one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from antiphon.common import stage_audio
@@ -98,8 +98,17 @@ class StageLinks:
         return self._bindings[stage] is binding
 
     # ---------------------------------------------------------- stage0
-    def audio(self, pcm16: bytes) -> None:
-        self._send0(audio=stage_pb2.Stage0Audio(epoch=self._epoch, pcm16=pcm16))
+    def audio(
+        self, pcm16: bytes, video_frames: Sequence[bytes] = (), max_slice_nums: int = 0
+    ) -> None:
+        """Input audio for stage0, and the camera frames that rode it."""
+        audio = stage_pb2.Stage0Audio(
+            epoch=self._epoch,
+            pcm16=pcm16,
+            video_frames=video_frames,
+            max_slice_nums=max_slice_nums,
+        )
+        self._send0(audio=audio)
 
     def commit(self, item_id: str) -> None:
         self._send0(commit=stage_pb2.Stage0Commit(epoch=self._epoch, item_id=item_id))

@@ -59,11 +59,13 @@ class Listening:
     # ---------------------------------------------------------- commands
     def append(self, audio: spb.AppendAudio) -> None:
         rate = audio.sample_rate_hz or self._config.now.input_audio_format.sample_rate_hz
-        self._links.audio(
-            self._input.accept(
-                audio.pcm16, rate, self._links.input_rate, bounded=not self._links.model_native
-            )
+        pcm16 = self._input.accept(
+            audio.pcm16, rate, self._links.input_rate, bounded=not self._links.model_native
         )
+        if audio.video_frames and self._links.capabilities.consumes_video_frames:
+            self._links.audio(pcm16, audio.video_frames, audio.max_slice_nums)
+        else:
+            self._links.audio(pcm16)
 
     def append_text(self, text: str) -> None:
         """`input.text.append`: text that joins the next commit's turn."""

@@ -35,6 +35,7 @@ def capabilities(settings: Stage0Settings) -> cpb.Capabilities:
         chunk_period_ms=UNIT_MS,
         input_sample_rate_hz=SAMPLE_RATE,
         input_modes=["append_audio_chunk"],
+        consumes_video_frames=True,
     )
 
 

@@ -79,7 +79,9 @@ class MiniCPMoEngines:
         )
         # A random checkpoint's folder was written for this worker.
         random_folder = ckpt.folder if ckpt.name.startswith(RANDOM_PREFIX) else None
-        return cls(Thinker(engine, sampling), settings, metrics, random_folder)
+        slicing = ckpt.config.get("slice_config") or {}
+        thinker = Thinker(engine, sampling, scale_resolution=slicing.get("scale_resolution", 448))
+        return cls(thinker, settings, metrics, random_folder)
 
     def bind(self, emit: Callable[[pb.Stage0Event], None]) -> MiniCPMoSession:
         jitter_ms = self._settings.duplex_jitter_ms

@@ -19,7 +19,9 @@ from collections import deque
 from collections.abc import Callable
 
 import numpy as np
+from PIL import Image
 
+from antiphon.stage0.backends.minicpmo import frames
 from antiphon.stage0.backends.minicpmo.backend import SAMPLE_RATE, UNIT_MS
 from antiphon.stage0.backends.minicpmo.thinker import Thinker, ThinkerSession, Unit
 from antiphon.stage0.metrics import Stage0Metrics
@@ -47,7 +49,10 @@ class MiniCPMoSession:
         self._session_id = ""
         self._epoch = 0
         self._pending = bytearray()  # audio short of a unit
-        self._units: deque[tuple[bytes, float]] = deque()  # (audio, when it closed)
+        # Units waiting for the thinker: (audio, its frame, when it closed).
+        self._units: deque[tuple[bytes, Image.Image | None, float]] = deque()
+        # The frame that rode the appends since the last unit closed.
+        self._frame: Image.Image | None = None
         self._queued = max(1, jitter_ms // UNIT_MS)
         self._ready = asyncio.Event()
         self._hearing: asyncio.Task[None] | None = None
@@ -95,6 +100,8 @@ class MiniCPMoSession:
 
     def _audio(self, msg: pb.Stage0Audio) -> None:
         self._epoch = max(self._epoch, msg.epoch)
+        if msg.video_frames:
+            self._take_frame(msg)
         self._uncommitted += len(msg.pcm16)
         self._pending += msg.pcm16
         while len(self._pending) >= UNIT_BYTES:
@@ -102,9 +109,22 @@ class MiniCPMoSession:
                 self._units.popleft()  # the thinker fell behind: the oldest goes
                 self._metrics.duplex_dropped_input_ms.inc(UNIT_MS)
                 self._late = True
-            self._units.append((bytes(self._pending[:UNIT_BYTES]), time.monotonic()))
+            unit = (bytes(self._pending[:UNIT_BYTES]), self._frame, time.monotonic())
+            self._units.append(unit)
+            self._frame = None
             del self._pending[:UNIT_BYTES]
             self._ready.set()
+
+    def _take_frame(self, msg: pb.Stage0Audio) -> None:
+        """The append's first frame is the unit's (a second one, a composite of
+        earlier frames, is not read); a later one before the unit closes
+        replaces it."""
+        try:
+            self._frame = frames.decoded(
+                msg.video_frames[0], msg.max_slice_nums, self._thinker.scale_resolution
+            )
+        except frames.InvalidImageError as exc:
+            self._error(msg.epoch, "invalid_image", f"video_frames[0]: {exc}")
 
     def _commit(self, msg: pb.Stage0Commit) -> None:
         self._epoch = max(self._epoch, msg.epoch)
@@ -133,10 +153,10 @@ class MiniCPMoSession:
             while not self._units:
                 self._ready.clear()
                 await self._ready.wait()
-            pcm, closed = self._units.popleft()
+            pcm, picture, closed = self._units.popleft()
             audio = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0
             try:
-                answer = await session.hear(Unit(audio))
+                answer = await session.hear(Unit(audio, picture))
             except Exception as exc:
                 log.exception("the thinker failed a unit", extra={"session_id": self._session_id})
                 self._error(self._epoch, "model_error", f"the model failed: {exc}")

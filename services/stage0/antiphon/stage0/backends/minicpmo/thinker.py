@@ -12,7 +12,8 @@ Departures from the published duplex code, each for stock vLLM:
   `<|audio_start|>` and `<|audio_end|>`, its Whisper encoder run on that
   second alone; the published code places the embeddings bare and carries
   the encoder's cache across units (about 30 s);
-- a frame is vLLM's image item (with its `<image_id>` and slices);
+- a frame is vLLM's image item (with its `<image_id>` and slices), scaled
+  down to honour `max_slice_nums` (frames.py);
 - no 28-character cap on a unit's text, no `<|turn_eos|>` length penalty,
   no `<|chunk_eos|>` pre-sample: they need vLLM's sampler.
 """
@@ -53,9 +54,13 @@ class Thinker:
     sampling settings (`sampling`: temperature and the like; each piece of
     a unit gets its own budget and the unit's stop tokens)."""
 
-    def __init__(self, engine: AsyncLLM, sampling: SamplingParams) -> None:
+    def __init__(
+        self, engine: AsyncLLM, sampling: SamplingParams, *, scale_resolution: int = 448
+    ) -> None:
         self.engine = engine
         self.sampling = sampling
+        # The side of the square a frame's slices are measured in (the checkpoint's).
+        self.scale_resolution = scale_resolution
         tokenizer = engine.get_tokenizer()
         self._tokenizer = tokenizer
         self.vocab = Vocabulary.of(tokenizer)
