@@ -159,6 +159,28 @@ async def test_a_unit_s_frame_changes_what_the_model_says(thinker: Thinker) -> N
     assert len({tuple(a.tokens for a in s) for s in (seen, flipped, blind)}) == 3
 
 
+async def test_a_session_past_its_context_starts_afresh_from_its_system_turn(
+    thinker: Thinker,
+) -> None:
+    short = Thinker(thinker.engine, thinker.sampling, context=120)
+    script = _script(4, 12)
+    session = short.open(INSTRUCTIONS["b"])
+    answers, restarted_at = [], []
+    try:
+        for k, unit in enumerate(script):
+            before = session.restarts
+            answers.append(await session.hear(unit))
+            if session.restarts > before:
+                restarted_at.append(k)
+    finally:
+        await session.close()
+    assert len(restarted_at) >= 2, restarted_at
+    # Each restart is a new request: its first unit answered as a new session's.
+    for k in restarted_at:
+        [fresh] = await _run(short, [script[k]], INSTRUCTIONS["b"])
+        assert answers[k] == fresh, k
+
+
 # ------------------------------------------------ a worker's bound session
 
 

@@ -173,6 +173,12 @@ class Stage0Metrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.duplex_context_restarts = Counter(
+            "antiphon_stage0_duplex_context_restarts_total",
+            "Sessions' requests started afresh from their system turn: the next unit "
+            "would have taken the context past its length",
+            registry=registry,
+        )
         # A `moshi` front end's (duplex_front_ends): its stepper's metrics are
         # the ones above, at the pod's metrics port + the front ends' count.
         self.duplex_lost_frames = Counter(

@@ -155,6 +155,7 @@ class MiniCPMoSession:
                 await self._ready.wait()
             pcm, picture, closed = self._units.popleft()
             audio = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0
+            restarts = session.restarts
             try:
                 answer = await session.hear(Unit(audio, picture))
             except Exception as exc:
@@ -162,6 +163,12 @@ class MiniCPMoSession:
                 self._error(self._epoch, "model_error", f"the model failed: {exc}")
                 return
             self._metrics.duplex_unit.observe(time.monotonic() - closed)
+            if session.restarts > restarts:
+                self._metrics.duplex_context_restarts.inc()
+                log.info(
+                    "minicpmo session's context full: started afresh",
+                    extra={"session_id": self._session_id, "unit": self._index},
+                )
             if self._late:
                 self._metrics.duplex_late_frames.inc()
             speak = answer.speak and not self._muted

@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from antiphon.common.ids import new_id
-from antiphon.stage0.backends.minicpmo.units import Answer, UnitState, Vocabulary, system_ids
+from antiphon.stage0.backends.minicpmo.units import (
+    MAX_SAMPLED,
+    Answer,
+    UnitState,
+    Vocabulary,
+    system_ids,
+)
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -55,10 +61,17 @@ class Thinker:
     a unit gets its own budget and the unit's stop tokens)."""
 
     def __init__(
-        self, engine: AsyncLLM, sampling: SamplingParams, *, scale_resolution: int = 448
+        self,
+        engine: AsyncLLM,
+        sampling: SamplingParams,
+        *,
+        scale_resolution: int = 448,
+        context: int | None = None,
     ) -> None:
         self.engine = engine
         self.sampling = sampling
+        # Tokens a session's request may hold (None: the engine's max_model_len).
+        self.context = context or engine.model_config.max_model_len
         # The side of the square a frame's slices are measured in (the checkpoint's).
         self.scale_resolution = scale_resolution
         tokenizer = engine.get_tokenizer()
@@ -68,8 +81,7 @@ class Thinker:
         self._image = tokenizer.encode(IMAGE_PLACEHOLDER, add_special_tokens=False)
 
     def open(self, instructions: str = "") -> ThinkerSession:
-        prefill = system_ids(self._tokenizer, instructions)
-        return ThinkerSession(self, new_id("minicpmo"), prefill)
+        return ThinkerSession(self, system_ids(self._tokenizer, instructions))
 
     def text(self, tokens: tuple[int, ...]) -> str:
         """What `tokens` say, markers left out."""
@@ -103,36 +115,58 @@ class Thinker:
             media["image"] = unit.frame
         prompt = TokensPrompt(prompt_token_ids=ids, multi_modal_data=media)
         parsed = parse_model_prompt(self.engine.model_config, prompt)
-        [rendered] = await self.engine.renderer.render_cmpl_async([parsed])
+        # Past vLLM's media cache: it marks an item sent to the engine once
+        # rendered, and a unit rendered again after a restart would then reach
+        # the engine as a hash it never got. A second of audio recurs no more
+        # than a camera frame does.
+        [rendered] = await self.engine.renderer.render_cmpl_async([parsed], skip_mm_cache=True)
         return rendered
 
 
 class ThinkerSession:
-    """One session's resumable request: units in, answers out, in order."""
+    """One session's resumable request: units in, answers out, in order.
 
-    def __init__(self, thinker: Thinker, request_id: str, prefill: list[int]) -> None:
+    A unit that would take the context past `Thinker.context` starts a new
+    request from the system turn (`restarts` counts them): the model forgets
+    what was said, where vLLM would stop the request at its length."""
+
+    def __init__(self, thinker: Thinker, prefill: list[int]) -> None:
         self._thinker = thinker
-        self.request_id = request_id
-        self._prefill = prefill
-        self._state = UnitState(thinker.vocab)
+        self._system = prefill
+        self._lock = asyncio.Lock()
+        self.restarts = 0
+        self._fresh()
+
+    def _fresh(self) -> None:
+        self.request_id = new_id("minicpmo")
+        self._prefill = list(self._system)
+        self._state = UnitState(self._thinker.vocab)
         self._pieces: asyncio.Queue[Any] = asyncio.Queue()
         self._outputs: asyncio.Queue[Any] = asyncio.Queue()
         self._reading: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
+        self._used = 0  # tokens in the request's context
 
     async def hear(self, unit: Unit) -> Answer:
         """The model's answer to `unit`, the session's next second."""
         async with self._lock:
-            thinker = self._thinker
-            ids = thinker.unit_ids([*self._prefill, *self._state.unit_head()], unit)
-            self._prefill = []
-            piece: Any = await thinker.render(ids, unit)
+            piece = await self._unit(unit)
+            if self._used + _length(piece) + MAX_SAMPLED + 3 > self._thinker.context:
+                await self.close()
+                self._fresh()
+                self.restarts += 1
+                piece = await self._unit(unit)
             while piece is not None:
                 self._send(piece, self._state.budget)
                 sampled, stopped = await self._piece()
+                self._used += _length(piece) + len(sampled)
                 more = self._state.take(sampled, stopped)
-                piece = await thinker.render(more, None) if more else None
+                piece = await self._thinker.render(more, None) if more else None
             return self._state.answer()
+
+    async def _unit(self, unit: Unit) -> Any:
+        ids = self._thinker.unit_ids([*self._prefill, *self._state.unit_head()], unit)
+        self._prefill = []
+        return await self._thinker.render(ids, unit)
 
     async def close(self) -> None:
         """The request ends; its KV cache is freed."""
@@ -167,13 +201,24 @@ class ThinkerSession:
                 return sampled, completion.finish_reason == "stop"
 
     async def _read(self) -> None:
+        # The request's own queues, not the session's attributes: a restart
+        # replaces those while this request's input task may still be running.
+        pieces, outputs = self._pieces, self._outputs
         params = self._thinker.params(1)
         try:
-            async for out in self._thinker.engine.generate(self._inputs(), params, self.request_id):
-                self._outputs.put_nowait(out)
+            async for out in self._thinker.engine.generate(
+                _inputs(pieces), params, self.request_id
+            ):
+                outputs.put_nowait(out)
         except Exception as exc:  # the caller of `hear` raises it
-            self._outputs.put_nowait(exc)
+            outputs.put_nowait(exc)
 
-    async def _inputs(self) -> AsyncGenerator[Any, None]:
-        while (piece := await self._pieces.get()) is not None:
-            yield piece
+
+async def _inputs(pieces: asyncio.Queue[Any]) -> AsyncGenerator[Any, None]:
+    while (piece := await pieces.get()) is not None:
+        yield piece
+
+
+def _length(piece: Any) -> int:
+    """Tokens a rendered piece puts in the context (media expanded)."""
+    return len(piece["prompt_token_ids"])
