@@ -6,6 +6,7 @@ still clears the answer and truncates it where the caller was."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from antiphon.gateway.calls.call_audio import SESSION_RATE
@@ -46,7 +47,9 @@ async def _play_out(call: CallSocket) -> int:
 async def _truncations(call: CallSocket) -> list[dict[str, Any]]:
     found = []
     while not call._inbox.empty():
-        event = json.loads((await call.receive())["text"])
+        received = await call.receive()
+        assert isinstance(received, Mapping)  # the client's events, not a microphone's audio
+        event = json.loads(received["text"])
         if event["type"] == "conversation.item.truncate":
             found.append(event)
     return found
