@@ -16,9 +16,11 @@ from antiphon.v1 import session_pb2 as spb
 TONE = b"\x10\x27" * int(SESSION_RATE * 0.1)  # 100 ms, loud
 
 
-def _delta(response_id: str, pcm16: bytes = TONE) -> spb.AudioDelta:
+def _delta(response_id: str, pcm16: bytes = TONE, session_ms: int = 0) -> spb.AudioDelta:
     return spb.AudioDelta(
-        ref=spb.PartRef(response_id=response_id, item_id="item_" + response_id), audio=pcm16
+        ref=spb.PartRef(response_id=response_id, item_id="item_" + response_id),
+        audio=pcm16,
+        audio_duration_ms=session_ms,
     )
 
 
@@ -86,7 +88,9 @@ async def test_response_done_after_the_speaker_ran_dry_says_stopped_at_once() ->
 
 async def test_a_barge_in_in_a_gap_clears_the_answer_and_truncates_what_was_heard() -> None:
     call = CallSocket({}, media_timeout_s=5)
-    call.play(_delta("resp_a"))
+    # The session counts whole ms a delta: its item may hold a little less
+    # than the speaker played, and a truncate past it would be refused.
+    call.play(_delta("resp_a", session_ms=98))
     await _play_out(call)  # 100 ms heard, then the voice is slow on the next sentence
     await call.send(
         "input_audio_buffer.speech_started", '{"type":"input_audio_buffer.speech_started"}'
@@ -100,7 +104,7 @@ async def test_a_barge_in_in_a_gap_clears_the_answer_and_truncates_what_was_hear
     assert said[1]["response_id"] == "resp_a"
     # All it sent was heard, and the item is cut there: its text may be ahead.
     [truncate] = await _truncations(call)
-    assert (truncate["item_id"], truncate["audio_end_ms"]) == ("item_resp_a", 100)
+    assert (truncate["item_id"], truncate["audio_end_ms"]) == ("item_resp_a", 98)
 
     # What the cut answer still sends is never played; the next answer is new.
     call.play(_delta("resp_a"))

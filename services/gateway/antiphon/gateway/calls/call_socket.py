@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.websockets import WebSocket
@@ -50,8 +51,8 @@ class CallSocket(CallMedia):
         self._response_id = ""
         self._response_open = False
         self._cut_response = ""  # the last answer cut short: what it still sends is dropped
-        # What the speaker was given since it was last quiet: [item_id, seconds].
-        self._queued: list[list[Any]] = []
+        # What the speaker was given since the answer started, item by item.
+        self._queued: list[_Queued] = []
         self._watchers = FanOut(WATCHER_BACKLOG)
 
     # ------------------------------------------------ what the call gives
@@ -93,7 +94,7 @@ class CallSocket(CallMedia):
             self._response_open = True
             self._say("output_audio_buffer.started", response_id=self._response_id)
         self.speaker.play(delta.audio)
-        self._queue(delta.ref.item_id, len(delta.audio) / 2 / SESSION_RATE)
+        self._queue(delta)
 
     async def send(self, kind: str, text: str) -> None:
         if kind == "output_audio_buffer.cleared":
@@ -112,11 +113,13 @@ class CallSocket(CallMedia):
                 self._stopped()
 
     # ------------------------------------------------------------ helpers
-    def _queue(self, item_id: str, seconds: float) -> None:
-        if self._queued and self._queued[-1][0] == item_id:
-            self._queued[-1][1] += seconds
-        else:
-            self._queued.append([item_id, seconds])
+    def _queue(self, delta: spb.AudioDelta) -> None:
+        item_id, seconds = delta.ref.item_id, len(delta.audio) / 2 / SESSION_RATE
+        if not self._queued or self._queued[-1].item_id != item_id:
+            self._queued.append(_Queued(item_id))
+        queued = self._queued[-1]
+        queued.seconds += seconds
+        queued.session_ms = max(queued.session_ms, delta.audio_duration_ms)
 
     def _truncate_unheard(self, dropped_s: float) -> None:
         """The caller heard only what was played: each item cut short is
@@ -124,19 +127,19 @@ class CallSocket(CallMedia):
         (the server knows what a call played; a socket's client must say).
         The last item is cut even if all it sent was played: its response
         was still speaking (its text may be ahead of its audio)."""
-        played = sum(seconds for _item, seconds in self._queued) - dropped_s
+        played = sum(q.seconds for q in self._queued) - dropped_s
         last = len(self._queued) - 1
-        for index, (item_id, seconds) in enumerate(self._queued):
-            heard = min(seconds, max(0.0, played))
+        for index, queued in enumerate(self._queued):
+            heard = min(queued.seconds, max(0.0, played))
             played -= heard
-            if item_id and (heard < seconds or index == last):
+            if queued.item_id and (heard < queued.seconds or index == last):
                 self._from_client(
                     json.dumps(
                         {
                             "type": "conversation.item.truncate",
-                            "item_id": item_id,
+                            "item_id": queued.item_id,
                             "content_index": 0,
-                            "audio_end_ms": int(heard * 1000),
+                            "audio_end_ms": queued.end_ms(heard),
                         }
                     )
                 )
@@ -162,6 +165,22 @@ class CallSocket(CallMedia):
     def _send_text(self, text: str) -> None:
         self._watchers.send(text)
         self._to_channel(text)
+
+
+@dataclass
+class _Queued:
+    """One item's audio given to the speaker: its seconds, and its length as
+    the session counts it (a whole number of ms a delta, summed)."""
+
+    item_id: str
+    seconds: float = 0.0
+    session_ms: int = 0
+
+    def end_ms(self, heard_s: float) -> int:
+        """`audio_end_ms` for `heard_s` of it: never past the audio the session
+        holds, which its per-delta rounding leaves a few ms short of ours."""
+        heard_ms = int(heard_s * 1000)
+        return min(heard_ms, self.session_ms) if self.session_ms else heard_ms
 
 
 def _response_of(text: str) -> str:

@@ -138,6 +138,7 @@ class MiniCPMoSession:
             return  # fenced out: older than what the session said since
         self._epoch = msg.epoch
         self._pending.clear()
+        self._frame = None  # it rode audio that is gone
         self._uncommitted = 0
 
     def _cancel(self, msg: pb.Stage0Cancel) -> None:

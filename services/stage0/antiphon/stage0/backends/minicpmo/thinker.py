@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from antiphon.common.ids import new_id
+from antiphon.stage0.backends.minicpmo.backend import SAMPLE_RATE
 from antiphon.stage0.backends.minicpmo.units import (
     MAX_SAMPLED,
     Answer,
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.v1.engine.async_llm import AsyncLLM
 
-SAMPLE_RATE = 16_000
 AUDIO_PLACEHOLDER = "(<audio>./</audio>)"
 IMAGE_PLACEHOLDER = "(<image>./</image>)"
 
