@@ -64,3 +64,21 @@ class Stage0Backend:
     # What `Describe` answers, for the worker's settings.
     capabilities: Callable[[Stage0Settings], cpb.Capabilities]
     load: LoadEngines
+
+
+def model_native_capabilities(
+    *, chunk_period_ms: int, input_sample_rate_hz: int, **declared: bool
+) -> cpb.Capabilities:
+    """What every model-native duplex backend declares (it hears appended
+    audio continuously and decides itself when to speak, once a
+    `chunk_period_ms`), with what sets it apart (`declared`: its
+    `supports_*` and `consumes_*` flags)."""
+    return cpb.Capabilities(
+        implementation_level="model_native_duplex",
+        model_native=True,
+        supports_input_append=True,
+        chunk_period_ms=chunk_period_ms,
+        input_sample_rate_hz=input_sample_rate_hz,
+        input_modes=["append_audio_chunk"],
+        **declared,
+    )

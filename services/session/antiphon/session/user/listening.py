@@ -62,10 +62,10 @@ class Listening:
         pcm16 = self._input.accept(
             audio.pcm16, rate, self._links.input_rate, bounded=not self._links.model_native
         )
-        if audio.video_frames and self._links.capabilities.consumes_video_frames:
+        if self._links.capabilities.consumes_video_frames:
             self._links.audio(pcm16, audio.video_frames, audio.max_slice_nums)
         else:
-            self._links.audio(pcm16)
+            self._links.audio(pcm16)  # the frames checked at the edge, and dropped
 
     def append_text(self, text: str) -> None:
         """`input.text.append`: text that joins the next commit's turn."""

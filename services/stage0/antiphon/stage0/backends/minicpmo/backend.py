@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from antiphon.stage0.backend import Stage0Backend, Stage0Engines
+from antiphon.stage0.backend import Stage0Backend, Stage0Engines, model_native_capabilities
 from antiphon.v1 import common_pb2 as cpb
 
 if TYPE_CHECKING:
@@ -27,14 +27,10 @@ UNIT_MS = 1000
 def capabilities(settings: Stage0Settings) -> cpb.Capabilities:
     """A model-native duplex backend deciding once a unit. The user talking
     over it is the model's to hear; a cancel mutes the rest of its turn."""
-    return cpb.Capabilities(
-        implementation_level="model_native_duplex",
-        model_native=True,
-        supports_input_append=True,
-        supports_barge_in=True,
+    return model_native_capabilities(
         chunk_period_ms=UNIT_MS,
         input_sample_rate_hz=SAMPLE_RATE,
-        input_modes=["append_audio_chunk"],
+        supports_barge_in=True,
         consumes_video_frames=True,
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 from antiphon.common.assets import RANDOM_PREFIX
 from antiphon.common.minicpmo import checkpoint
@@ -35,12 +35,16 @@ class MiniCPMoEngines:
     merge: Merge[pb.Stage0Event] | None = None
 
     def __init__(
-        self, thinker: Thinker, settings: Stage0Settings, metrics: Stage0Metrics, folder: Any
+        self,
+        thinker: Thinker,
+        settings: Stage0Settings,
+        metrics: Stage0Metrics,
+        random_folder: Path | None,
     ) -> None:
         self.thinker = thinker
         self._settings = settings
         self._metrics = metrics
-        self._random_folder = folder
+        self._random_folder = random_folder
 
     @classmethod
     async def load(cls, settings: Stage0Settings, metrics: Stage0Metrics) -> MiniCPMoEngines:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from antiphon.common.moshi_checkpoint import FRAME_MS, SAMPLE_RATE
-from antiphon.stage0.backend import Stage0Backend, Stage0Engines
+from antiphon.stage0.backend import Stage0Backend, Stage0Engines, model_native_capabilities
 from antiphon.v1 import common_pb2 as cpb
 
 if TYPE_CHECKING:
@@ -25,14 +25,10 @@ def capabilities(settings: Stage0Settings) -> cpb.Capabilities:
     step. The user talking over it is the model's own business (no barge-in),
     a commit only records the user item, and text goes into a running row's
     context (its text stream, which the model says)."""
-    return cpb.Capabilities(
-        implementation_level="model_native_duplex",
-        model_native=True,
-        supports_input_append=True,
-        supports_barge_in=False,
+    return model_native_capabilities(
         chunk_period_ms=FRAME_MS,
         input_sample_rate_hz=SAMPLE_RATE,
-        input_modes=["append_audio_chunk"],
+        supports_barge_in=False,
         supports_context_text=True,
     )
 

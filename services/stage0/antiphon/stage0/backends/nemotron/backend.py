@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from antiphon.stage0.backend import Stage0Backend, Stage0Engines
+from antiphon.stage0.backend import Stage0Backend, Stage0Engines, model_native_capabilities
 from antiphon.v1 import common_pb2 as cpb
 
 if TYPE_CHECKING:
@@ -31,14 +31,10 @@ def capabilities(settings: Stage0Settings) -> cpb.Capabilities:
     from antiphon.common.nemotron import checkpoint
 
     tools = checkpoint.has_function_head(settings.duplex_checkpoint)
-    return cpb.Capabilities(
-        implementation_level="model_native_duplex",
-        model_native=True,
-        supports_input_append=True,
-        supports_barge_in=False,
+    return model_native_capabilities(
         chunk_period_ms=FRAME_MS,
         input_sample_rate_hz=SAMPLE_RATE,
-        input_modes=["append_audio_chunk"],
+        supports_barge_in=False,
         supports_context_text=tools,
         supports_tool_calls=tools,
     )
