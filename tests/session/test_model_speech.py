@@ -176,6 +176,39 @@ async def test_speech_that_comes_while_the_last_answer_is_decoded_opens_the_next
     assert p.journal.kinds.count("response_created") == 2
 
 
+async def test_a_turn_the_model_ends_in_a_spoken_frame_ends_its_response_there(
+    parts: Parts,
+) -> None:
+    """MiniCPM-o closes its turn inside a unit it speaks (`<|turn_eos|>`) and
+    may speak again at once: that next unit is a new turn's response."""
+    p = parts
+    await p.responses.on_model_frame(frame(0, SPEAK, " One"))
+    first = p.responses.active
+    assert first is not None
+    ended = frame(1, SPEAK, " done.")
+    ended.turn_ended = True
+    await p.responses.on_model_frame(ended)
+    final = [x.text for x in p.stage1.sent if x.WhichOneof("kind") == "text"]
+    assert [(t.response_id, t.final) for t in final] == [(first.id, True)]
+    await p.responses.on_model_frame(frame(2, SPEAK, " Two"))
+    assert p.responses.active == first  # held until stage1 has spoken the turn
+    await audio(p, first.id, " One")
+    await audio(p, first.id, " done.")
+    await p.responses.on_speech_done(stage_pb2.SynthesisDone(epoch=1, response_id=first.id))
+    second = p.responses.active
+    assert second is not None and second.id != first.id
+    assert decoded(p.stage1) == [
+        (0, first.id, " One"),
+        (1, first.id, " done."),
+        (2, second.id, " Two"),
+    ]
+    done = next(e for e in p.journal.events if e.HasField("response_done")).response_done
+    assert (done.response.status, done.response.output[0].content[0].transcript) == (
+        "completed",
+        " One done.",
+    )
+
+
 async def test_response_create_takes_the_models_next_speech_and_asks_stage0_nothing(
     parts: Parts,
 ) -> None:

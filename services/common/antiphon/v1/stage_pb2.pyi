@@ -279,7 +279,7 @@ class GenerationToolCall(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., response_id: _Optional[str] = ..., call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., refused: _Optional[bool] = ...) -> None: ...
 
 class ModelFrame(_message.Message):
-    __slots__ = ("epoch", "index", "text", "codes", "decision", "late", "tokens")
+    __slots__ = ("epoch", "index", "text", "codes", "decision", "late", "tokens", "turn_ended")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +287,7 @@ class ModelFrame(_message.Message):
     DECISION_FIELD_NUMBER: _ClassVar[int]
     LATE_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TURN_ENDED_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     index: int
     text: str
@@ -294,7 +295,8 @@ class ModelFrame(_message.Message):
     decision: Decision
     late: bool
     tokens: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, epoch: _Optional[int] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., codes: _Optional[_Iterable[int]] = ..., decision: _Optional[_Union[Decision, str]] = ..., late: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
+    turn_ended: bool
+    def __init__(self, epoch: _Optional[int] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., codes: _Optional[_Iterable[int]] = ..., decision: _Optional[_Union[Decision, str]] = ..., late: _Optional[bool] = ..., tokens: _Optional[_Iterable[int]] = ..., turn_ended: _Optional[bool] = ...) -> None: ...
 
 class StageError(_message.Message):
     __slots__ = ("epoch", "response_id", "code", "message")

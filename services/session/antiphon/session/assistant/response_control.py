@@ -431,11 +431,14 @@ class ResponseControl:
         r.model_spoke = True
         if r.audio:
             self._links.decode(frame, r.stage_id)
-            return
-        # A text-only response: the model's words, and its audio decoded for nobody.
-        self._links.decode(frame, "")
-        if frame.text:
-            await self._emitter.emit_all(r.text_events(frame.text))
+        else:
+            # A text-only response: the model's words, and its audio decoded for nobody.
+            self._links.decode(frame, "")
+            if frame.text:
+                await self._emitter.emit_all(r.text_events(frame.text))
+        if frame.turn_ended:
+            # Its turn is over with this frame, whatever it does next.
+            await self._model_went_quiet(r)
 
     async def _model_went_quiet(self, r: ResponseState) -> None:
         """The response ends once stage1 has decoded the frames sent before this."""

@@ -183,6 +183,7 @@ class MiniCPMoSession:
                 decision=pb.DECISION_SPEAK if speak else pb.DECISION_LISTEN,
                 late=self._late,
                 tokens=tokens,
+                turn_ended=speak and answer.turn_ended,
             )
             self._index += 1
             self._late = False
