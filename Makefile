@@ -58,6 +58,7 @@ $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(DISTRIBUTIONS))
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q --group dev \
 		$(foreach d,$(DISTRIBUTIONS),-e '$(d)$(EXTRAS_$(d))')
 	$(PY) -m pip install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0 $(MOSHI) $(NEMO)
+	$(PY) -m pip install -q --no-deps --only-binary :all: $(STEPAUDIO2)
 	$(INSTALL_LLM)
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
@@ -80,6 +81,13 @@ MOSHI := moshi==0.2.13
 # what it needs).
 NEMO := nemo-toolkit==3.0.0 nv-one-logger-core==2.3.1 nv-one-logger-training-telemetry==2.3.1 \
 	nv-one-logger-pytorch-lightning-integration==2.3.1
+
+# MiniCPM-o 4.5's token2wav modules (stage1 `minicpmo`): CosyVoice2's flow
+# and HiFT, pure torch, --no-deps because the package declares torchaudio
+# (built for another torch) and its CUDA-only front end's libraries; what the
+# modules import is in stage1's dependencies
+# (services/common/antiphon/common/minicpmo/stepaudio.py says how they load).
+STEPAUDIO2 := stepaudio2-minicpmo==0.1.1
 
 # The third-party realtime clients (OpenAI Agents SDK, Pipecat, LiveKit Agents)
 # that tests/clients drives against the stack: a venv of their own, since their

@@ -1,0 +1,221 @@
+"""MiniCPM-o 4.5's token2wav on the CPU, on a tiny random folder
+(common/minicpmo/token2wav_assets.py): it streams what stepaudio2-minicpmo's
+own `Token2wav.stream` streams, 960 samples a code, each turn on its own."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from antiphon.common.minicpmo import stepaudio
+from antiphon.common.minicpmo.token2wav_assets import write_tiny
+from antiphon.stage1.backends.minicpmo.token2wav import (
+    SILENCE,
+    STEPS,
+    BadSpeechCode,
+    StreamFinished,
+    Token2Wav,
+)
+
+pytestmark = pytest.mark.models
+
+SAMPLES_PER_CODE = 960
+# stepaudio2's Token2wav asks for CUDA autocast, which a CPU torch turns down.
+_NO_CUDA_AUTOCAST = "ignore:CUDA is not available or torch_xla is imported:UserWarning"
+
+
+def _codes(seed: int, n: int) -> list[int]:
+    return [int(c) for c in np.random.default_rng(seed).integers(0, 6561, n)]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    made = tmp_path_factory.mktemp("token2wav")
+    write_tiny(made)
+    return made
+
+
+@pytest.fixture(scope="module")
+def token2wav(folder: Path) -> Token2Wav:
+    return Token2Wav.load(folder)
+
+
+def _turn(token2wav: Token2Wav, chunks: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """The audio of each push of one turn, then of its final flush."""
+    stream = token2wav.stream()
+    return [stream.push(c) for c in chunks] + [stream.push([], last=True)]
+
+
+@pytest.mark.filterwarnings(_NO_CUDA_AUTOCAST)
+def test_a_turn_is_what_the_packages_own_token2wav_stream_makes(
+    token2wav: Token2Wav, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stepaudio2's `Token2wav.stream` on the same files and codes, called as
+    MiniCPM-o's duplex loop calls it (the 3 carried codes before each
+    chunk's), gives the same samples, through the caches' cut-back (past
+    150 frames here) and the vocoder's cross-fades."""
+    import torch
+
+    chunks = [_codes(1, 25), _codes(2, 25), _codes(3, 25), _codes(4, 10)]
+    ours = _turn(token2wav, chunks)
+
+    package = _package_token2wav(monkeypatch)
+    theirs = package.Token2wav.__new__(package.Token2wav)
+    # What its __init__ sets, but on the CPU and from the same files; the
+    # solver's scratch at the package's own size (16 steps).
+    flow: Any = stepaudio.build_flow((folder / "flow.yaml").read_text(), steps=16, frames=1000)
+    flow.load_state_dict(torch.load(folder / "flow.pt", weights_only=True))
+    theirs.flow = flow.eval()
+    theirs.hift = stepaudio.build_hift(torch.load(folder / "hift.pt", weights_only=True)).eval()
+    theirs.float16, theirs.n_timesteps = False, STEPS
+    theirs.mel_cache_len, theirs.source_cache_len = 8, 3840
+    theirs.speech_window = torch.from_numpy(np.hamming(2 * 3840))
+    # What _prepare_prompt would derive from a wav, then set_stream_cache's
+    # body (it returns both caches; the caller assigns them).
+    speaker = stepaudio.Speaker.read(folder / "speaker.pt")
+    tokens, mel, spk = speaker.tokens[None].int(), speaker.mel[None], speaker.embedding[None]
+    theirs.cache = (tokens, torch.tensor([tokens.shape[1]]), spk, mel, torch.tensor([mel.shape[1]]))
+    pad = torch.full((1, 3), SILENCE, dtype=tokens.dtype)
+    theirs.stream_cache = flow.setup_cache(torch.cat([tokens, pad], 1), mel, spk, n_timesteps=STEPS)
+    theirs.hift_cache_dict = {
+        "mel": torch.zeros(1, 80, 0),
+        "source": torch.zeros(1, 1, 0),
+        "speech": torch.zeros(1, 0),
+    }
+
+    carried = [SILENCE] * 3
+    expected = []
+    with _cuda_on_cpu():
+        for call, chunk in enumerate([*chunks, []]):
+            # Our k-th call of a turn draws the vocoder's noise from seed k.
+            torch.manual_seed(call)
+            last = call == len(chunks)
+            wav = theirs.stream(carried + chunk, None, last_chunk=last, return_waveform=True)
+            expected.append(wav[0])
+            carried = (carried + chunk)[-3:]
+    assert [len(a) for a in ours] == [len(a) for a in expected]
+    np.testing.assert_array_equal(np.concatenate(ours), np.concatenate(expected))
+
+
+def test_25_codes_are_a_second_and_a_turn_starts_with_3_silent_codes(
+    token2wav: Token2Wav,
+) -> None:
+    """A turn of N codes is 960 x (N + 3) samples at 24 kHz: the first call
+    holds back 3840 (160 ms) for the next one's cross-fade, the final flush
+    returns them with the 3 codes of lookahead it speaks."""
+    assert token2wav.rate == 24_000
+    lengths = [len(a) for a in _turn(token2wav, [_codes(5, 25)] * 3)]
+    assert lengths == [24_000 - 3840, 24_000, 24_000, 3840 + 3 * SAMPLES_PER_CODE]
+    assert all(a.dtype == np.float32 for a in _turn(token2wav, [_codes(5, 25)]))
+
+
+def test_two_interleaved_turns_each_sound_as_alone(token2wav: Token2Wav) -> None:
+    """Streams share the flow and its scratch, one call at a time, but no
+    state: interleaving two turns changes neither."""
+    a_chunks, b_chunks = [_codes(6, 25), _codes(7, 20)], [_codes(8, 30), _codes(9, 12)]
+    alone_a, alone_b = _turn(token2wav, a_chunks), _turn(token2wav, b_chunks)
+    a, b = token2wav.stream(), token2wav.stream()
+    mixed_a, mixed_b = [], []
+    for chunk_a, chunk_b in zip(a_chunks, b_chunks, strict=True):
+        mixed_a.append(a.push(chunk_a))
+        mixed_b.append(b.push(chunk_b))
+    mixed_b.append(b.push([], last=True))
+    mixed_a.append(a.push([], last=True))
+    np.testing.assert_array_equal(np.concatenate(mixed_a), np.concatenate(alone_a))
+    np.testing.assert_array_equal(np.concatenate(mixed_b), np.concatenate(alone_b))
+    # Different codes sound different (the comparison above could not pass by accident).
+    assert not np.array_equal(alone_a[0][:4800], alone_b[0][:4800])
+
+
+@pytest.mark.parametrize("bad", [6561, -1, 10_000])
+def test_a_code_outside_the_vocabulary_is_refused_and_nothing_taken(
+    token2wav: Token2Wav, bad: int
+) -> None:
+    stream = token2wav.stream()
+    with pytest.raises(BadSpeechCode, match=r"0\.\.6560"):
+        stream.push([*_codes(10, 24), bad])
+    assert isinstance(BadSpeechCode("x"), ValueError)
+    chunks = [_codes(10, 25)]
+    rest = [stream.push(c) for c in chunks] + [stream.push([], last=True)]
+    np.testing.assert_array_equal(np.concatenate(rest), np.concatenate(_turn(token2wav, chunks)))
+
+
+def test_a_first_push_too_short_for_the_vocoder_waits_for_the_next(token2wav: Token2Wav) -> None:
+    """The first flow call must give HiFT its 8 held frames (4 codes): fewer
+    wait, and the turn sounds as if they came with the next push."""
+    codes = _codes(11, 25)
+    stream = token2wav.stream()
+    assert len(stream.push(codes[:3])) == 0
+    held = [stream.push(codes[3:]), stream.push([], last=True)]
+    np.testing.assert_array_equal(np.concatenate(held), np.concatenate(_turn(token2wav, [codes])))
+    with pytest.raises(StreamFinished):
+        stream.push(codes)
+
+
+def test_a_push_longer_than_the_caches_hold_is_split(token2wav: Token2Wav) -> None:
+    codes = _codes(12, token2wav.max_codes + 30)
+    stream = token2wav.stream()
+    audio = np.concatenate([stream.push(codes), stream.push([], last=True)])
+    assert len(audio) == SAMPLES_PER_CODE * (len(codes) + 3)
+
+
+def _package_token2wav(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """stepaudio2's own token2wav.py, loaded for its `Token2wav.stream`. Its
+    prompt preparation imports torchaudio, s3tokenizer and hyperpyyaml,
+    which `stream` never calls: they stand in as modules whose every
+    function fails, for this test only."""
+    stepaudio.module("flashcosyvoice.modules.hifigan")  # registers the package's shell
+    audio: Any = _unusable("torchaudio")
+    audio.compliance = _unusable("torchaudio.compliance")
+    audio.compliance.kaldi = _unusable("torchaudio.compliance.kaldi")
+    for stand_in in (audio, audio.compliance, audio.compliance.kaldi):
+        monkeypatch.setitem(sys.modules, stand_in.__name__, stand_in)
+    monkeypatch.setitem(sys.modules, "s3tokenizer", _unusable("s3tokenizer"))
+    monkeypatch.setitem(sys.modules, "hyperpyyaml", _unusable("hyperpyyaml", "load_hyperpyyaml"))
+    source = Path(sys.modules[stepaudio.PACKAGE].__path__[0]) / "token2wav.py"
+    spec = importlib.util.spec_from_file_location(f"{stepaudio.PACKAGE}.token2wav", source)
+    assert spec is not None and spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def _unusable(name: str, *functions: str) -> types.ModuleType:
+    stand_in = types.ModuleType(name)
+
+    def fail(*_: Any, **__: Any) -> None:
+        raise AssertionError(f"{name} is not installed here: this test must not reach it")
+
+    for function in functions:
+        setattr(stand_in, function, fail)
+    return stand_in
+
+
+@contextmanager
+def _cuda_on_cpu() -> Iterator[None]:
+    """Tensors the package makes on "cuda" (hard-coded) are made on the CPU."""
+    from torch.overrides import TorchFunctionMode
+
+    class CudaOnCpu(TorchFunctionMode):
+        def __torch_function__(
+            self,
+            func: Callable[..., Any],
+            types: Any,
+            args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
+            kwargs = dict(kwargs or {})
+            if str(kwargs.get("device", "")).startswith("cuda"):
+                kwargs["device"] = "cpu"
+            return func(*args, **kwargs)
+
+    with CudaOnCpu():
+        yield
