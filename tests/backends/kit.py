@@ -130,6 +130,8 @@ ENTRIES = (
     Entry("stage1", "mimi", decode, "audio", env=RANDOM_TINY),
     # Nemotron VoiceChat's EAR-TTS and codec, tiny and random (NeMo's code).
     Entry("stage1", "nemotron", decode_tokens, "audio", env=RANDOM_TINY),
+    # MiniCPM-o 4.5's talker and token2wav, tiny and random: a frame a unit.
+    Entry("stage1", "minicpmo", decode_tokens, "audio", env=RANDOM_TINY),
 )
 
 

@@ -62,7 +62,9 @@ class Stage1Settings(WorkerSettings):
     # folder, random:7b or random:tiny (common/moshi_checkpoint.py); no default,
     # since stage0 must serve the same one. `nemotron`: the Nemotron VoiceChat
     # checkpoint folder or random:tiny (common/nemotron/checkpoint.py), whose
-    # EAR-TTS and codec run here. The duplex_* settings below serve both.
+    # EAR-TTS and codec run here. `minicpmo`: the MiniCPM-o 4.5 folder or
+    # random:tiny (common/minicpmo/checkpoint.py), whose talker and token2wav
+    # run here. The duplex_* settings below serve all three.
     duplex_checkpoint: str = ""
     # "auto": the GPU when there is one (the decoder is batched for it), else the CPU.
     duplex_device: str = "auto"
@@ -80,6 +82,11 @@ class Stage1Settings(WorkerSettings):
     # moshi's torch.compile of a few functions costs some 30 s at the first
     # call on a CPU and gains little for a decoder this small: off unless asked.
     duplex_compile: bool = False
+    # `minicpmo` backend: the talker's sampling temperature (unset: the
+    # published 0.8; 0 decodes greedily), and a seed that makes each turn's
+    # sampling the same for the same text (unset: a fresh one a turn).
+    duplex_temperature: float | None = Field(default=None, ge=0)
+    duplex_seed: int | None = None
 
     @model_validator(mode="after")
     def _graphs_need_cuda(self) -> Stage1Settings:

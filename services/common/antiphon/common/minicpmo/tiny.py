@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 TOKENIZER_MODULE = "tokenization_minicpmo_fast"
 IMAGE_PROCESSOR_MODULE = "image_processing_minicpmv"
 INPUT_RATE = 16_000
+# Where the published folder keeps token2wav's files.
+TOKEN2WAV_FOLDER = Path("assets") / "token2wav"
 _CORPUS = [
     "hello there how can I help you today",
     "the weather is sunny and warm",
@@ -75,8 +77,10 @@ SHAPE: dict[str, Any] = {
 
 
 def write(folder: Path) -> None:
-    """The tiny checkpoint into `folder`: config, tokenizer, processors, weights."""
-    from antiphon.common.minicpmo import weights
+    """The tiny checkpoint into `folder`: config, tokenizer, processors, the
+    thinker's weights, the talker's (talker_weights.py) and token2wav's
+    folder (token2wav_assets.py)."""
+    from antiphon.common.minicpmo import talker_weights, token2wav_assets, weights
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab = write_tokenizer(folder)
@@ -84,6 +88,8 @@ def write(folder: Path) -> None:
     write_config(folder, cfg)
     write_processors(folder, cfg)
     weights.write(cfg, folder / "model.safetensors")
+    talker_weights.write_tiny_talker(folder, cfg)
+    token2wav_assets.write_tiny(folder / TOKEN2WAV_FOLDER)
 
 
 def config(vocab_size: int, shape: dict[str, Any]) -> MiniCPMOConfig:

@@ -1,11 +1,12 @@
 """Stage1's backends: a table from a backend's name to the module that builds it.
 
-Each backend is a package here (`piper/`, `mimi/`, `nemotron/`, `synthetic/`) whose
+Each backend is a package here (`piper/`, `mimi/`, `nemotron/`, `minicpmo/`, `synthetic/`) whose
 `backend.py` exposes `BACKEND`, a `Backend`: the capabilities its chunks
 honour (sent in `Describe`) and `open`, which builds the worker's session
 factory from a `BackendContext` and tears it down on exit. A worker imports
 only the backend it is asked for (`load`): the `synthetic` one never loads
-Piper's onnxruntime, nor `mimi`'s torch, nor `nemotron`'s NeMo. Adding a backend is one new package
+Piper's onnxruntime, nor `mimi`'s torch, nor `nemotron`'s NeMo, nor `minicpmo`'s talker.
+Adding a backend is one new package
 and one row in `BACKENDS`.
 """
 
@@ -33,6 +34,7 @@ BACKENDS: Mapping[str, str] = MappingProxyType(
         "synthetic": "antiphon.stage1.backends.synthetic.backend",
         "mimi": "antiphon.stage1.backends.mimi.backend",
         "nemotron": "antiphon.stage1.backends.nemotron.backend",
+        "minicpmo": "antiphon.stage1.backends.minicpmo.backend",
     }
 )
 

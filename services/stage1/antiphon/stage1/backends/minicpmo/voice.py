@@ -1,0 +1,146 @@
+"""MiniCPM-o 4.5's speaking half for one worker: the talker (talker.py) and
+token2wav (token2wav.py) of one checkpoint, and what a session's turn keeps
+between its units.
+
+A turn is the model's, not a response's: it opens with the first unit the
+thinker speaks and closes with the unit whose text holds `<|turn_eos|>`, as
+the published code resets the talker's KV cache and token2wav's stream
+there. A turn cut short (a cancel, a mute, a silence without its end) is
+dropped: its few held-back samples belong to speech nobody hears any more.
+
+Both models run on one thread of the worker (`run`): neither is safe to
+step from two threads, and on a CPU a second thread only contends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from antiphon.common.assets import RANDOM_PREFIX
+
+if TYPE_CHECKING:
+    from antiphon.stage1.backends.minicpmo.talker import Talker, TalkerTurn
+    from antiphon.stage1.backends.minicpmo.token2wav import Token2Wav, Token2WavStream
+    from antiphon.stage1.settings import Stage1Settings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# The talker's sampling temperature in the published code.
+TEMPERATURE = 0.8
+
+
+@dataclass
+class Turn:
+    """One turn of one session: the talker's cache and token2wav's stream."""
+
+    talker: TalkerTurn
+    audio: Token2WavStream
+
+
+class Voice:
+    def __init__(
+        self,
+        talker: Talker,
+        token2wav: Token2Wav,
+        *,
+        turn_eos: int,
+        vocabulary: int,
+        temperature: float,
+        seed: int | None,
+        random_folder: Path | None = None,
+    ) -> None:
+        self._talker = talker
+        self._token2wav = token2wav
+        self.turn_eos = turn_eos
+        # Text ids the thinker may send (its vocabulary): others are a bad frame.
+        self.vocabulary = vocabulary
+        self.rate = token2wav.rate
+        self._temperature = temperature
+        self._seed = seed
+        # A random checkpoint's folder, written for this worker.
+        self._random_folder = random_folder
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="minicpmo")
+
+    def turn(self, key: int) -> Turn:
+        """A new turn, its sampling seeded by the worker's seed and `key` (the
+        session's own count of its turns), so that what other sessions do
+        never changes it."""
+        seed = (
+            int(np.random.default_rng().integers(2**31))
+            if self._seed is None
+            else (self._seed + key) % 2**31
+        )
+        return Turn(
+            self._talker.turn(seed=seed, temperature=self._temperature), self._token2wav.stream()
+        )
+
+    def speak(self, turn: Turn, tokens: Sequence[int]) -> npt.NDArray[np.float32]:
+        """One unit of `turn`: its text tokens spoken, as samples at `rate`.
+        The unit whose text ends the turn flushes what token2wav held back."""
+        last = self.turn_eos in tokens
+        codes = self._talker.speak(turn.talker, tokens, None, last=last)
+        return turn.audio.push(codes, last=last)
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` on the models' thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, work, *args)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True, cancel_futures=True)
+        if self._random_folder is not None:
+            shutil.rmtree(self._random_folder, ignore_errors=True)
+
+
+def load(settings: Stage1Settings) -> Voice:
+    """The talker and token2wav of `settings.duplex_checkpoint`, with its tokenizer's
+    `<|turn_eos|>`."""
+    if not settings.duplex_checkpoint:
+        raise SystemExit(
+            "stage1 backend minicpmo needs duplex_checkpoint (ANTIPHON_DUPLEX_CHECKPOINT): "
+            "the local MiniCPM-o 4.5 folder stage0 serves, or random:tiny"
+        )
+    import torch
+    from transformers import AutoTokenizer
+
+    from antiphon.common import moshi_checkpoint
+    from antiphon.common.minicpmo import checkpoint as minicpmo_checkpoint
+    from antiphon.common.minicpmo import tiny
+    from antiphon.common.minicpmo import tokenizer as tok
+    from antiphon.stage1.backends.minicpmo.talker import Talker
+    from antiphon.stage1.backends.minicpmo.token2wav import Token2Wav
+
+    torch.set_num_threads(settings.duplex_threads)
+    checkpoint = minicpmo_checkpoint.resolve(settings.duplex_checkpoint)
+    device = str(moshi_checkpoint.device(settings.duplex_device))
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.folder), trust_remote_code=True)
+    talker = Talker.load(checkpoint.folder, device=device, threads=settings.duplex_threads)
+    token2wav = Token2Wav.load(
+        checkpoint.folder / tiny.TOKEN2WAV_FOLDER, device=device, threads=settings.duplex_threads
+    )
+    turn_eos = tokenizer.convert_tokens_to_ids(tok.TURN_EOS)
+    assert isinstance(turn_eos, int), turn_eos
+    log.info(
+        "minicpmo speech loaded",
+        extra={"checkpoint": checkpoint.name, "device": device, "rate": token2wav.rate},
+    )
+    temperature = settings.duplex_temperature
+    return Voice(
+        talker,
+        token2wav,
+        turn_eos=turn_eos,
+        vocabulary=len(tokenizer),
+        temperature=TEMPERATURE if temperature is None else temperature,
+        seed=settings.duplex_seed,
+        random_folder=checkpoint.folder if checkpoint.name.startswith(RANDOM_PREFIX) else None,
+    )
