@@ -32,6 +32,14 @@ from PIL import Image
 from stack import LocalStack, Ports, free_port
 
 from antiphon.client import Microphone
+from tests.e2e.test_browser import (
+    chromium,
+    fake_microphone,
+    remote_audio_energy,
+    start,
+    stop,
+    wait_for,
+)
 from tests.e2e.test_duplex_model import (
     QUESTION,
     done_of,
@@ -335,3 +343,36 @@ async def test_push_to_talk_commits_and_response_create_are_answered_as_openai_a
     )
     if answer["type"] == "response.done":
         assert answer["response"]["status"] == "completed", answer
+
+
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+def test_the_demo_page_holds_a_spoken_exchange(
+    minicpmo_stack: LocalStack, tmp_path: Path, transport: str
+) -> None:
+    """The demo page in headless Chromium, its fake microphone saying the
+    question: over a WebSocket in the native lane (200 ms appends, the
+    answer's audio scheduled by the page) and on a WebRTC call (the answer
+    as sound on the call's track)."""
+    mic = fake_microphone(tmp_path / "mic.wav", "espeak", [(500, QUESTION)])
+    with chromium(mic, tmp_path / "profile") as driver:
+        start(driver, minicpmo_stack.ports.gateway, native=True, transport=transport)
+        before = remote_audio_energy(driver) if transport == "webrtc" else 0.0
+        state = wait_for(
+            driver,
+            "the model's spoken answer",
+            lambda s: (
+                len(s["assistant"]) >= 1
+                and (
+                    s["stats"]["samplesScheduled"] > 0
+                    if transport == "websocket"
+                    else s["stats"]["audioBuffer"]["stopped"] >= 1
+                )
+            ),
+        )
+        stats = state["stats"]
+        if transport == "websocket":
+            assert stats["appendsSent"] >= 10 and stats["chunksScheduled"] > 0, stats
+        else:
+            assert stats["appendsSent"] == 0 and remote_audio_energy(driver) > before, stats
+        assert state["errors"] == [], state["errors"]
+        stop(driver)
