@@ -17,10 +17,12 @@ from bench.duplex.clients import FRAME_S
 from bench.duplex.levels import GAP_P99_MS, STEP_P99_MS, run_worker_levels
 from bench.duplex.reference import run_reference
 from bench.duplex.report import finish, table
+from bench.duplex.unit_levels import real_time_definition, run_unit_levels
+from bench.duplex.units import probe_checkpoint
 from bench.duplex.workers import MODELS, STAGE0, STAGE1, unknown_settings, worker_profile
 from bench.lib.args import ints
 from bench.lib.machine import device_name, now, version
-from bench.lib.results import RESULTS
+from bench.lib.results import RESULTS, command_line
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -33,13 +35,14 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--model",
         choices=sorted(MODELS),
         default="moshi",
-        help="the architecture: its stage0 and stage1 backends and its reference loop",
+        help="the architecture: its stage0 and stage1 backends and its reference loop"
+        " (minicpmo: stage0 alone, no reference)",
     )
     ap.add_argument(
         "--checkpoint",
         default=None,
         help="duplex_checkpoint of both workers (default: random:7b for moshi, random:9b"
-        " for nemotron)",
+        " for nemotron, random:4.5 for minicpmo)",
     )
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
@@ -77,6 +80,25 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--no-reference", dest="reference", action="store_false")
     ap.add_argument("--torch-compile", action="store_true", help="let moshi torch.compile")
+    ap.add_argument(
+        "--frames",
+        action="store_true",
+        help="minicpmo: a small JPEG camera frame on the append that closes each unit",
+    )
+    ap.add_argument(
+        "--prime-sessions",
+        type=int,
+        default=1,
+        help="minicpmo: sessions of the unmeasured level before the first (on a GPU;"
+        " on a CPU when above 1)",
+    )
+    ap.add_argument(
+        "--frames-at",
+        type=ints,
+        default=[],
+        help="minicpmo: levels run again with --frames' camera frame, each right after"
+        " the plain level of its size",
+    )
     ap.add_argument("--stage0-set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--stage1-set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--log-level", default="WARNING")
@@ -91,19 +113,27 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.checkpoint = args.checkpoint or model.checkpoint
     if not model.moshi_settings and (args.kv_cache != "model" or args.front_ends != 1):
         ap.error(f"--kv-cache and --front-ends are the Moshi architecture's, not {args.model}'s")
+    if (args.frames or args.frames_at) and not model.unit_ms:
+        ap.error("--frames is for a model that decides once a unit (minicpmo)")
+    if model.reference is None:
+        args.reference = False
     if args.dtype is None:
         args.dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
     if args.out is None:
-        name = "duplex-h200.json" if args.device.startswith("cuda") else "duplex-cpu.json"
+        prefix = "minicpmo" if model.unit_ms else "duplex"
+        name = f"{prefix}-h200.json" if args.device.startswith("cuda") else f"{prefix}-cpu.json"
         args.out = RESULTS / name
     args.out = args.out.resolve()
     return args
 
 
 def check(args: argparse.Namespace) -> dict[str, Any]:
-    """What the run needs: the workers' imports, moshi, and the settings they declare."""
+    """What the run needs: the workers' imports, the model's code, and the settings they
+    declare; for minicpmo, its checkpoint as vLLM's processor reads it."""
     report: dict[str, Any] = {"device": device_name(), "python": sys.version.split()[0]}
-    for module in (STAGE0[0], STAGE1[0], *MODELS[args.model].modules):
+    model = MODELS[args.model]
+    stages = (STAGE0[0], STAGE1[0]) if model.stage1 else (STAGE0[0],)
+    for module in (*stages, *model.modules):
         try:
             __import__(module)
             report[module] = "ok"
@@ -119,6 +149,12 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         )
     )
     report["versions"] = {d: version(d) for d in ("torch", "moshi", "grpcio", "protobuf")}
+    if model.unit_ms:
+        report["versions"] |= {d: version(d) for d in ("vllm", "transformers")}
+        try:
+            report["checkpoint"] = probe_checkpoint(args.checkpoint)
+        except Exception as exc:
+            report["checkpoint"] = f"{type(exc).__name__}: {exc}"
     return report
 
 
@@ -133,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = now()
     deadline = started + args.budget_s if args.budget_s else math.inf
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    model = MODELS[args.model]
     result: dict[str, Any] = {
         "device": device_name(),
         "date": time.strftime("%Y-%m-%d"),
@@ -143,7 +180,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "dtype": args.dtype,
         "torch_device": args.device,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "table", "check")}
-        | {"capacity": max(args.levels), "frame_ms": FRAME_S * 1000},
+        | {
+            "capacity": max([*args.levels, *args.frames_at, args.prime_sessions]),
+            "frame_ms": FRAME_S * 1000,
+        },
         "versions": {d: version(d) for d in ("torch", "moshi", "grpcio", "numpy")},
         "real_time_definition": f"worker step p99 < {STEP_P99_MS:.0f} ms (its histogram over"
         f" the window), no late frame, audio gap p99 < {GAP_P99_MS:.0f} ms (client side, every"
@@ -154,11 +194,28 @@ def main(argv: Sequence[str] | None = None) -> None:
         "levels": [],
         "skipped_levels": [],
     }
+    if model.unit_ms:
+        result |= {
+            "unit_ms": model.unit_ms,
+            "versions": result["versions"] | {d: version(d) for d in ("vllm", "transformers")},
+            "real_time_definition": real_time_definition(),
+            "gpu_memory": "stage0: nvidia-smi's used MiB of the worker's process tree (vLLM's"
+            " engine core is a child; null where nvidia-smi names none of its pids) at the"
+            " window's end; device_used then, device_peak during the level. vLLM takes its"
+            " share of the card (llm_gpu_memory_utilization) at start, weights, activations"
+            " and KV cache, whatever the level",
+            "command": command_line(),
+            "note": "stage0 alone: no stage1 serves this model yet, so no worker voices its"
+            " frames and no reference loop runs",
+        }
     if args.reference:
         run_reference(args, result, deadline)
         finish(result, args.out)
     try:
-        run_worker_levels(args, result, deadline)
+        if model.unit_ms:
+            run_unit_levels(args, result, deadline)
+        else:
+            run_worker_levels(args, result, deadline)
     finally:
         result["wall_s"] = round(now() - started, 1)
         finish(result, args.out)

@@ -1,6 +1,7 @@
 """N sessions acting as the session service does, over client processes of their own:
 paced audio into stage0's Bind, every ModelFrame forwarded to stage1's, audio back
-(without a stage1, the frames are where it ends: bench/duplex_fanin)."""
+(without a stage1, the frames are where it ends: bench/duplex_fanin). A model that
+decides once a unit has sessions of its own (bench/duplex/units.py), driven the same way."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import asyncio
 import contextlib
 import math
 import multiprocessing as mp
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -48,6 +49,14 @@ class SessionRecord:
     # How late the pacer sent each frame past its deadline, ms (window only).
     send_lag_ms: list[float] = field(default_factory=list)
     error: str = ""
+    # A unit model's (units.py): units closed in the window, how many of them
+    # were answered, and each answer's latency from the append that closed it.
+    units_closed: int = 0
+    units_answered: int = 0
+    unit_latency_ms: list[float] = field(default_factory=list)
+    # Of every frame received: how many said speak, and their text tokens.
+    units_spoken: int = 0
+    text_tokens: int = 0
 
 
 def speech_loop(rate: int) -> np.ndarray:
@@ -160,14 +169,24 @@ async def run_session(
 # stage0's addresses, and stage1's (none: no stage1); several are a worker's
 # front ends (duplex_front_ends).
 Addresses = tuple[Sequence[str], Sequence[str]]
+# One session: (stubs, its record, the schedule, the speech, its rate, its phase).
+Session = Callable[
+    [tuple[Any, Any | None], SessionRecord, Schedule, np.ndarray, int, float], Awaitable[None]
+]
 
 
 async def drive(
-    addresses: Addresses, indexes: list[int], sessions: int, sched: Schedule, rate: int
+    addresses: Addresses,
+    indexes: list[int],
+    sessions: int,
+    sched: Schedule,
+    rate: int,
+    session: Session = run_session,
+    period_s: float = FRAME_S,
 ) -> list[dict[str, Any]]:
-    """This process's sessions, each at its own phase of the 80 ms period;
-    session i on stage0 address i mod their count (a worker's front ends), and
-    on stage1's the same way."""
+    """This process's sessions, each at its own phase of `period_s`; session i on
+    stage0 address i mod their count (a worker's front ends), and on stage1's
+    the same way."""
     pcm = speech_loop(rate)
     options = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
     per = max(1, math.ceil(len(indexes) / STREAMS_PER_CHANNEL))
@@ -190,7 +209,7 @@ async def drive(
             ),
         )
         try:
-            await run_session(stubs, rec, sched, pcm, rate, FRAME_S * rec.index / sessions)
+            await session(stubs, rec, sched, pcm, rate, period_s * rec.index / sessions)
         except Exception as exc:
             rec.error = rec.error or f"{type(exc).__name__}: {exc}"[:200]
 
@@ -210,26 +229,39 @@ def _client_main(
     sched: Schedule,
     rate: int,
     results: Any,
+    session: Session,
+    period_s: float,
 ) -> None:
     try:
-        results.put(asyncio.run(drive(addresses, indexes, sessions, sched, rate)))
+        results.put(
+            asyncio.run(drive(addresses, indexes, sessions, sched, rate, session, period_s))
+        )
     except BaseException as exc:
         results.put([asdict(SessionRecord(i, error=repr(exc)[:200])) for i in indexes])
         raise
 
 
 def run_clients(
-    args: argparse.Namespace, addresses: Addresses, sessions: int, sched: Schedule, rate: int
+    args: argparse.Namespace,
+    addresses: Addresses,
+    sessions: int,
+    sched: Schedule,
+    rate: int,
+    session: Session = run_session,
+    period_s: float = FRAME_S,
 ) -> list[dict[str, Any]]:
-    """N sessions over up to --client-procs processes (one level of 1: this process)."""
+    """N sessions over up to --client-procs processes (one level of 1: this process);
+    `session` runs each (a module-level function, or a partial of one: the client
+    processes are spawned)."""
     procs = max(1, min(args.client_procs, math.ceil(sessions / args.sessions_per_proc)))
     shares = [list(range(k, sessions, procs)) for k in range(procs)]
     if procs == 1:
-        return asyncio.run(drive(addresses, shares[0], sessions, sched, rate))
+        return asyncio.run(drive(addresses, shares[0], sessions, sched, rate, session, period_s))
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
+    extra = (results, session, period_s)
     workers = [
-        ctx.Process(target=_client_main, args=(addresses, s, sessions, sched, rate, results))
+        ctx.Process(target=_client_main, args=(addresses, s, sessions, sched, rate, *extra))
         for s in shares
     ]
     for w in workers:

@@ -20,10 +20,12 @@ def run_reference(args: argparse.Namespace, result: dict[str, Any], deadline: fl
     """The model's reference loop in a process of its own (its GPU memory is freed
     before the workers start); its JSON lines as it prints them."""
     steps = args.reference_steps or (100 if args.device.startswith("cuda") else 8)
+    loop = MODELS[args.model].reference
+    assert loop is not None, f"{args.model} has no reference loop"
     cmd = [
         sys.executable,
         "-m",
-        MODELS[args.model].reference,
+        loop,
         f"--checkpoint={args.checkpoint}",
         f"--device={args.device}",
         f"--dtype={args.dtype}",

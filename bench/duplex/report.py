@@ -11,7 +11,8 @@ from bench.lib.results import write_json
 
 def finish(result: dict[str, Any], out: Path) -> None:
     reference = result.get("reference", {}).get("levels", [])
-    result["ratio"] = ratios(result["levels"], reference, result["settings"]["capacity"])
+    if not result.get("unit_ms"):
+        result["ratio"] = ratios(result["levels"], reference, result["settings"]["capacity"])
     real = [lv["sessions"] for lv in result["levels"] if lv["real_time"]]
     result["max_real_time_sessions"] = max(real) if real else None
     write_json(out, result)
@@ -19,6 +20,8 @@ def finish(result: dict[str, Any], out: Path) -> None:
 
 # ------------------------------------------------------------------ table
 def table(data: dict[str, Any]) -> str:
+    if data.get("unit_ms"):
+        return unit_table(data)
     ref = {r["sessions"]: r for r in data.get("reference", {}).get("levels", [])}
     ratio = {r["sessions"]: r["worker_p99_over_reference_p99"] for r in data.get("ratio", [])}
     context = data["context"] or data.get("reference", {}).get("context_frames") or "default"
@@ -46,6 +49,33 @@ def table(data: dict[str, Any]) -> str:
         )
     for n in data.get("skipped_levels", []):
         lines.append(f"| {n} | skipped (budget) | | | | | | | |")
+    return "\n".join(lines)
+
+
+def unit_table(data: dict[str, Any]) -> str:
+    """A unit model's levels (`--model minicpmo`): stage0 alone."""
+    context = f"context {data['context']} tokens" if data["context"] else "default context"
+    lines = [
+        f"{data['device']}; {data['model']} {data['checkpoint']}, {context},"
+        f" {data['dtype']}; a unit every {data['unit_ms']} ms; window"
+        f" {data['settings']['window_s']} s.",
+        "",
+        "| sessions | frames | unit p50 / p99 ms | worker's unit p50 / p99 ms | answered"
+        " | late | dropped ms | restarts | GPU MiB | real time |",
+        "| ---: | :---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
+    ]
+    for lv in data["levels"]:
+        u, w, mem = lv["unit_latency_ms"], lv["worker_unit_ms"], lv["gpu_memory_mib"]
+        used = mem["stage0"] or mem["device_used"] or mem["device_peak"]
+        lines.append(
+            f"| {lv['sessions']} | {'yes' if lv['frames'] else 'no'}"
+            f" | {_n(u['p50'])} / {_n(u['p99'])} | {_n(w['p50'])} / {_n(w['p99'])}"
+            f" | {lv['units_answered']} / {lv['units_closed']} | {lv['late_units']:.0f}"
+            f" | {lv['dropped_input_ms']:.0f} | {lv['context_restarts']:.0f} | {_n(used, 0)}"
+            f" | {'yes' if lv['real_time'] else 'no'} |"
+        )
+    for n in data.get("skipped_levels", []):
+        lines.append(f"| {n} | skipped (budget) | | | | | | | | |")
     return "\n".join(lines)
 
 

@@ -1,6 +1,6 @@
-"""The two workers of a run, each its own process (a stage0 `moshi` and a stage1 `mimi`
-worker, or both `nemotron`), configured by one profile file (no Redis: each is dialled at
-its address)."""
+"""The workers of a run, each its own process (a stage0 `moshi` and a stage1 `mimi`
+worker, or both `nemotron`, or a stage0 `minicpmo` alone), configured by one profile file
+(no Redis: each is dialled at its address)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,10 @@ class Model:
     """An architecture the bench serves: its workers' backends, its reference loop."""
 
     stage0: str
-    stage1: str
-    reference: str
+    # None: no stage1 backend serves it yet (its frames are where a session ends).
+    stage1: str | None
+    # None: no reference loop to hold the worker against.
+    reference: str | None
     checkpoint: str
     # What `--check` imports: the backends' engines and the model code.
     modules: tuple[str, ...]
@@ -46,6 +48,9 @@ class Model:
     # format (duplex_kv_cache), front ends (duplex_front_ends), and a window
     # for its reference loop (NeMo's keeps the whole call).
     moshi_settings: bool
+    # A model that decides once a unit of this many ms (bench/duplex/units.py
+    # measures it) rather than once a frame; 0: frames.
+    unit_ms: int = 0
 
 
 MODELS = {
@@ -73,12 +78,28 @@ MODELS = {
         ),
         moshi_settings=False,
     ),
+    "minicpmo": Model(
+        "minicpmo",
+        None,
+        None,
+        "random:4.5",
+        (
+            "vllm.v1.engine.async_llm",
+            "vllm.model_executor.models.minicpmo",
+            "antiphon.stage0.backends.minicpmo.engines",
+        ),
+        moshi_settings=False,
+        unit_ms=1000,
+    ),
 }
 
 
 def worker_profile(args: argparse.Namespace, ports: dict[str, int]) -> dict[str, Any]:
-    """The profile both workers read (ANTIPHON_PROFILE): a section each, no registry."""
-    capacity = max(args.levels)
+    """The profile the workers read (ANTIPHON_PROFILE): a section each, no registry
+    (stage0's alone for a model with no stage1)."""
+    capacity = max(
+        [*args.levels, *getattr(args, "frames_at", []), getattr(args, "prime_sessions", 1)]
+    )
     model = MODELS[args.model]
     stage0 = {
         "backend": model.stage0,
@@ -94,6 +115,12 @@ def worker_profile(args: argparse.Namespace, ports: dict[str, int]) -> dict[str,
         stage0 |= {"duplex_kv_cache": args.kv_cache, "duplex_front_ends": args.front_ends}
     if args.context:
         stage0["duplex_context"] = args.context
+    if args.torch_compile:
+        stage0["duplex_compile"] = True
+    stage0 |= dict(kv.split("=", 1) for kv in args.stage0_set)
+    common = {"log_level": args.log_level, "redis_url": "", "shutdown_grace_s": 3}
+    if model.stage1 is None:
+        return {"common": common, "stage0": stage0}
     stage1 = {
         "backend": model.stage1,
         "listen": f"127.0.0.1:{ports['stage1']}",
@@ -106,10 +133,8 @@ def worker_profile(args: argparse.Namespace, ports: dict[str, int]) -> dict[str,
         "duplex_front_ends": args.stage1_front_ends,
     }
     if args.torch_compile:
-        stage0["duplex_compile"] = stage1["duplex_compile"] = True
-    stage0 |= dict(kv.split("=", 1) for kv in args.stage0_set)
+        stage1["duplex_compile"] = True
     stage1 |= dict(kv.split("=", 1) for kv in args.stage1_set)
-    common = {"log_level": args.log_level, "redis_url": "", "shutdown_grace_s": 3}
     return {"common": common, "stage0": stage0, "stage1": stage1}
 
 
@@ -120,6 +145,8 @@ def unknown_settings(profile: dict[str, Any]) -> dict[str, list[str]]:
 
     out = {}
     for section, cls in (("stage0", Stage0Settings), ("stage1", Stage1Settings)):
+        if section not in profile:
+            continue
         fields = set(cls.model_fields)
         keys = {**profile["common"], **profile[section]}
         if missing := sorted(k for k in keys if k not in fields):

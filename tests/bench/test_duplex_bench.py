@@ -104,3 +104,45 @@ def test_nemotron_s_smoke_run_streams_every_session_through_its_workers_and_nemo
     assert ref["sessions"] == 2 and 0 < ref["lm_p50_ms"] <= ref["lm_p99_ms"]
     assert ref["all_p99_ms"] >= ref["lm_p99_ms"]
     assert data["ratio"][0]["worker_p99_over_reference_p99"] > 0
+
+
+def test_minicpmo_s_smoke_run_answers_every_unit_of_every_session_with_and_without_frames(
+    tmp_path: Path,
+) -> None:
+    """`--model minicpmo`: the stage0 `minicpmo` worker alone (no stage1, no
+    reference loop), sessions of 200 ms appends, each unit's ModelFrame timed
+    from the append that closed it; `--frames-at` runs a level again with a
+    camera frame on every unit, right after the plain one."""
+    out = tmp_path / "minicpmo.json"
+    argv = ["--model", "minicpmo", "--checkpoint", "random:tiny", "--device", "cpu"]
+    # The tiny thinker's positions stop at 4,096: a context below the backend's default.
+    argv += ["--context", "2048", "--levels", "1,2", "--frames-at", "2", "--window-s", "3"]
+    stdout = run_bench("bench.duplex", *argv, "--out", str(out), timeout=240)
+    data = json.loads(out.read_text())
+
+    assert data["model"] == "minicpmo" and data["unit_ms"] == 1000
+    assert "reference" not in data and "ratio" not in data
+    assert "stage1" not in data["worker_profile"]
+    assert data["settings_unknown_to_workers"] == {}
+    assert data["stage0_info"]["input_sample_rate_hz"] == 16000
+    assert data["stage0_info"]["chunk_period_ms"] == 1000
+    assert [(lv["sessions"], lv["frames"]) for lv in data["levels"]] == [
+        (1, False),
+        (2, False),
+        (2, True),
+    ]
+    for lv in data["levels"]:
+        assert lv["errors"] == {}, lv["error_sample"]
+        # Three seconds of window: three units a session, each answered and timed.
+        assert lv["units_closed"] == 3 * lv["sessions"]
+        assert lv["units_answered"] == lv["units_closed"]
+        lat = lv["unit_latency_ms"]
+        assert 0 < lat["p50"] <= lat["p99"] < 1000
+        assert lv["worker_unit_ms"]["count"] > 0
+        assert lv["frames_received"] >= lv["units_answered"]
+        assert lv["dropped_input_ms"] == lv["late_units"] == lv["context_restarts"] == 0
+        assert lv["real_time"] is True
+    assert data["max_real_time_sessions"] == 2
+    assert "| sessions | frames | unit p50 / p99 ms |" in stdout
+    table = run_bench("bench.duplex", "--table", str(out), timeout=60)
+    assert table.count("\n| ") == 5  # the header, its rule and three levels
