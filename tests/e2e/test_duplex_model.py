@@ -249,37 +249,48 @@ def done_of(response_id: str) -> Callable[[Event], bool]:
     return lambda e: e["type"] == "response.done" and e["response"]["id"] == response_id
 
 
+async def kill_mid_response(
+    stack: LocalStack, client: RealtimeClient, session_id: str, stage: str, spares: dict[str, int]
+) -> tuple[str, str, int]:
+    """kill -9 of the session's `stage` worker while a response is spoken: the
+    worker killed (left dead: the caller brings it back), the response it
+    failed, and how many events the client had before the kill.
+
+    A random model's answer can be a single word: a kill that lands after it
+    ended fails nothing. Then the worker comes back and the next answer, on
+    the worker the session moved to, is tried."""
+    for _ in range(3):
+        victim = await bound_worker(stack, session_id, stage)
+        rid = await response_in_flight(client)
+        mark = len(client.events)
+        stack.kill(victim)
+        try:
+            failed = await client.until(done_of(rid), timeout=30)
+        except BaseException:
+            respawn(stack, victim, stage, spares.get(victim, 0))
+            raise
+        if failed["response"]["status"] == "failed":
+            assert failed["response"]["status_details"]["reason"] == f"{stage}_unavailable"
+            return victim, rid, mark
+        await asyncio.to_thread(respawn, stack, victim, stage, spares.get(victim, 0))
+    pytest.fail(f"every answer ended before the kill of its {stage} landed")
+
+
 @pytest.mark.parametrize("stage", ["stage0", "stage1"])
 async def test_kill_9_of_a_worker_fails_the_response_in_flight_and_the_model_goes_on(
     duplex_stack: LocalStack, spare_ports: dict[str, int], stage: str
 ) -> None:
     client = await RealtimeClient.connect(duplex_url(duplex_stack.ports.gateway))
-    killed: list[str] = []
+    victim = ""
     try:
         created = await client.open(**session(24000))
         assert created["type"] == "session.created", created
         sid = created["session"]["id"]
         async with Microphone(client, 24000) as mic:
             await mic.say(spoken(QUESTION, 24000, "piper"))
-            # The random model's answer can be a single word: a kill that lands
-            # after it ended fails nothing. Then the worker comes back and the
-            # next answer, on the worker the session moved to, is tried.
-            for _ in range(3):
-                victim = await bound_worker(duplex_stack, sid, stage)
-                rid = await response_in_flight(client)
-                mark = len(client.events)
-                duplex_stack.kill(victim)
-                killed.append(victim)
-                failed = await client.until(done_of(rid), timeout=30)
-                if failed["response"]["status"] == "failed":
-                    break
-                await asyncio.to_thread(
-                    respawn, duplex_stack, victim, stage, spare_ports.get(victim, 0)
-                )
-                killed.remove(victim)
-            else:
-                pytest.fail(f"every answer ended before the kill of its {stage} landed")
-            assert failed["response"]["status_details"]["reason"] == f"{stage}_unavailable"
+            victim, rid, mark = await kill_mid_response(
+                duplex_stack, client, sid, stage, spare_ports
+            )
             # The next response comes from the other worker.
             after = await client.until(
                 lambda e: e["type"] == "response.done" and e["response"]["status"] == "completed",
@@ -289,8 +300,8 @@ async def test_kill_9_of_a_worker_fails_the_response_in_flight_and_the_model_goe
         assert await bound_worker(duplex_stack, sid, stage) != victim
     finally:
         await client.close()
-        for name in killed:
-            respawn(duplex_stack, name, stage, spare_ports.get(name, 0))
+        if victim:
+            respawn(duplex_stack, victim, stage, spare_ports.get(victim, 0))
     resets = of_type(client.events[mark:], "error")
     if stage == "stage0":
         # The model's memory died with the worker, and the client is told.

@@ -42,8 +42,7 @@ from tests.e2e.test_browser import (
 )
 from tests.e2e.test_duplex_model import (
     QUESTION,
-    done_of,
-    response_in_flight,
+    kill_mid_response,
     responses,
     sdk_spoken_exchange,
     session,
@@ -259,31 +258,13 @@ async def test_kill_9_of_a_worker_fails_the_response_in_flight_and_the_model_goe
     minicpmo_stack: LocalStack, spares: dict[str, int], stage: str
 ) -> None:
     client = await RealtimeClient.connect(duplex_url(minicpmo_stack.ports.gateway))
-    killed: list[str] = []
+    victim = ""
     try:
         created = await client.open(**session(24000))
         sid = created["session"]["id"]
         async with Microphone(client, 24000) as mic:
             await mic.say(spoken(QUESTION * 3, 24000, "piper"))
-            for _ in range(3):
-                victim = await bound_worker(minicpmo_stack, sid, stage)
-                rid = await response_in_flight(client)
-                minicpmo_stack.kill(victim)
-                killed.append(victim)
-                failed = await client.until(done_of(rid), timeout=30)
-                if failed["response"]["status"] == "failed":
-                    break
-                await asyncio.to_thread(
-                    respawn,
-                    minicpmo_stack,
-                    victim,
-                    stage,
-                    spares[victim] if victim in spares else 0,
-                )
-                killed.remove(victim)
-            else:
-                pytest.fail(f"every answer ended before the kill of its {stage} landed")
-            assert failed["response"]["status_details"]["reason"] == f"{stage}_unavailable"
+            victim, rid, _ = await kill_mid_response(minicpmo_stack, client, sid, stage, spares)
             await mic.say(spoken(QUESTION, 24000, "espeak"))
             after = await client.until(
                 lambda e: e["type"] == "response.output_audio.delta" and e["response_id"] != rid,
@@ -293,8 +274,8 @@ async def test_kill_9_of_a_worker_fails_the_response_in_flight_and_the_model_goe
         assert await bound_worker(minicpmo_stack, sid, stage) != victim
     finally:
         await client.close()
-        for name in killed:
-            respawn(minicpmo_stack, name, stage, spares.get(name, 0))
+        if victim:
+            respawn(minicpmo_stack, victim, stage, spares.get(victim, 0))
 
 
 async def test_a_socket_dropped_mid_speech_resumes_with_every_event_once_in_order(

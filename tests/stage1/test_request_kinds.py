@@ -8,6 +8,7 @@ from types import ModuleType
 
 import pytest
 
+from antiphon.stage1.backends.minicpmo import session as unit_session
 from antiphon.stage1.frames import session as frame_session
 from antiphon.stage1.speech import synthesis
 from antiphon.v1 import stage_pb2 as pb
@@ -17,8 +18,12 @@ from tests.support.request_kinds import (
 )
 
 # Piper and the synthetic voice share the text synthesis session; the frame
-# backends (mimi, nemotron) the frame session.
-BACKENDS = [(synthesis, synthesis.SynthesisSession), (frame_session, frame_session.FrameSession)]
+# backends (mimi, nemotron) the frame session; minicpmo has its unit session.
+BACKENDS = [
+    (synthesis, synthesis.SynthesisSession),
+    (frame_session, frame_session.FrameSession),
+    (unit_session, unit_session.UnitSession),
+]
 
 
 @pytest.mark.parametrize(("module", "session"), BACKENDS, ids=lambda b: b.__name__)

@@ -262,19 +262,19 @@ class FrameSession:
         self._error(0, "", "engine_failed", reason)
 
     def _error(self, epoch: int, response_id: str, code: str, message: str) -> None:
-        self._emit(
-            pb.Stage1Event(
-                error=pb.StageError(
-                    epoch=epoch, response_id=response_id, code=code, message=message
-                )
-            )
-        )
+        self._emit(error_event(epoch, response_id, code, message))
 
     async def close(self) -> None:
         if self._slot is not None:
             self._lockstep.release(self._slot, self)
             self._slot = None
         self._queue.clear()
+
+
+def error_event(epoch: int, response_id: str, code: str, message: str) -> pb.Stage1Event:
+    """A session's typed error, as a model-native backend sends it."""
+    error = pb.StageError(epoch=epoch, response_id=response_id, code=code, message=message)
+    return pb.Stage1Event(error=error)
 
 
 # What each request does, by its oneof field; tests/stage1/test_request_kinds.py

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from antiphon.common.audio import StreamResampler, float32_to_pcm16
 from antiphon.stage1.backends.minicpmo.voice import Turn, Voice
+from antiphon.stage1.frames.session import error_event
 from antiphon.stage1.metrics import Stage1Metrics
 from antiphon.v1 import common_pb2 as cpb
 from antiphon.v1 import stage_pb2 as pb
@@ -220,13 +221,7 @@ class UnitSession:
         )
 
     def _error(self, epoch: int, response_id: str, code: str, message: str) -> None:
-        self._emit(
-            pb.Stage1Event(
-                error=pb.StageError(
-                    epoch=epoch, response_id=response_id, code=code, message=message
-                )
-            )
-        )
+        self._emit(error_event(epoch, response_id, code, message))
 
     async def close(self) -> None:
         if self._speaking is not None:
