@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from antiphon.stage0.backends.minicpmo.session import MiniCPMoSession
-from antiphon.stage0.backends.minicpmo.thinker import Thinker, Unit
+from antiphon.stage0.backends.minicpmo.thinker import Thinker, Unit, warm_up
 from antiphon.stage0.backends.minicpmo.units import MAX_SAMPLED, Answer
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.v1 import stage_pb2 as pb
@@ -305,3 +305,12 @@ async def test_a_frame_that_does_not_decode_is_an_error_and_its_unit_is_still_he
     [error] = [e.error for e in events if e.HasField("error")]
     assert error.code == "invalid_image" and "video_frames[0]" in error.message
     assert [e.frame.index for e in events if e.HasField("frame")] == [0]
+
+
+async def test_the_warm_up_runs_each_batch_size_up_to_capacity_and_leaves_no_request(
+    thinker: Thinker,
+) -> None:
+    # Each session holds one of the engine's 4 sequences until it closes.
+    assert await warm_up(thinker, 3) == [1, 2, 3]
+    assert await warm_up(thinker, 4) == [1, 2, 4]
+    assert thinker.engine.output_processor.get_num_unfinished_requests() == 0

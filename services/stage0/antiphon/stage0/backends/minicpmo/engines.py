@@ -4,7 +4,9 @@ engine for the thinker (thinker.py) and the sessions bound to it (session.py).""
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,11 +20,13 @@ from antiphon.stage0.backends.cascade.llm.llm import (
     supported_kwargs,
 )
 from antiphon.stage0.backends.minicpmo.session import MiniCPMoSession
-from antiphon.stage0.backends.minicpmo.thinker import Thinker
+from antiphon.stage0.backends.minicpmo.thinker import Thinker, warm_up
 from antiphon.stage0.engine_config import EngineConfig
 from antiphon.stage0.metrics import Stage0Metrics
 from antiphon.stage0.settings import Stage0Settings
 from antiphon.v1 import stage_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 # The thinker's context when `duplex_context` is unset: a unit costs 13
 # tokens listening and up to 32 speaking, so some 5 to 10 minutes.
@@ -85,6 +89,12 @@ class MiniCPMoEngines:
         random_folder = ckpt.folder if ckpt.name.startswith(RANDOM_PREFIX) else None
         slicing = ckpt.config.get("slice_config") or {}
         thinker = Thinker(engine, sampling, scale_resolution=slicing.get("scale_resolution", 448))
+        started = time.monotonic()
+        sizes = await warm_up(thinker, settings.capacity)
+        log.info(
+            "minicpmo thinker warmed up",
+            extra={"batches": sizes, "seconds": round(time.monotonic() - started, 2)},
+        )
         return cls(thinker, settings, metrics, random_folder)
 
     def bind(self, emit: Callable[[pb.Stage0Event], None]) -> MiniCPMoSession:

@@ -123,6 +123,26 @@ class Thinker:
         return rendered
 
 
+async def warm_up(thinker: Thinker, capacity: int) -> list[int]:
+    """Sessions hearing a second of silence together, in batches of 1, 2,
+    4, ... up to `capacity`, before the worker serves; the batch sizes run.
+    Each session holds one of the engine's sequences until it closes, so
+    `capacity` is at most its `max_num_seqs` (engines.py makes them equal).
+
+    Why: vLLM's GPU sampler compiles its top-k/top-p kernel the first time it
+    meets a larger batch, some 9 s in which every session's unit waits (on
+    an H100, 32 sessions lost 109 units to it: docs/duplex-models.md)."""
+    sizes = sorted({min(capacity, 2**k) for k in range(max(capacity, 1).bit_length() + 1)})
+    silence = Unit(np.zeros(SAMPLE_RATE, np.float32))
+    for size in sizes:
+        sessions = [thinker.open() for _ in range(size)]
+        try:
+            await asyncio.gather(*(s.hear(silence) for s in sessions))
+        finally:
+            await asyncio.gather(*(s.close() for s in sessions))
+    return sizes
+
+
 class ThinkerSession:
     """One session's resumable request: units in, answers out, in order.
 
