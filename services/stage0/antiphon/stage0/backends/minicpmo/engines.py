@@ -44,14 +44,22 @@ class MiniCPMoEngines:
         settings: Stage0Settings,
         metrics: Stage0Metrics,
         random_folder: Path | None,
+        on_failure: Callable[[], None] = lambda: None,
     ) -> None:
         self.thinker = thinker
+        self._on_failure = on_failure
         self._settings = settings
         self._metrics = metrics
         self._random_folder = random_folder
 
     @classmethod
-    async def load(cls, settings: Stage0Settings, metrics: Stage0Metrics) -> MiniCPMoEngines:
+    async def load(
+        cls,
+        settings: Stage0Settings,
+        metrics: Stage0Metrics,
+        on_failure: Callable[[], None] = lambda: None,
+    ) -> MiniCPMoEngines:
+        """The engine started and warmed up; `on_failure`: it died while serving."""
         from vllm import SamplingParams
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -95,11 +103,13 @@ class MiniCPMoEngines:
             "minicpmo thinker warmed up",
             extra={"batches": sizes, "seconds": round(time.monotonic() - started, 2)},
         )
-        return cls(thinker, settings, metrics, random_folder)
+        return cls(thinker, settings, metrics, random_folder, on_failure)
 
     def bind(self, emit: Callable[[pb.Stage0Event], None]) -> MiniCPMoSession:
         jitter_ms = self._settings.duplex_jitter_ms
-        return MiniCPMoSession(self.thinker, emit, self._metrics, jitter_ms=jitter_ms)
+        return MiniCPMoSession(
+            self.thinker, emit, self._metrics, jitter_ms=jitter_ms, on_failure=self._on_failure
+        )
 
     async def close(self) -> None:
         self.thinker.engine.shutdown()

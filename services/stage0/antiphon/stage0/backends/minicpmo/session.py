@@ -41,8 +41,12 @@ class MiniCPMoSession:
         metrics: Stage0Metrics,
         *,
         jitter_ms: int,
+        on_failure: Callable[[], None] = lambda: None,
     ) -> None:
         self._thinker = thinker
+        # The engine died under the session: no session of this worker can
+        # be heard any more, so the worker stops and its sessions move.
+        self._on_failure = on_failure
         self._metrics = metrics
         self._emit = emit
         self._session: ThinkerSession | None = None
@@ -162,6 +166,8 @@ class MiniCPMoSession:
             except Exception as exc:
                 log.exception("the thinker failed a unit", extra={"session_id": self._session_id})
                 self._error(self._epoch, "model_error", f"the model failed: {exc}")
+                if self._thinker.engine.errored:
+                    self._on_failure()
                 return
             self._metrics.duplex_unit.observe(time.monotonic() - closed)
             if session.restarts > restarts:

@@ -143,6 +143,10 @@ async def warm_up(thinker: Thinker, capacity: int) -> list[int]:
     return sizes
 
 
+# How often a session waiting for the engine looks whether it died.
+DEATH_CHECK_S = 1.0
+
+
 class ThinkerSession:
     """One session's resumable request: units in, answers out, in order.
 
@@ -212,13 +216,25 @@ class ThinkerSession:
         """The tokens of the piece in flight, and whether a stop token ended it."""
         sampled: list[int] = []
         while True:
-            out = await self._outputs.get()
+            out = await self._next_output()
             if isinstance(out, BaseException):
                 raise out
             completion = out.outputs[0]
             sampled += completion.token_ids
             if completion.finish_reason is not None:
                 return sampled, completion.finish_reason == "stop"
+
+    async def _next_output(self) -> Any:
+        """The request's next output, or the engine's death: vLLM fails the
+        requests in flight when its engine dies, but one added as it died
+        may wait for an output forever."""
+        engine = self._thinker.engine
+        while True:
+            try:
+                return await asyncio.wait_for(self._outputs.get(), DEATH_CHECK_S)
+            except TimeoutError:
+                if engine.errored:
+                    return engine.dead_error
 
     async def _read(self) -> None:
         # The request's own queues, not the session's attributes: a restart
