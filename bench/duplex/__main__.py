@@ -205,8 +205,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             " share of the card (llm_gpu_memory_utilization) at start, weights, activations"
             " and KV cache, whatever the level",
             "command": command_line(),
-            "note": "stage0 alone: no stage1 serves this model yet, so no worker voices its"
-            " frames and no reference loop runs",
+            "note": "stage0 alone: the bench runs no stage1 (talker and token2wav) for this"
+            " model, so no worker voices its frames, and no reference loop",
         }
     if args.reference:
         run_reference(args, result, deadline)
