@@ -330,6 +330,11 @@ async def test_an_engine_that_dies_under_a_session_stops_the_worker() -> None:
     another, as when the worker itself dies)."""
     import psutil
 
+    def cores() -> set[psutil.Process]:
+        children = psutil.Process().children(recursive=True)
+        return {p for p in children if "EngineCore" in p.name()}
+
+    others = cores()  # the module's engine, when it runs
     with _engine() as engine:
         thinker = Thinker(engine, _greedy(engine))
         failed = asyncio.Event()
@@ -339,7 +344,7 @@ async def test_an_engine_that_dies_under_a_session_stops_the_worker() -> None:
             thinker, events.append, metrics, jitter_ms=4000, on_failure=failed.set
         )
         session.handle(pb.Stage0Request(open=pb.Stage0Open(session_id="s")))
-        [core] = [p for p in psutil.Process().children(recursive=True) if "EngineCore" in p.name()]
+        [core] = cores() - others
         core.kill()
         session.handle(pb.Stage0Request(audio=pb.Stage0Audio(epoch=1, pcm16=_pcm(2.5, 3))))
         try:
