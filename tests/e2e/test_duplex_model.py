@@ -186,13 +186,10 @@ async def sdk_spoken_exchange(port: int, model: str) -> list[Any]:
     return seen
 
 
-async def test_a_stock_openai_sdk_client_holds_a_spoken_exchange(
-    duplex_stack: LocalStack,
-) -> None:
-    """The `openai` SDK, unmodified: OpenAI's default lane (server_vad), a
-    question spoken at 24 kHz, and the model's answers as OpenAI events; every
-    event parses under the SDK's own models (the client raises otherwise)."""
-    seen = await sdk_spoken_exchange(duplex_stack.ports.gateway, "antiphon-moshi")
+def check_sdk_exchange(seen: list[Any]) -> None:
+    """What the SDK parsed of a spoken exchange: no error, a completed
+    response whose transcript is its deltas', its audio, and none of the
+    duplex extensions (OpenAI's dialect carries none)."""
     types = [e.type for e in seen]
     assert "error" not in types, [e for e in seen if e.type == "error"]
     done = seen[-1].response
@@ -202,8 +199,16 @@ async def test_a_stock_openai_sdk_client_holds_a_spoken_exchange(
     )
     assert done.output[0].content[0].transcript == transcript
     assert any(e.type == "response.output_audio.delta" for e in seen)
-    # OpenAI's dialect carries none of the duplex extensions.
     assert not [t for t in types if t in ("response.speak", "response.listen")]
+
+
+async def test_a_stock_openai_sdk_client_holds_a_spoken_exchange(
+    duplex_stack: LocalStack,
+) -> None:
+    """The `openai` SDK, unmodified: OpenAI's default lane (server_vad), a
+    question spoken at 24 kHz, and the model's answers as OpenAI events; every
+    event parses under the SDK's own models (the client raises otherwise)."""
+    check_sdk_exchange(await sdk_spoken_exchange(duplex_stack.ports.gateway, "antiphon-moshi"))
 
 
 async def test_commit_and_response_create_never_answer_with_a_protocol_error(

@@ -67,7 +67,6 @@ class _Done:
 @dataclass
 class _Queued:
     frame: pb.DecodeFrame
-    arrived: float
     # Responses that end once this frame is spoken.
     dones: list[_Done] = field(default_factory=list)
 
@@ -133,7 +132,7 @@ class UnitSession:
         self._epoch = max(self._epoch, frame.epoch)
         if frame.response_id:
             self._first_frames.setdefault(frame.response_id, time.perf_counter())
-        self._queue.append(_Queued(frame, time.perf_counter()))
+        self._queue.append(_Queued(frame))
         self._ready.set()
 
     def _text(self, msg: pb.SynthesizeText) -> None:
