@@ -25,6 +25,7 @@ from antiphon.stage1.backends.minicpmo.talker import (
     UNIT_STEPS,
     Talker,
     TalkerTurn,
+    TalkerUnit,
     sample_code,
 )
 
@@ -143,7 +144,7 @@ def test_the_cache_runs_on_across_a_turns_units(talker: Talker) -> None:
     turn = talker.turn(seed=0, temperature=0.0)
     first = talker.speak(turn, *units[0][:2], last=False)
     assert turn.position == 3 + 1 + len(first)
-    assert turn.cache is not None and turn.cache.get_seq_length() == turn.position
+    assert turn.cache is not None and turn.cache[0].shape[2] == turn.position
     second = talker.speak(turn, *units[1][:2], last=False)
     assert turn.position == 3 + 1 + len(first) + 7 + 1 + UNIT_CODES
     alone = talker.speak(talker.turn(seed=0, temperature=0.0), *units[1][:2], last=False)
@@ -204,6 +205,39 @@ def test_interleaved_turns_say_what_each_says_alone(talker: Talker) -> None:
         b_codes.append(talker.speak(b_turn, b_ids, b_hidden, last=b_last))
     assert a_codes == a_alone and b_codes == b_alone
     assert a_alone != b_alone
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_batch_of_turns_at_different_places_says_what_each_says_alone(
+    talker: Talker, eos_after_a_code: Talker, temperature: float
+) -> None:
+    """Rows of one batch sit at different positions (one far into its turn,
+    one at its first unit), have conditions of different lengths, and stop
+    at different steps (EOS on a first or last unit); each says, and keeps
+    in its cache, what it says spoken alone, sampled or greedy."""
+    for model in (talker, eos_after_a_code):
+        turns = {"a": _units(21, [3, 6, 4, 2]), "b": _units(22, [5, 1]), "c": _units(23, [0, 7, 2])}
+        seeds = {"a": 31, "b": 32, "c": 33}
+        alone = {
+            name: _speak(model, model.turn(seed=seeds[name], temperature=temperature), units)
+            for name, units in turns.items()
+        }
+        state = {name: model.turn(seed=seeds[name], temperature=temperature) for name in turns}
+        together: dict[str, list[list[int]]] = {name: [] for name in turns}
+        # "b" starts a unit late, so rows are mid-turn beside first units.
+        schedule = [["a"], ["a", "b", "c"], ["a", "b", "c"], ["a", "c"]]
+        for names in schedule:
+            units = [turns[name][len(together[name])] for name in names]
+            batch = [TalkerUnit(state[n], *unit) for n, unit in zip(names, units, strict=True)]
+            for name, codes in zip(names, model.speak_batch(batch), strict=True):
+                together[name].append(codes)
+        assert together == alone
+        assert len({tuple(map(tuple, codes)) for codes in alone.values()}) == 3
+        assert all(turn.first for turn in state.values())  # every turn ended
+    with pytest.raises(ValueError, match="two units of one turn"):
+        turn = talker.turn(seed=0)
+        talker.speak_batch([TalkerUnit(turn, [1], None, False), TalkerUnit(turn, [2], None, False)])
 
 
 @pytest.mark.models

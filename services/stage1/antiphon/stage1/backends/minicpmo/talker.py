@@ -20,11 +20,18 @@ Departure: stage0 does not yet hand over hidden states, so `hidden` may be
 None, and the condition is then the token embeddings alone. The talker was
 trained with both; it says something, not what the published model says.
 
-A turn's state is its position, its cache (per layer a key and a value
-tensor `[1, kv_heads, position, head_dim]`) and its own random generator,
+A turn's state is its position, its cache (keys and values of every layer,
+`[layers, kv_heads, position, head_dim]`) and its own random generator,
 seeded by its session, so that what one session says does not depend on
-who else is speaking. One unit is one batch row today; several sessions'
-rows in one forward is for the GPU later.
+who else is speaking.
+
+Units of many turns are spoken in one batch (`speak_batch`): one forward a
+step for all of them. Turns sit at different positions, so each row's cache
+is left-padded to the longest and its condition right-padded to the
+longest, and an attention mask hides the padding (a padded query still sees
+its row's real keys, so no row is ever wholly masked). A row that stopped at
+EOS rides on masked until the batch ends. Afterwards each row keeps only its
+real positions, so a turn's cache never holds another's padding.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from antiphon.common.minicpmo import talker_weights as tw
 if TYPE_CHECKING:
     import numpy as np
     import torch
-    from transformers import DynamicCache, LlamaModel
+    from transformers import LlamaModel
 
 UNIT_CODES = 25
 # The official loop samples one code past the unit and drops it (its EOS
@@ -60,7 +67,8 @@ class TalkerTurn:
     generator: torch.Generator
     temperature: float
     position: int = 0
-    cache: DynamicCache | None = field(default=None, repr=False)
+    # Keys and values `[layers, kv_heads, position, head_dim]`, None at position 0.
+    cache: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
 
     @property
     def first(self) -> bool:
@@ -72,6 +80,60 @@ class TalkerTurn:
         self.cache = None
 
 
+@dataclass
+class TalkerUnit:
+    """One unit of one turn to speak: the thinker's text ids, their hidden
+    states or None, and whether the unit ends the turn."""
+
+    turn: TalkerTurn
+    token_ids: Sequence[int]
+    hidden: np.ndarray | None
+    last: bool
+
+
+def sample_codes(
+    logits: torch.Tensor,
+    recents: Sequence[Sequence[int]],
+    *,
+    temperatures: Sequence[float],
+    eos: int,
+    eos_allowed: Sequence[bool],
+    generators: Sequence[torch.Generator],
+) -> list[int]:
+    """One code per row of one step's logits `[rows, codes]`: temperature,
+    then the penalty for each time a code is among the row's `recents`' last
+    16, then EOS masked unless allowed; greedy at temperature 0. Each row
+    draws from its own generator, one draw a step."""
+    import torch
+
+    scores = logits.float()
+    rows = scores.shape[0]
+    temperature = torch.tensor(temperatures, device=scores.device).unsqueeze(1)
+    scores = torch.where(temperature > 0, scores / temperature.clamp(min=1e-30), scores)
+    windows = [list(recent[-PENALTY_WINDOW:]) for recent in recents]
+    if any(windows):
+        counts = torch.zeros_like(scores)
+        for row, window in enumerate(windows):
+            if window:
+                ones = torch.ones(len(window), device=scores.device)
+                counts[row].index_add_(0, torch.tensor(window, device=scores.device), ones)
+        alpha = torch.pow(REPETITION_PENALTY, counts)
+        # Dividing a negative logit would raise it; the official rule multiplies.
+        scores = torch.where(scores < 0, scores * alpha, scores / alpha)
+    barred = torch.tensor([not allowed for allowed in eos_allowed], device=scores.device)
+    scores[:, eos] = torch.where(barred, -torch.inf, scores[:, eos])
+    greedy = scores.argmax(dim=-1)
+    probs = torch.softmax(scores, dim=-1)
+    picks = [
+        greedy[row]
+        if temperatures[row] <= 0
+        else torch.multinomial(probs[row], 1, generator=generators[row])[0]
+        for row in range(rows)
+    ]
+    # One transfer for the batch, not one per row.
+    return [int(code) for code in torch.stack(picks).tolist()]
+
+
 def sample_code(
     logits: torch.Tensor,
     recent: Sequence[int],
@@ -81,27 +143,15 @@ def sample_code(
     eos_allowed: bool,
     generator: torch.Generator,
 ) -> int:
-    """One code from one step's logits `[codes]`: temperature, then the
-    penalty for each time a code is among `recent`'s last 16, then EOS
-    masked unless allowed; greedy at temperature 0."""
-    import torch
-
-    scores = logits.float()
-    if temperature > 0:
-        scores = scores / temperature
-    if recent:
-        window = torch.tensor(recent[-PENALTY_WINDOW:], device=scores.device)
-        counts = torch.bincount(window, minlength=scores.shape[-1])
-        alpha = torch.pow(REPETITION_PENALTY, counts.to(scores.dtype))
-        # Dividing a negative logit would raise it; the official rule multiplies.
-        scores = torch.where(scores < 0, scores * alpha, scores / alpha)
-    if not eos_allowed:
-        scores = scores.clone()
-        scores[eos] = -torch.inf
-    if temperature <= 0:
-        return int(scores.argmax())
-    probs = torch.softmax(scores, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    """`sample_codes` for one row's logits `[codes]`."""
+    return sample_codes(
+        logits.unsqueeze(0),
+        [recent],
+        temperatures=[temperature],
+        eos=eos,
+        eos_allowed=[eos_allowed],
+        generators=[generator],
+    )[0]
 
 
 class Talker:
@@ -198,12 +248,9 @@ class Talker:
         generator = torch.Generator(device=self.device).manual_seed(seed)
         return TalkerTurn(generator=generator, temperature=temperature)
 
-    def condition(self, token_ids: Sequence[int], hidden: np.ndarray | None) -> torch.Tensor:
-        """A unit's condition `[len(token_ids) + 1, width]`; ValueError for an
-        id outside the talker's text table or a hidden state of another
-        shape than `[len(token_ids), thinker width]`."""
-        import torch
-
+    def check(self, token_ids: Sequence[int], hidden: np.ndarray | None) -> None:
+        """ValueError for an id outside the talker's text table or a hidden
+        state of another shape than `[len(token_ids), thinker width]`."""
         cfg = self.config
         bad = [i for i in token_ids if not 0 <= i < cfg.num_text_tokens]
         if bad:
@@ -211,16 +258,27 @@ class Talker:
         expected = (len(token_ids), cfg.llm_dim)
         if hidden is not None and tuple(hidden.shape) != expected:
             raise ValueError(f"hidden states are {tuple(hidden.shape)}, not {expected}")
+
+    def condition(self, token_ids: Sequence[int], hidden: np.ndarray | None) -> torch.Tensor:
+        """A unit's condition `[len(token_ids) + 1, width]`; ValueError as `check`."""
+        import torch
+
+        self.check(token_ids, hidden)
         if not token_ids:
             return self._audio_bos
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
         embeds = self.emb_text(ids)
         if hidden is not None:
             projected = self.projector(torch.as_tensor(hidden, dtype=torch.float32).to(self.device))
-            if cfg.normalize_projected_hidden:
+            if self.config.normalize_projected_hidden:
                 projected = torch.nn.functional.normalize(projected, p=2, dim=-1)
             embeds = embeds + projected
         return torch.cat([embeds, self._audio_bos])
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        """The code logits `[rows, codes]` of the backbone's last states `[rows, width]`."""
+        out: torch.Tensor = states @ self.head.T
+        return out
 
     def speak(
         self,
@@ -230,50 +288,156 @@ class Talker:
         *,
         last: bool,
     ) -> list[int]:
-        """The codes of one unit of `turn` (codes 0..6560, never EOS): 25
-        mid-turn, at most 25 on its first or `last` unit; after `last` the
-        turn starts afresh. `hidden` is the thinker's final hidden state per
-        token, or None (see the module's docstring)."""
+        """The codes of one unit of `turn`: `speak_batch` of that unit alone."""
+        return self.speak_batch([TalkerUnit(turn, token_ids, hidden, last)])[0]
+
+    def speak_batch(self, units: Sequence[TalkerUnit]) -> list[list[int]]:
+        """The codes of each unit (0..6560, never EOS), one forward a step for
+        all: 25 mid-turn, at most 25 on a turn's first or last unit; after
+        its last a turn starts afresh. A unit's `hidden` is the thinker's
+        final hidden state per token, or None (see the module's docstring).
+        ValueError as `check` before anything runs; no two units may share a turn."""
         import torch
 
+        if len({id(unit.turn) for unit in units}) != len(units):
+            raise ValueError("two units of one turn in a batch")
         with torch.inference_mode():
-            embeds = self.condition(token_ids, hidden)
-            fewest = 0 if turn.first or last else UNIT_STEPS
-            codes: list[int] = []
+            conditions = [self.condition(unit.token_ids, unit.hidden) for unit in units]
+            batch = _Batch(self, units, conditions)
+            logits = batch.prefill(conditions)
+            rows = range(len(units))
+            fewest = [0 if unit.turn.first or unit.last else UNIT_STEPS for unit in units]
+            codes: list[list[int]] = [[] for _ in rows]
+            alive = [True for _ in rows]
             for step in range(UNIT_STEPS):
-                logits = self._forward(turn, embeds)
-                code = sample_code(
-                    logits,
-                    codes,
-                    temperature=turn.temperature,
+                # A stopped row draws no more: its generator stays where alone it would.
+                live = [row for row in rows if alive[row]]
+                picks = sample_codes(
+                    logits[live] if len(live) < len(units) else logits,
+                    [codes[row] for row in live],
+                    temperatures=[units[row].turn.temperature for row in live],
                     eos=self.config.eos,
-                    eos_allowed=step >= fewest,
-                    generator=turn.generator,
+                    eos_allowed=[step >= fewest[row] for row in live],
+                    generators=[units[row].turn.generator for row in live],
                 )
-                if code == self.config.eos or step == UNIT_CODES:
+                for row, code in zip(live, picks, strict=True):
+                    if code == self.config.eos or step == UNIT_CODES:
+                        alive[row] = False
+                    else:
+                        codes[row].append(code)
+                if not any(alive):
                     break
-                codes.append(code)
-                embeds = self.emb_code(torch.tensor([code], device=self.device))
-        if last:
-            turn.reset()
+                fed = [row_codes[-1] if row_codes else 0 for row_codes in codes]
+                logits = batch.step(self.emb_code(torch.tensor(fed, device=self.device)), alive)
+            batch.keep()
+        for unit in units:
+            if unit.last:
+                unit.turn.reset()
         return codes
 
-    def _forward(self, turn: TalkerTurn, embeds: torch.Tensor) -> torch.Tensor:
-        """The code logits after `embeds` `[n, width]` enter the turn's cache at its position."""
+
+class _Batch:
+    """One batch's cache over the rows' turns: each row's past left-padded
+    to the longest, then the new positions of all rows side by side, and
+    the mask of the real ones."""
+
+    def __init__(
+        self, talker: Talker, units: Sequence[TalkerUnit], conditions: Sequence[torch.Tensor]
+    ) -> None:
         import torch
         from transformers import DynamicCache
 
-        if turn.cache is None:
-            turn.cache = DynamicCache()
-        positions = torch.arange(turn.position, turn.position + embeds.shape[0], device=self.device)
-        out = self.backbone(
-            inputs_embeds=embeds.unsqueeze(0),
-            position_ids=positions.unsqueeze(0),
-            past_key_values=turn.cache,
+        self._talker = talker
+        self._units = units
+        device = talker.device
+        cfg = talker.config
+        self._past = [unit.turn.position for unit in units]
+        longest = max(self._past)
+        widest = max(condition.shape[0] for condition in conditions)
+        rows = len(units)
+        # Every column the batch can fill: the past, the conditions, a code a step.
+        columns = longest + widest + UNIT_CODES
+        self.mask = torch.zeros(rows, columns, dtype=torch.long, device=device)
+        shape = (cfg.num_hidden_layers, rows, cfg.num_key_value_heads, longest, cfg.head_dim)
+        keys = torch.zeros(shape, device=device)
+        values = torch.zeros(shape, device=device)
+        for row, unit in enumerate(units):
+            start = longest - self._past[row]
+            self.mask[row, start:longest] = 1
+            if unit.turn.cache is not None:
+                keys[:, row, :, start:] = unit.turn.cache[0]
+                values[:, row, :, start:] = unit.turn.cache[1]
+        self.cache = DynamicCache()
+        if longest:
+            for layer in range(cfg.num_hidden_layers):
+                self.cache.update(keys[layer], values[layer], layer)
+        self._columns = longest
+        # Where each row's next position is.
+        self._positions = list(self._past)
+
+    def prefill(self, conditions: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The code logits `[rows, codes]` after each row's condition."""
+        import torch
+
+        widest = max(condition.shape[0] for condition in conditions)
+        rows = len(conditions)
+        embeds = torch.zeros(rows, widest, conditions[0].shape[1], device=self._talker.device)
+        positions = torch.zeros(rows, widest, dtype=torch.long, device=self._talker.device)
+        for row, condition in enumerate(conditions):
+            n = condition.shape[0]
+            embeds[row, :n] = condition
+            self.mask[row, self._columns : self._columns + n] = 1
+            # Padding continues the row's positions: masked, it is never read.
+            positions[row] = self._positions[row] + torch.arange(widest, device=positions.device)
+        hidden = self._forward(embeds, positions, widest)
+        lengths = [condition.shape[0] for condition in conditions]
+        for row, n in enumerate(lengths):
+            self._positions[row] += n
+        index = torch.tensor([n - 1 for n in lengths], device=self._talker.device)
+        return self._talker.logits(hidden[torch.arange(rows, device=index.device), index])
+
+    def step(self, embeds: torch.Tensor, alive: Sequence[bool]) -> torch.Tensor:
+        """The code logits `[rows, codes]` after one code per row `[rows, width]`;
+        rows not `alive` are fed masked."""
+        import torch
+
+        column = self._columns
+        live = torch.tensor(alive, dtype=torch.long, device=self.mask.device)
+        self.mask[:, column] = live
+        positions = torch.tensor(self._positions, device=self.mask.device).unsqueeze(1)
+        hidden = self._forward(embeds.unsqueeze(1), positions, 1)
+        for row, is_alive in enumerate(alive):
+            self._positions[row] += int(is_alive)
+        return self._talker.logits(hidden[:, -1])
+
+    def _forward(self, embeds: torch.Tensor, positions: torch.Tensor, n: int) -> torch.Tensor:
+        self._columns += n
+        out = self._talker.backbone(
+            inputs_embeds=embeds,
+            position_ids=positions,
+            attention_mask=self.mask[:, : self._columns],
+            past_key_values=self.cache,
             use_cache=True,
         )
-        turn.position += embeds.shape[0]
-        return torch.mv(self.head, out.last_hidden_state[0, -1])
+        hidden: torch.Tensor = out.last_hidden_state
+        return hidden
+
+    def keep(self) -> None:
+        """Each row's real positions become its turn's cache."""
+        import torch
+        from transformers.cache_utils import DynamicLayer
+
+        layers = [layer for layer in self.cache.layers if isinstance(layer, DynamicLayer)]
+        assert len(layers) == len(self.cache.layers), "the Llama's cache is all dynamic layers"
+        keys = torch.stack([layer.keys for layer in layers if layer.keys is not None])
+        values = torch.stack([layer.values for layer in layers if layer.values is not None])
+        for row, unit in enumerate(self._units):
+            real = self.mask[row, : self._columns].nonzero().squeeze(1)
+            unit.turn.cache = (
+                keys[:, row].index_select(2, real),
+                values[:, row].index_select(2, real),
+            )
+            unit.turn.position = self._positions[row]
 
 
 def _table(weight: torch.Tensor) -> torch.nn.Embedding:
