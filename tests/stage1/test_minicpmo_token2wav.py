@@ -135,6 +135,48 @@ def test_two_interleaved_turns_each_sound_as_alone(token2wav: Token2Wav) -> None
     assert not np.array_equal(alone_a[0][:4800], alone_b[0][:4800])
 
 
+def test_a_batch_of_streams_at_different_places_sounds_as_each_alone(
+    token2wav: Token2Wav,
+) -> None:
+    """One batch holds two streams far into their turns, two at their first push
+    (one too short to call yet), one ending its turn and one whose push is
+    split: the flow runs those of one shape together, and each sounds as
+    alone, to float rounding of the batched products."""
+    turns = {
+        "far": [_codes(20, 25), _codes(21, 25), _codes(22, 25), _codes(23, 25)],
+        "twin": [_codes(33, 25), _codes(34, 25), _codes(35, 25), _codes(36, 25)],
+        "new": [_codes(24, 25), _codes(25, 25)],
+        "short": [_codes(26, 2), _codes(27, 25)],
+        "ending": [_codes(28, 25), _codes(29, 25), _codes(30, 7)],
+        "long": [_codes(31, 25), _codes(32, token2wav.max_codes + 5)],
+    }
+    alone = {name: _turn(token2wav, chunks) for name, chunks in turns.items()}
+    streams = {name: token2wav.stream() for name in turns}
+    heard: dict[str, list[np.ndarray]] = {name: [] for name in turns}
+    # Each push names its turn and whether it ends it ([] ends the others).
+    schedule = [
+        [("far", 0), ("twin", 0)],
+        [("far", 1), ("twin", 1), ("ending", 0), ("long", 0)],
+        [("far", 2), ("twin", 2), ("new", 0), ("short", 0), ("ending", 1), ("long", 1)],
+        [("far", 3), ("twin", 3), ("new", 1), ("short", 1), ("ending", 2)],
+        [(name, None) for name in ("far", "twin", "new", "short", "ending", "long")],
+    ]
+    for pushes in schedule:
+        batch = [
+            (streams[name], [] if i is None else turns[name][i], i is None) for name, i in pushes
+        ]
+        for (name, _), audio in zip(pushes, token2wav.push_batch(batch), strict=True):
+            heard[name].append(audio)
+    for name in turns:
+        np.testing.assert_allclose(
+            np.concatenate(heard[name]), np.concatenate(alone[name]), atol=1e-5, rtol=0
+        )
+    assert len({round(float(np.abs(np.concatenate(a)).sum()), 3) for a in alone.values()}) == 6
+    stream = token2wav.stream()
+    with pytest.raises(ValueError, match="two pushes of one stream"):
+        token2wav.push_batch([(stream, _codes(1, 25), False), (stream, _codes(2, 25), False)])
+
+
 @pytest.mark.parametrize("bad", [6561, -1, 10_000])
 def test_a_code_outside_the_vocabulary_is_refused_and_nothing_taken(
     token2wav: Token2Wav, bad: int

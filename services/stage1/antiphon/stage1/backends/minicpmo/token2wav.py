@@ -30,14 +30,22 @@ Speaker conditioning comes precomputed (`speaker.pt`, stepaudio.Speaker);
 computing it from a wav needs the S3 tokenizer and campplus ONNX files of
 the folder, a Kaldi fbank and resampling (stepaudio.Speaker says which).
 
-Departures from the package: HiFT draws noise from torch's global
-generator, so each call runs on a forked generator seeded by the call's
-index in its turn (a stream's audio is then its own codes' alone, the same
-on every run); the flow's noise is drawn from a fixed seed at load; a push
-longer than the caches hold is split into several calls. One voice serves
-every stream, one call at a time (the flow writes its caches into shared
-scratch); each stream keeps its own copy of them, some 0.6 GB at the
-published size.
+Many streams' calls run as one batch (`push_batch`): streams whose caches
+have the same length (all past their second unit, the caches cut back to
+the same size) and whose calls have as many codes go through the flow
+together, their caches stacked on the batch axis (the solver's halves,
+guided and free, each in stream order). HiFT then runs per stream.
+
+Departures from the package: the solver's Euler steps are run here, each
+step's caches kept as they come, since the package's solver writes them
+into scratch sized for one stream (the step arithmetic is the package's, so
+one stream alone is what it makes sample for sample). HiFT draws noise from
+torch's global generator, so each call runs on a forked generator seeded
+by the call's index in its turn (a stream's audio is then its own codes'
+alone, the same on every run, in a batch or not); the flow's noise is drawn
+from a fixed seed at load; a push longer than the caches hold is split into
+several calls. One voice serves every stream, one batch at a time; each
+stream keeps its own copy of the caches, some 0.6 GB at the published size.
 """
 
 from __future__ import annotations
@@ -138,45 +146,156 @@ class Token2Wav:
         """A new turn."""
         return Token2WavStream(self)
 
-    def _decode(
-        self, codes: list[int], state: _State, *, last: bool, call: int
-    ) -> tuple[np.ndarray, _State]:
-        """One flow call, the package's `Token2wav.stream`: `codes` (carried
-        ones first) and a turn's `state` in, its audio and next state out."""
+    def push_batch(
+        self, pushes: Sequence[tuple[Token2WavStream, Sequence[int], bool]]
+    ) -> list[np.ndarray]:
+        """Each `(stream, codes, last)`'s float32 samples at 24 kHz, as
+        `Token2WavStream.push` gives them, the streams' calls batched.
+        BadSpeechCode or StreamFinished before anything is taken."""
+        streams = [stream for stream, _, _ in pushes]
+        if len({id(stream) for stream in streams}) != len(streams):
+            raise ValueError("two pushes of one stream in a batch")
+        for stream, codes, _ in pushes:
+            stream.check(codes)
+        calls = [stream.plan(codes, last=last) for stream, codes, last in pushes]
+        parts: list[list[np.ndarray]] = [[] for _ in pushes]
+        # A stream's calls run in order, each round one call of every stream that has one.
+        for round_ in range(max((len(planned) for planned in calls), default=0)):
+            due = [
+                (row, planned[round_]) for row, planned in enumerate(calls) if round_ < len(planned)
+            ]
+            audio = self._calls([(streams[row], n, last) for row, (n, last) in due])
+            for (row, _), samples in zip(due, audio, strict=True):
+                parts[row].append(samples)
+        return [np.concatenate(p) if p else np.zeros(0, dtype=np.float32) for p in parts]
+
+    def _calls(self, calls: Sequence[tuple[Token2WavStream, int, bool]]) -> list[np.ndarray]:
+        """One flow call of each stream, those of one shape in one batch."""
         import torch
 
-        device = [] if self._device.type == "cpu" else [self._device]
-        with self._lock, torch.inference_mode(), torch.random.fork_rng(devices=device):
-            torch.manual_seed(call)
-            mel, flow = self._flow.inference_chunk(
-                token=torch.tensor([codes], dtype=torch.int32, device=self._device),
-                spk=self._embedding,
-                cache=state.flow,
-                last_chunk=last,
-                n_timesteps=STEPS,
-            )
-            # The solver's caches are views of its shared scratch: copied out.
-            flow = {
-                "conformer_cnn_cache": flow["conformer_cnn_cache"].clone(),
-                "conformer_att_cache": self._cut(flow["conformer_att_cache"], dim=3),
-                "estimator_cnn_cache": flow["estimator_cnn_cache"].clone(),
-                "estimator_att_cache": self._cut(flow["estimator_att_cache"], dim=4),
+        taken = [(stream, stream.take(n), last) for stream, n, last in calls]
+        groups: dict[tuple[object, ...], list[int]] = {}
+        for row, (stream, codes, last) in enumerate(taken):
+            groups.setdefault((len(codes), last, stream.state.shape), []).append(row)
+        audio: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(calls)
+        with self._lock, torch.inference_mode():
+            for rows in groups.values():
+                last = taken[rows[0]][2]
+                mels, flows = self._flow_batch(
+                    [taken[row][1] for row in rows], [taken[row][0].state for row in rows], last
+                )
+                for row, mel, flow in zip(rows, mels, flows, strict=True):
+                    stream = taken[row][0]
+                    audio[row], stream.state = self._vocode(mel, flow, stream, last)
+        return audio
+
+    def _flow_batch(
+        self, codes: Sequence[Sequence[int]], states: Sequence[_State], last: bool
+    ) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
+        """The package's `inference_chunk` for several streams of one shape:
+        each one's mel `[1, bins, frames]` and next flow caches."""
+        import torch
+        import torch.nn.functional as F
+
+        flow = self._flow
+        rows = len(codes)
+        tokens = torch.tensor([list(c) for c in codes], dtype=torch.int32, device=self._device)
+        speaker = flow.spk_embed_affine_layer(F.normalize(self._embedding, dim=1))
+        caches = [state.flow for state in states]
+        hidden, conformer_cnn, conformer_att = flow.encoder.forward_chunk(
+            xs=flow.input_embedding(tokens),
+            last_chunk=last,
+            cnn_cache=torch.cat([c["conformer_cnn_cache"] for c in caches], dim=0),
+            att_cache=torch.cat([c["conformer_att_cache"] for c in caches], dim=1),
+        )
+        mu = flow.encoder_proj(hidden).transpose(1, 2).contiguous()
+        mel, estimator_cnn, estimator_att = self._solve(
+            mu,
+            speaker.expand(rows, -1),
+            _guided_cat([c["estimator_cnn_cache"] for c in caches]),
+            _guided_cat([c["estimator_att_cache"] for c in caches]),
+        )
+        flows = [
+            {
+                "conformer_cnn_cache": conformer_cnn[row : row + 1].clone(),
+                "conformer_att_cache": self._cut(conformer_att[:, row : row + 1], dim=3),
+                "estimator_cnn_cache": _guided_row(estimator_cnn, row),
+                "estimator_att_cache": self._cut(_guided_row(estimator_att, row), dim=4),
             }
+            for row in range(rows)
+        ]
+        return [mel[row : row + 1] for row in range(rows)], flows
+
+    def _solve(
+        self, mu: torch.Tensor, speaker: torch.Tensor, cnn: torch.Tensor, att: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The flow's Euler solver (`solve_euler_chunk`) over the cosine
+        schedule with classifier-free guidance, from the noise at the
+        caches' offset: the mel `[rows, bins, frames]` and each step's
+        caches, stacked. Its arithmetic is the package's, step for step."""
+        import torch
+
+        cfm = self._flow.decoder
+        rate = cfm.inference_cfg_rate
+        offset = att.shape[4]
+        x = cfm.rand_noise[:, :, offset : offset + mu.shape[2]].expand(mu.shape[0], -1, -1)
+        schedule = torch.linspace(0, 1, STEPS + 1, device=mu.device, dtype=mu.dtype)
+        schedule = 1 - torch.cos(schedule * 0.5 * torch.pi)
+        t, dt = schedule[0].unsqueeze(0), schedule[1] - schedule[0]
+        # Guided rows, then free ones: the free see no encoder output and no speaker.
+        frames = mu.shape[2]
+        mu_in = torch.cat([mu, torch.zeros_like(mu)], dim=0)
+        speaker_in = torch.cat([speaker, torch.zeros_like(speaker)], dim=0)
+        speaker_in = speaker_in[:, :, None].expand(-1, -1, frames)
+        cond_in = torch.zeros_like(mu_in)
+        dit = cfm.estimator
+        # The DiT's blocks write each step's caches where they are told: here
+        # straight into this call's, not into its own scratch for one stream.
+        step_cnn = cnn.new_empty((STEPS, *cnn.shape[1:]))
+        step_att = att.new_empty((*att.shape[:4], att.shape[4] + frames, att.shape[5]))
+        for step in range(1, STEPS + 1):
+            # The DiT's `forward_chunk`: time embedded, inputs stacked on channels.
+            velocity = dit.blocks_forward_chunk(
+                torch.cat([x.repeat(2, 1, 1), mu_in, speaker_in, cond_in], dim=1),
+                dit.t_embedder(t.repeat(mu_in.shape[0])).unsqueeze(1),
+                None,
+                cnn[step - 1],
+                att[step - 1],
+                step_cnn[step - 1],
+                step_att[step - 1],
+            )
+            guided, free = velocity.chunk(2, dim=0)
+            x = x + dt * ((1.0 + rate) * guided - rate * free)
+            t = t + dt
+            if step < STEPS:
+                dt = schedule[step + 1] - t
+        return x, step_cnn, step_att
+
+    def _vocode(
+        self, mel: torch.Tensor, flow: dict[str, torch.Tensor], stream: Token2WavStream, last: bool
+    ) -> tuple[np.ndarray, _State]:
+        """HiFT over one stream's new mel, cross-faded into what it held
+        back, on the stream's call index's noise; its audio and next state."""
+        import torch
+
+        state = stream.state
+        device = [] if self._device.type == "cpu" else [self._device]
+        with torch.random.fork_rng(devices=device):
+            torch.manual_seed(stream.calls - 1)
             mel = torch.cat([state.mel, mel], dim=2)
             speech, source = self._hift(mel, state.source)
-            if state.speech.shape[-1] > 0:
-                speech = self._fade(speech, state.speech)
-            held = self.held_samples
-            after = _State(
-                flow=flow,
-                mel=mel[..., -HIFT_HELD_FRAMES:].clone(),
-                source=source[:, :, -held:].clone(),
-                speech=speech[:, -held:].clone(),
-            )
-            if not last:
-                speech = speech[:, :-held]
-            audio = speech[0].float().cpu().numpy()
-        return audio, after
+        if state.speech.shape[-1] > 0:
+            speech = self._fade(speech, state.speech)
+        held = self.held_samples
+        after = _State(
+            flow=flow,
+            mel=mel[..., -HIFT_HELD_FRAMES:].clone(),
+            source=source[:, :, -held:].clone(),
+            speech=speech[:, -held:].clone(),
+        )
+        if not last:
+            speech = speech[:, :-held]
+        return speech[0].float().cpu().numpy(), after
 
     def _start(self) -> _State:
         import torch
@@ -207,6 +326,24 @@ class Token2Wav:
         return faded
 
 
+def _guided_cat(caches: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Streams' solver caches `[steps, depth, 2, ...]` (guided, free) as one
+    batch's `[steps, depth, 2 x rows, ...]`: every guided half, then every free one."""
+    import torch
+
+    if len(caches) == 1:
+        return caches[0]
+    return torch.cat([c[:, :, :1] for c in caches] + [c[:, :, 1:] for c in caches], dim=2)
+
+
+def _guided_row(cache: torch.Tensor, row: int) -> torch.Tensor:
+    """Row `row`'s `[steps, depth, 2, ...]` of a batch's solver cache, a copy."""
+    import torch
+
+    rows = cache.shape[2] // 2
+    return torch.cat([cache[:, :, row : row + 1], cache[:, :, rows + row : rows + row + 1]], dim=2)
+
+
 class _State:
     """What one turn carries between flow calls: the flow's caches, HiFT's
     held mel frames, source and speech."""
@@ -224,43 +361,62 @@ class _State:
         self.source = source
         self.speech = speech
 
+    @property
+    def shape(self) -> tuple[tuple[int, ...], ...]:
+        """What decides whether two streams' calls can share a batch."""
+        tensors = [self.flow[name] for name in sorted(self.flow)]
+        return tuple(tuple(t.shape) for t in [*tensors, self.mel, self.source, self.speech])
+
 
 class Token2WavStream:
     """One assistant turn: codes in as the talker makes them, audio out."""
 
     def __init__(self, token2wav: Token2Wav) -> None:
         self._t2w = token2wav
-        self._state = token2wav._start()
+        self.state = token2wav._start()
         self._carried = [SILENCE] * token2wav.lookahead
         self._pending: list[int] = []
-        self._calls = 0
+        # Flow calls made, the last one's index + 1.
+        self.calls = 0
         self._finished = False
 
     def push(self, codes: Sequence[int], *, last: bool = False) -> np.ndarray:
         """The float32 samples at 24 kHz that `codes` complete; `last` ends
         the turn and flushes what was held back. BadSpeechCode for a code
         outside the vocabulary (nothing is taken then)."""
+        return self._t2w.push_batch([(self, codes, last)])[0]
+
+    def check(self, codes: Sequence[int]) -> None:
+        """StreamFinished after the turn's last push, BadSpeechCode for a code
+        outside the vocabulary."""
         if self._finished:
             raise StreamFinished("this turn's last codes were pushed")
         bad = [c for c in codes if not 0 <= c < self._t2w.vocabulary]
         if bad:
             raise BadSpeechCode(f"speech codes are 0..{self._t2w.vocabulary - 1}, not {bad[:5]}")
-        self._pending.extend(int(c) for c in codes)
-        parts: list[np.ndarray] = []
-        while len(self._pending) > self._t2w.max_codes:
-            parts.append(self._call(self._t2w.max_codes, last=False))
-        if last or (self._calls > 0 and self._pending) or len(self._pending) >= self._t2w.min_codes:
-            parts.append(self._call(len(self._pending), last=last))
-        self._finished = last
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
-    def _call(self, n: int, *, last: bool) -> np.ndarray:
+    def plan(self, codes: Sequence[int], *, last: bool) -> list[tuple[int, bool]]:
+        """Takes `codes` in; the calls they make, each its count of new codes
+        and whether it is the turn's last."""
+        self._pending.extend(int(c) for c in codes)
+        pending, calls = len(self._pending), self.calls
+        planned: list[tuple[int, bool]] = []
+        while pending > self._t2w.max_codes:
+            planned.append((self._t2w.max_codes, False))
+            pending -= self._t2w.max_codes
+            calls += 1
+        if last or (calls > 0 and pending) or pending >= self._t2w.min_codes:
+            planned.append((pending, last))
+        self._finished = last
+        return planned
+
+    def take(self, n: int) -> list[int]:
+        """The next call's codes: the carried ones, then `n` new."""
         codes = [*self._carried, *self._pending[:n]]
-        audio, self._state = self._t2w._decode(codes, self._state, last=last, call=self._calls)
         del self._pending[:n]
         self._carried = codes[-self._t2w.lookahead :]
-        self._calls += 1
-        return audio
+        self.calls += 1
+        return codes
 
 
 def _weights(path: Path) -> dict[str, Any]:
