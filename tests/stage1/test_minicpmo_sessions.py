@@ -135,6 +135,45 @@ async def test_a_session_says_what_it_says_alone_while_another_speaks_beside_it(
     assert alone["a"] != alone["b"]
 
 
+async def test_units_that_wait_together_are_spoken_in_one_batch_each_as_alone() -> None:
+    """Units queued while the models are busy go in one batch, at most
+    `duplex_batch` of them; each says what it says alone, and one whose ids
+    the talker does not know fails alone."""
+    sizes: list[int] = []
+    settings = Stage1Settings(
+        backend="minicpmo",
+        duplex_checkpoint="random:tiny",
+        duplex_seed=7,
+        duplex_temperature=0,
+        duplex_batch=3,
+    )
+    voice = await asyncio.to_thread(minicpmo_voice.load, settings, sizes.append)
+    try:
+        units = [TEXTS["a"][0], TEXTS["b"][0], TEXTS["a"][1], TEXTS["b"][1]]
+        alone = [await voice.speak(voice.turn(key), tokens) for key, tokens in enumerate(units)]
+        assert sizes == [1, 1, 1, 1]
+        together = await asyncio.gather(
+            *(voice.speak(voice.turn(key), tokens) for key, tokens in enumerate(units))
+        )
+        assert sizes[4:] == [3, 1]
+        for a, b in zip(together, alone, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+        # Ten times the tolerance apart (the tiny flow hears codes faintly).
+        assert np.abs(alone[0] - alone[1]).max() > 1e-4
+        unknown = [10**7]  # past the talker's text table
+        spoken, failed = await asyncio.gather(
+            voice.speak(voice.turn(0), units[0]),
+            voice.speak(voice.turn(9), unknown),
+            return_exceptions=True,
+        )
+        assert isinstance(failed, ValueError) and "outside the talker" in str(failed)
+        assert isinstance(spoken, np.ndarray)
+        np.testing.assert_allclose(spoken, alone[0], atol=1e-5, rtol=0)
+        assert sizes[6:] == [1]
+    finally:
+        voice.close()
+
+
 async def test_a_cancelled_answer_is_not_spoken_and_the_next_starts_a_new_turn(
     voice: Voice,
 ) -> None:

@@ -153,8 +153,8 @@ def test_a_batch_of_streams_at_different_places_sounds_as_each_alone(
     alone = {name: _turn(token2wav, chunks) for name, chunks in turns.items()}
     streams = {name: token2wav.stream() for name in turns}
     heard: dict[str, list[np.ndarray]] = {name: [] for name in turns}
-    # Each push names its turn and whether it ends it ([] ends the others).
-    schedule = [
+    # Each push names its turn and its chunk, or None for the turn's end.
+    schedule: list[list[tuple[str, int | None]]] = [
         [("far", 0), ("twin", 0)],
         [("far", 1), ("twin", 1), ("ending", 0), ("long", 0)],
         [("far", 2), ("twin", 2), ("new", 0), ("short", 0), ("ending", 1), ("long", 1)],

@@ -87,6 +87,9 @@ class Stage1Settings(WorkerSettings):
     # sampling the same for the same text (unset: a fresh one a turn).
     duplex_temperature: float | None = Field(default=None, ge=0)
     duplex_seed: int | None = None
+    # `minicpmo` backend: most units (one per speaking session) spoken in one
+    # batch; each holds its turn's caches on the device while it runs.
+    duplex_batch: int = Field(default=32, ge=1)
 
     @model_validator(mode="after")
     def _graphs_need_cuda(self) -> Stage1Settings:

@@ -21,8 +21,10 @@ CAPABILITIES = cpb.Capabilities(supports_audio_truncate=True, model_native=True)
 
 @contextlib.asynccontextmanager
 async def open_sessions(context: BackendContext) -> AsyncIterator[SessionFactory]:
-    voice = await asyncio.to_thread(minicpmo_voice.load, context.settings)
     units = UnitMetrics(context.registry)
+    voice = await asyncio.to_thread(
+        minicpmo_voice.load, context.settings, units.batch_units.observe
+    )
 
     def session(emit: Emit) -> UnitSession:
         return UnitSession(voice, context.metrics, units, emit)

@@ -45,8 +45,15 @@ class UnitMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.unit_seconds = Histogram(
             "antiphon_stage1_duplex_unit_seconds",
-            "One spoken unit: the talker's codes and token2wav's audio (real time: < 1 s)",
+            "One spoken unit, from its turn in the batch queue to its audio: the talker's "
+            "codes and token2wav's audio (real time: < 1 s)",
             buckets=(0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 5.0),
+            registry=registry,
+        )
+        self.batch_units = Histogram(
+            "antiphon_stage1_duplex_batch_units",
+            "Units (one a speaking session) spoken together in one batch of the models",
+            buckets=(1, 2, 4, 8, 16, 24, 32, 48, 64),
             registry=registry,
         )
         self.units = Counter(
@@ -178,7 +185,7 @@ class UnitSession:
             self._turns += 1
             self._turn = self._voice.turn(self._seed_base + self._turns)
         start = time.perf_counter()
-        samples = await self._voice.run(self._voice.speak, self._turn, frame.tokens)
+        samples = await self._voice.speak(self._turn, frame.tokens)
         self._units.unit_seconds.observe(time.perf_counter() - start)
         if self._voice.turn_eos in frame.tokens:
             self._turn = None

@@ -8,8 +8,14 @@ the published code resets the talker's KV cache and token2wav's stream
 there. A turn cut short (a cancel, a mute, a silence without its end) is
 dropped: its few held-back samples belong to speech nobody hears any more.
 
-Both models run on one thread of the worker (`run`): neither is safe to
-step from two threads, and on a CPU a second thread only contends.
+Sessions' units are spoken in batches: a unit waits while a batch runs,
+then goes with every other unit that waited (up to `batch`), through the
+talker in one forward a step and through token2wav's flow together
+(talker.py, token2wav.py). Nothing waits for a batch to fill: a unit that
+finds the models idle goes at once, alone.
+
+Both models run on one thread of the worker: neither is safe to step from
+two threads, and on a CPU a second thread only contends.
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ import asyncio
 import concurrent.futures
 import logging
 import shutil
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -35,7 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 # The talker's sampling temperature in the published code.
 TEMPERATURE = 0.8
 
@@ -48,6 +54,13 @@ class Turn:
     audio: Token2WavStream
 
 
+@dataclass
+class _Waiting:
+    turn: Turn
+    tokens: list[int]
+    spoken: asyncio.Future[npt.NDArray[np.float32]]
+
+
 class Voice:
     def __init__(
         self,
@@ -58,6 +71,8 @@ class Voice:
         vocabulary: int,
         temperature: float,
         seed: int | None,
+        batch: int,
+        on_batch: Callable[[int], None] = lambda units: None,
         random_folder: Path | None = None,
     ) -> None:
         self._talker = talker
@@ -71,6 +86,11 @@ class Voice:
         # A random checkpoint's folder, written for this worker.
         self._random_folder = random_folder
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="minicpmo")
+        self._batch = batch
+        self._waiting: deque[_Waiting] = deque()
+        self._arrived = asyncio.Event()
+        self._speaking: asyncio.Task[None] | None = None
+        self._on_batch = on_batch
 
     def turn(self, key: int) -> Turn:
         """A new turn, its sampling seeded by the worker's seed and `key` (the
@@ -85,26 +105,85 @@ class Voice:
             self._talker.turn(seed=seed, temperature=self._temperature), self._token2wav.stream()
         )
 
-    def speak(self, turn: Turn, tokens: Sequence[int]) -> npt.NDArray[np.float32]:
-        """One unit of `turn`: its text tokens spoken, as samples at `rate`.
-        The unit whose text ends the turn flushes what token2wav held back."""
-        last = self.turn_eos in tokens
-        codes = self._talker.speak(turn.talker, tokens, None, last=last)
-        return turn.audio.push(codes, last=last)
+    async def speak(self, turn: Turn, tokens: Sequence[int]) -> npt.NDArray[np.float32]:
+        """One unit of `turn`: its text tokens spoken, as samples at `rate`,
+        in the next batch. The unit whose text ends the turn flushes what
+        token2wav held back. ValueError for ids the talker does not know."""
+        if self._speaking is None:
+            self._speaking = asyncio.create_task(self._speak_batches())
+        spoken: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Waiting(turn, list(tokens), spoken))
+        self._arrived.set()
+        return await spoken
 
-    async def run(self, work: Callable[..., T], *args: Any) -> T:
-        """`work(*args)` on the models' thread."""
-        return await asyncio.get_running_loop().run_in_executor(self._thread, work, *args)
+    async def _speak_batches(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._waiting:
+                self._arrived.clear()
+                await self._arrived.wait()
+            batch = [self._waiting.popleft() for _ in range(min(self._batch, len(self._waiting)))]
+            units = [(waiting.turn, waiting.tokens) for waiting in batch]
+            try:
+                results = await loop.run_in_executor(self._thread, self._speak_batch, units)
+            except Exception as exc:  # the batch as a whole failed
+                log.exception("the talker or token2wav failed a batch of %d", len(batch))
+                results = [exc] * len(batch)
+            for waiting, result in zip(batch, results, strict=True):
+                if waiting.spoken.done():  # its session went away
+                    continue
+                if isinstance(result, Exception):
+                    waiting.spoken.set_exception(result)
+                else:
+                    waiting.spoken.set_result(result)
+
+    def _speak_batch(
+        self, units: Sequence[tuple[Turn, list[int]]]
+    ) -> list[npt.NDArray[np.float32] | Exception]:
+        """On the models' thread: each unit's samples, or the error that its
+        own text is (the others are spoken all the same)."""
+        from antiphon.stage1.backends.minicpmo.talker import TalkerUnit
+
+        results: list[npt.NDArray[np.float32] | Exception] = []
+        good: list[int] = []
+        for row, (_, tokens) in enumerate(units):
+            try:
+                self._talker.check(tokens, None)
+                good.append(row)
+                results.append(np.zeros(0, np.float32))
+            except ValueError as exc:
+                results.append(exc)
+        if not good:
+            return results
+        self._on_batch(len(good))
+        lasts = [self.turn_eos in units[row][1] for row in good]
+        codes = self._talker.speak_batch(
+            [
+                TalkerUnit(units[row][0].talker, units[row][1], None, last)
+                for row, last in zip(good, lasts, strict=True)
+            ]
+        )
+        audio = self._token2wav.push_batch(
+            [
+                (units[row][0].audio, row_codes, last)
+                for row, row_codes, last in zip(good, codes, lasts, strict=True)
+            ]
+        )
+        for row, samples in zip(good, audio, strict=True):
+            results[row] = samples
+        return results
 
     def close(self) -> None:
+        if self._speaking is not None:
+            self._speaking.cancel()
         self._thread.shutdown(wait=True, cancel_futures=True)
         if self._random_folder is not None:
             shutil.rmtree(self._random_folder, ignore_errors=True)
 
 
-def load(settings: Stage1Settings) -> Voice:
+def load(settings: Stage1Settings, on_batch: Callable[[int], None] = lambda units: None) -> Voice:
     """The talker and token2wav of `settings.duplex_checkpoint`, with its tokenizer's
-    `<|turn_eos|>`."""
+    `<|turn_eos|>`; `on_batch` hears how many units each batch spoke."""
     if not settings.duplex_checkpoint:
         raise SystemExit(
             "stage1 backend minicpmo needs duplex_checkpoint (ANTIPHON_DUPLEX_CHECKPOINT): "
@@ -142,5 +221,7 @@ def load(settings: Stage1Settings) -> Voice:
         vocabulary=len(tokenizer),
         temperature=TEMPERATURE if temperature is None else temperature,
         seed=settings.duplex_seed,
+        batch=settings.duplex_batch,
+        on_batch=on_batch,
         random_folder=checkpoint.folder if checkpoint.name.startswith(RANDOM_PREFIX) else None,
     )
