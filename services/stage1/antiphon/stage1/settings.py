@@ -63,7 +63,7 @@ class Stage1Settings(WorkerSettings):
     # since stage0 must serve the same one. `nemotron`: the Nemotron VoiceChat
     # checkpoint folder or random:tiny (common/nemotron/checkpoint.py), whose
     # EAR-TTS and codec run here. `minicpmo`: the MiniCPM-o 4.5 folder or
-    # random:tiny (common/minicpmo/checkpoint.py), whose talker and token2wav
+    # random:4.5 or random:tiny (common/minicpmo/checkpoint.py), whose talker and token2wav
     # run here. The duplex_* settings below serve all three.
     duplex_checkpoint: str = ""
     # "auto": the GPU when there is one (the decoder is batched for it), else the CPU.

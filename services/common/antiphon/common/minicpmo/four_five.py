@@ -12,6 +12,12 @@ The parts are the ones the model card names, at their public shapes:
 - Audio: Whisper-medium's encoder (24 layers at width 1,024, 16 heads, MLP
   4,096, 80 mel bins), pooled by 5 (one token per 100 ms).
 
+The voice (stage1) is the published talker (talker_weights.py) and
+token2wav (token2wav_assets.py `write_published`), random too: the
+talker's `tts_config` is in the config; `write_voice` writes token2wav's
+folder, and the talker's weights are drawn where it loads (no weights file,
+so vLLM still draws the thinker's).
+
 Assumed, the published config.json not being at hand here: that SigLIP's
 last layer is kept (`drop_vision_last_layer: false`) and that the thinker's
 vocabulary is Qwen3's size; either changes a step's cost by well under 1%.
@@ -59,9 +65,21 @@ SHAPE: dict[str, Any] = {
 
 
 def write(folder: Path) -> None:
-    """The checkpoint's config, tokenizer and processor files (no weights)."""
+    """The checkpoint's config (the talker's with it), tokenizer and
+    processor files (no weights)."""
+    from antiphon.common.minicpmo import talker_weights
+
     folder.mkdir(parents=True, exist_ok=True)
     tiny.write_tokenizer(folder, VOCAB_SIZE)
     cfg = tiny.config(VOCAB_SIZE, SHAPE)
     tiny.write_config(folder, cfg)
     tiny.write_processors(folder, cfg)
+    talker_weights.write_config(folder, talker_weights.talker_config(cfg))
+
+
+def write_voice(folder: Path) -> None:
+    """Token2wav's random folder at the published widths, where the
+    published checkpoint keeps it."""
+    from antiphon.common.minicpmo import token2wav_assets
+
+    token2wav_assets.write_published(folder / tiny.TOKEN2WAV_FOLDER)

@@ -1,5 +1,6 @@
-"""A tiny random MiniCPM-o 4.5 token2wav folder, for tests: the published
-file names (stepaudio.py's), modules and rates, at toy widths.
+"""Random MiniCPM-o 4.5 token2wav folders: a tiny one for tests (the
+published file names, stepaudio.py's, modules and rates, at toy widths),
+and one at the published widths for benchmarks (`write_published`).
 
 What stays published: the code vocabulary (6561), 3 codes of lookahead, the
 flow's up-rate 2 (25 codes a second to 50 mel frames), 80 mel bins, a
@@ -15,6 +16,13 @@ model takes.
 
 Weights are the modules' own initialisation plus seeded noise, so that the
 DiT's zero-initialised output layers do not make every code sound alike.
+
+The published widths (`PUBLISHED_FLOW`): the DiT's are the package's own
+scratch sizes (16 blocks, 8 heads of 64, 512 wide: `CausalConditionalCFM`'s
+and `DiT`'s cache buffers); the conformer's are CosyVoice2's published
+encoder (6 and 4 blocks 512 wide, 8 heads, MLP 2,048); HiFT is the
+package's default (512). Assumed, flow.yaml not being at hand: the DiT's
+MLP ratio (the class's default, 4) and a 6 s speaker prompt.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ if TYPE_CHECKING:
 _SEED = 4503
 _PROMPT_CODES = 25
 _HIFT_WIDTH = 16
+_PUBLISHED_PROMPT_CODES = 150
+_PUBLISHED_HIFT_WIDTH = 512
 _VOCABULARY = 6561
 _SPEAKER_WIDTH = 192
 _MEL_BINS = 80
@@ -74,9 +84,40 @@ flow: !new:cosyvoice2.flow.flow.CausalMaskedDiffWithXvec
 """
 
 
+PUBLISHED_FLOW = (
+    TINY_FLOW.replace("A tiny random", "A random")
+    .replace("input_size: 32", "input_size: 512")
+    .replace("output_size: 32", "output_size: 512")
+    .replace("num_blocks: 1", "num_blocks: 6")
+    .replace("num_up_blocks: 1", "num_up_blocks: 4")
+    .replace("attention_heads: 2", "attention_heads: 8")
+    .replace("linear_units: 64", "linear_units: 2048")
+    .replace("mlp_ratio: 2.0", "mlp_ratio: 4.0")
+    .replace("depth: 2", "depth: 16")
+    .replace("num_heads: 2", "num_heads: 8")
+    .replace("head_dim: 16", "head_dim: 64")
+    .replace("hidden_size: 32", "hidden_size: 512")
+)
+
+
 def write_tiny(folder: Path) -> None:
     """Writes the tiny token2wav into `folder` (made if missing):
     flow.yaml, flow.pt, hift.pt and speaker.pt (a second of prompt)."""
+    _write(folder, TINY_FLOW, hift_width=_HIFT_WIDTH, prompt_codes=_PROMPT_CODES)
+
+
+def write_published(folder: Path) -> None:
+    """`write_tiny` at the published widths (some 130 M random weights,
+    0.5 GB), for benchmarks: what a call costs, not what it says."""
+    _write(
+        folder,
+        PUBLISHED_FLOW,
+        hift_width=_PUBLISHED_HIFT_WIDTH,
+        prompt_codes=_PUBLISHED_PROMPT_CODES,
+    )
+
+
+def _write(folder: Path, flow_config: str, *, hift_width: int, prompt_codes: int) -> None:
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -85,17 +126,17 @@ def write_tiny(folder: Path) -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(_SEED)
         # The solver's scratch is never run here: the smallest that builds.
-        flow = stepaudio.build_flow(TINY_FLOW, steps=1, frames=1)
-        hift = stepaudio.new_hift(base_channels=_HIFT_WIDTH, f0_channels=_HIFT_WIDTH)
+        flow = stepaudio.build_flow(flow_config, steps=1, frames=1)
+        hift = stepaudio.new_hift(base_channels=hift_width, f0_channels=hift_width)
     for part in (flow, hift):
         _perturb(part, seeded)
-    (folder / stepaudio.FLOW_CONFIG).write_text(TINY_FLOW)
+    (folder / stepaudio.FLOW_CONFIG).write_text(flow_config)
     torch.save(flow.state_dict(), folder / stepaudio.FLOW_WEIGHTS)
     torch.save(hift.state_dict(), folder / stepaudio.HIFT_WEIGHTS)
     speaker = stepaudio.Speaker(
-        tokens=torch.randint(0, _VOCABULARY, (_PROMPT_CODES,), generator=seeded),
+        tokens=torch.randint(0, _VOCABULARY, (prompt_codes,), generator=seeded),
         # About where a real log mel lies (silence near -11, loud speech near 2).
-        mel=-5.0 + 2.0 * torch.randn(2 * _PROMPT_CODES, _MEL_BINS, generator=seeded),
+        mel=-5.0 + 2.0 * torch.randn(2 * prompt_codes, _MEL_BINS, generator=seeded),
         embedding=torch.randn(_SPEAKER_WIDTH, generator=seeded),
     )
     speaker.write(folder / stepaudio.SPEAKER)

@@ -239,6 +239,16 @@ class Talker:
                         tensors[name] = handle.get_tensor(name)
         return cls(cfg, tensors, device=device)
 
+    @classmethod
+    def drawn(cls, folder: Path, *, device: str = "cpu", threads: int = 1) -> Talker:
+        """The talker of a checkpoint folder's `tts_config` with random
+        weights drawn here (`random:4.5`, which has no weights file)."""
+        import torch
+
+        torch.set_num_threads(threads)
+        cfg = tw.read_config(json.loads((folder / "config.json").read_text()))
+        return cls(cfg, tw.random(cfg), device=device)
+
     def turn(self, *, seed: int, temperature: float = TEMPERATURE) -> TalkerTurn:
         """A new turn's state, its sampling drawn from `seed` alone."""
         import torch

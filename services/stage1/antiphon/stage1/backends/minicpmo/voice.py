@@ -187,14 +187,14 @@ def load(settings: Stage1Settings, on_batch: Callable[[int], None] = lambda unit
     if not settings.duplex_checkpoint:
         raise SystemExit(
             "stage1 backend minicpmo needs duplex_checkpoint (ANTIPHON_DUPLEX_CHECKPOINT): "
-            "the local MiniCPM-o 4.5 folder stage0 serves, or random:tiny"
+            "the local MiniCPM-o 4.5 folder stage0 serves, random:4.5 or random:tiny"
         )
     import torch
     from transformers import AutoTokenizer
 
     from antiphon.common import moshi_checkpoint
     from antiphon.common.minicpmo import checkpoint as minicpmo_checkpoint
-    from antiphon.common.minicpmo import tiny
+    from antiphon.common.minicpmo import four_five, tiny
     from antiphon.common.minicpmo import tokenizer as tok
     from antiphon.stage1.backends.minicpmo.talker import Talker
     from antiphon.stage1.backends.minicpmo.token2wav import Token2Wav
@@ -203,7 +203,11 @@ def load(settings: Stage1Settings, on_batch: Callable[[int], None] = lambda unit
     checkpoint = minicpmo_checkpoint.resolve(settings.duplex_checkpoint)
     device = str(moshi_checkpoint.device(settings.duplex_device))
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.folder), trust_remote_code=True)
-    talker = Talker.load(checkpoint.folder, device=device, threads=settings.duplex_threads)
+    if checkpoint.has_weights or not checkpoint.name.startswith(RANDOM_PREFIX):
+        talker = Talker.load(checkpoint.folder, device=device, threads=settings.duplex_threads)
+    else:  # random:4.5: drawn here, as vLLM draws the thinker's
+        talker = Talker.drawn(checkpoint.folder, device=device, threads=settings.duplex_threads)
+        four_five.write_voice(checkpoint.folder)
     token2wav = Token2Wav.load(
         checkpoint.folder / tiny.TOKEN2WAV_FOLDER, device=device, threads=settings.duplex_threads
     )
