@@ -1,14 +1,15 @@
 """Model-native duplex capacity: N sessions through a stage0 `moshi` and a stage1 `mimi` worker
 (`--model nemotron`: both `nemotron`, Nemotron VoiceChat through NeMo's code; `--model
-minicpmo`: a stage0 `minicpmo` worker alone, MiniCPM-o 4.5's thinker deciding once a second,
-measured per unit by units.py and unit_levels.py).
+minicpmo`: both `minicpmo`, MiniCPM-o 4.5's thinker deciding once a second and its voice
+speaking each spoken second, measured per unit by units.py, unit_voice.py and
+unit_levels.py; `--no-voice` runs the thinker alone).
 
     python -m bench.duplex --checkpoint random:7b --device cuda --context 1500 \\
         --levels 1,16,32,64,96,128 --window-s 10 --budget-s 450 --out $OUT/duplex-h200.json
     python -m bench.duplex --checkpoint random:tiny --device cpu --levels 1,2 --window-s 3
     python -m bench.duplex --model nemotron --checkpoint random:tiny --device cpu --levels 2
     python -m bench.duplex --model minicpmo --checkpoint random:4.5 --device cuda \\
-        --prime-sessions 64 --levels 16,32,64 --frames-at 32,64 --window-s 20
+        --prime-sessions 32 --levels 16,32 --frames-at 16 --window-s 20
     python -m bench.duplex --table bench/results/duplex-h200.json
 
 First the reference loop alone (bench/duplex/moshi_loop.py: moshi's own Mimi

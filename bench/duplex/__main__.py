@@ -19,10 +19,21 @@ from bench.duplex.reference import run_reference
 from bench.duplex.report import finish, table
 from bench.duplex.unit_levels import real_time_definition, run_unit_levels
 from bench.duplex.units import probe_checkpoint
-from bench.duplex.workers import MODELS, STAGE0, STAGE1, unknown_settings, worker_profile
+from bench.duplex.workers import (
+    MODELS,
+    STAGE0,
+    STAGE1,
+    stage1_backend,
+    unknown_settings,
+    worker_profile,
+)
 from bench.lib.args import ints
 from bench.lib.machine import device_name, now, version
 from bench.lib.results import RESULTS, command_line
+
+# vLLM's share of the card in MiniCPM-o's thinker worker when its voice shares the
+# card (the worker's own default, 0.85, leaves the voice too little).
+VOICED_STAGE0_GPU_MEMORY = 0.55
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -36,7 +47,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=sorted(MODELS),
         default="moshi",
         help="the architecture: its stage0 and stage1 backends and its reference loop"
-        " (minicpmo: stage0 alone, no reference)",
+        " (minicpmo: the thinker and its voice, no reference)",
     )
     ap.add_argument(
         "--checkpoint",
@@ -99,6 +110,21 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="minicpmo: levels run again with --frames' camera frame, each right after"
         " the plain level of its size",
     )
+    ap.add_argument(
+        "--no-voice",
+        dest="voice",
+        action="store_false",
+        help="minicpmo: the thinker (stage0) alone, no stage1 worker voicing its units"
+        " (as its first results were made)",
+    )
+    ap.add_argument(
+        "--stage0-gpu-memory",
+        type=float,
+        default=None,
+        help="minicpmo: vLLM's share of the card in the thinker's worker"
+        " (llm_gpu_memory_utilization; default 0.55 with the voice beside it on the card,"
+        " the worker's own 0.85 under --no-voice)",
+    )
     ap.add_argument("--stage0-set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--stage1-set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--log-level", default="WARNING")
@@ -115,6 +141,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ap.error(f"--kv-cache and --front-ends are the Moshi architecture's, not {args.model}'s")
     if (args.frames or args.frames_at) and not model.unit_ms:
         ap.error("--frames is for a model that decides once a unit (minicpmo)")
+    if not args.voice and not model.unit_ms:
+        ap.error(f"--no-voice is minicpmo's: {args.model} needs its stage1 worker")
+    if args.stage0_gpu_memory is not None and not model.unit_ms:
+        ap.error("--stage0-gpu-memory is minicpmo's (vLLM's share of the card)")
+    if model.unit_ms and args.voice and args.stage0_gpu_memory is None:
+        args.stage0_gpu_memory = VOICED_STAGE0_GPU_MEMORY
     if model.reference is None:
         args.reference = False
     if args.dtype is None:
@@ -132,8 +164,10 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     declare; for minicpmo, its checkpoint as vLLM's processor reads it."""
     report: dict[str, Any] = {"device": device_name(), "python": sys.version.split()[0]}
     model = MODELS[args.model]
-    stages = (STAGE0[0], STAGE1[0]) if model.stage1 else (STAGE0[0],)
-    for module in (*stages, *model.modules):
+    voiced = stage1_backend(args) is not None
+    stages = (STAGE0[0], STAGE1[0]) if voiced else (STAGE0[0],)
+    modules = [m for m in model.modules if voiced or not m.startswith("antiphon.stage1.")]
+    for module in (*stages, *modules):
         try:
             __import__(module)
             report[module] = "ok"
@@ -195,18 +229,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         "skipped_levels": [],
     }
     if model.unit_ms:
+        voiced = stage1_backend(args) is not None
         result |= {
             "unit_ms": model.unit_ms,
+            "voice": voiced,
             "versions": result["versions"] | {d: version(d) for d in ("vllm", "transformers")},
-            "real_time_definition": real_time_definition(),
+            "real_time_definition": real_time_definition(voiced),
             "gpu_memory": "stage0: nvidia-smi's used MiB of the worker's process tree (vLLM's"
             " engine core is a child; null where nvidia-smi names none of its pids) at the"
             " window's end; device_used then, device_peak during the level. vLLM takes its"
             " share of the card (llm_gpu_memory_utilization) at start, weights, activations"
-            " and KV cache, whatever the level",
+            " and KV cache, whatever the level; voice.gpu_memory_mib: the stage1 worker's"
+            " process at the window's end",
             "command": command_line(),
-            "note": "stage0 alone: the bench runs no stage1 (talker and token2wav) for this"
-            " model, so no worker voices its frames, and no reference loop",
+            "note": "the thinker (stage0) and its voice (stage1: talker and token2wav, every"
+            " session's frames forwarded as the session service does, bench/duplex/"
+            "unit_voice.py); no reference loop"
+            if voiced
+            else "stage0 alone (--no-voice): no stage1 (talker and token2wav) voices its"
+            " frames, and no reference loop",
         }
     if args.reference:
         run_reference(args, result, deadline)

@@ -57,6 +57,19 @@ class SessionRecord:
     # Of every frame received: how many said speak, and their text tokens.
     units_spoken: int = 0
     text_tokens: int = 0
+    # A unit model's voice (bench/duplex/unit_voice.py), of the units closed in
+    # the window: those spoken (sent to stage1 in a response), those whose audio
+    # came, each one's latency from its frame to its audio, and each response's
+    # first audio from the append that closed its first unit; the audio those
+    # units brought (ms), stage1's errors.
+    voice_units: int = 0
+    voice_units_heard: int = 0
+    voice_latency_ms: list[float] = field(default_factory=list)
+    voice_responses: int = 0
+    first_audio_ms: list[float] = field(default_factory=list)
+    voice_audio_ms: float = 0.0
+    voice_error: str = ""
+    voice_error_events: int = 0
 
 
 def speech_loop(rate: int) -> np.ndarray:

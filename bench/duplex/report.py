@@ -13,8 +13,12 @@ def finish(result: dict[str, Any], out: Path) -> None:
     reference = result.get("reference", {}).get("levels", [])
     if not result.get("unit_ms"):
         result["ratio"] = ratios(result["levels"], reference, result["settings"]["capacity"])
-    real = [lv["sessions"] for lv in result["levels"] if lv["real_time"]]
-    result["max_real_time_sessions"] = max(real) if real else None
+    real = [lv for lv in result["levels"] if lv["real_time"]]
+    result["max_real_time_sessions"] = max(lv["sessions"] for lv in real) if real else None
+    if result.get("voice"):
+        # The thinker's and its voice's real time both (bench/duplex/unit_voice.py).
+        voiced = [lv["sessions"] for lv in real if lv["voice"]["real_time"]]
+        result["max_real_time_sessions_with_voice"] = max(voiced) if voiced else None
     write_json(out, result)
 
 
@@ -53,30 +57,59 @@ def table(data: dict[str, Any]) -> str:
 
 
 def unit_table(data: dict[str, Any]) -> str:
-    """A unit model's levels (`--model minicpmo`): stage0 alone."""
+    """A unit model's levels (`--model minicpmo`): the thinker's columns, then its
+    voice's where it ran (stage1)."""
     context = f"context {data['context']} tokens" if data["context"] else "default context"
+    voiced = any("voice" in lv for lv in data["levels"])
+    head = (
+        "| sessions | frames | unit p50 / p99 ms | worker's unit p50 / p99 ms | answered"
+        " | late | dropped ms | restarts | GPU MiB | real time |"
+    )
+    rule = "| ---: | :---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |"
+    if voiced:
+        head += (
+            " voice p50 / p99 / max ms | voice worker p50 / p99 ms | batch | first audio"
+            " p50 / p99 ms | heard | audio s/s (spoken) | voice MiB | voice real time |"
+        )
+        rule += " ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |"
     lines = [
         f"{data['device']}; {data['model']} {data['checkpoint']}, {context},"
         f" {data['dtype']}; a unit every {data['unit_ms']} ms; window"
-        f" {data['settings']['window_s']} s.",
+        f" {data['settings']['window_s']} s" + ("; with its voice (stage1)." if voiced else "."),
         "",
-        "| sessions | frames | unit p50 / p99 ms | worker's unit p50 / p99 ms | answered"
-        " | late | dropped ms | restarts | GPU MiB | real time |",
-        "| ---: | :---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
+        head,
+        rule,
     ]
     for lv in data["levels"]:
         u, w, mem = lv["unit_latency_ms"], lv["worker_unit_ms"], lv["gpu_memory_mib"]
         used = mem["stage0"] or mem["device_used"] or mem["device_peak"]
-        lines.append(
+        line = (
             f"| {lv['sessions']} | {'yes' if lv['frames'] else 'no'}"
             f" | {_n(u['p50'])} / {_n(u['p99'])} | {_n(w['p50'])} / {_n(w['p99'])}"
             f" | {lv['units_answered']} / {lv['units_closed']} | {lv['late_units']:.0f}"
             f" | {lv['dropped_input_ms']:.0f} | {lv['context_restarts']:.0f} | {_n(used, 0)}"
             f" | {'yes' if lv['real_time'] else 'no'} |"
         )
+        if voiced:
+            line += _voice_cells(lv.get("voice"))
+        lines.append(line)
+    blank = " |" * (8 if voiced else 0)
     for n in data.get("skipped_levels", []):
-        lines.append(f"| {n} | skipped (budget) | | | | | | | | |")
+        lines.append(f"| {n} | skipped (budget) | | | | | | | | |{blank}")
     return "\n".join(lines)
+
+
+def _voice_cells(v: dict[str, Any] | None) -> str:
+    if v is None:
+        return " - |" * 8
+    lat, first, w = v["latency_ms"], v["first_audio_ms"], v["worker_unit_ms"]
+    return (
+        f" {_n(lat['p50'])} / {_n(lat['p99'])} / {_n(lat['max'])}"
+        f" | {_n(w['p50'])} / {_n(w['p99'])} | {_n(v['batch_units_mean'])}"
+        f" | {_n(first['p50'])} / {_n(first['p99'])} | {v['units_heard']} / {v['units_spoken']}"
+        f" | {_n(v['audio_s_per_session_s'], 2)} ({_n(v['spoken_share'], 2)})"
+        f" | {_n(v['gpu_memory_mib'], 0)} | {'yes' if v['real_time'] else 'no'} |"
+    )
 
 
 def _n(value: float | None, digits: int = 1) -> str:

@@ -1,5 +1,5 @@
 """Sessions of a model that decides once a unit (`minicpmo`: a second of 16 kHz audio),
-and what a level's window says of them.
+and what a level's window says of them (of its voice: unit_voice.py).
 
 A session streams the speech in appends of `APPEND_S` on deadlines, as a browser's
 microphone does; every `unit_s / APPEND_S`-th append closes a unit (the worker cuts
@@ -25,6 +25,8 @@ import numpy as np
 
 from antiphon.v1 import stage_pb2 as pb
 from bench.duplex.clients import Schedule, SessionRecord, Stream
+from bench.duplex.unit_voice import UnitVoice
+from bench.duplex.workers import OUTPUT_RATE
 from bench.lib.machine import now
 from bench.lib.stats import pct
 
@@ -59,20 +61,29 @@ async def run_unit_session(
     unit_s: float,
     frame: bytes | None = None,
 ) -> None:
-    """One session: paced appends into stage0's Bind, its units' frames back."""
-    up = Stream()
+    """One session: paced appends into stage0's Bind, its units' frames back, and
+    with a stage1 (the voice) each frame on to its Bind and the audio back
+    (unit_voice.py)."""
+    up, down = Stream(), Stream()
     call = stubs[0].Bind(up.requests())
+    calls = [call]
     sid = f"bench-{rec.index}"
     up.queue.put_nowait(
         pb.Stage0Request(open=pb.Stage0Open(session_id=sid, lane=pb.LANE_NATIVE, skip_vad=True))
     )
+    if stubs[1] is not None:
+        calls.append(stubs[1].Bind(down.requests()))
+        down.queue.put_nowait(
+            pb.Stage1Request(open=pb.Stage1Open(session_id=sid, sample_rate_hz=OUTPUT_RATE))
+        )
     t_open = now()
-    await call.initial_metadata()
+    await asyncio.gather(*(c.initial_metadata() for c in calls))
     rec.opened_s = round(now() - t_open, 3)
     per_unit = round(unit_s / APPEND_S)
     # Unit index -> when the append that closed it was sent; and when its frame came.
     closed: dict[int, float] = {}
     answered: dict[int, float] = {}
+    voice = UnitVoice(sid, down.queue, rec, sched, closed) if len(calls) > 1 else None
 
     async def send_audio() -> None:
         samples = int(APPEND_S * rate)
@@ -109,18 +120,34 @@ async def run_unit_session(
                     rec.text_tokens += len(ev.frame.tokens)
                 if ev.frame.late and t >= sched.window_start:
                     rec.late_flagged += 1
+                if voice is not None:
+                    voice.frame(ev.frame, t)
             elif kind == "error":
                 rec.error = f"stage0 {ev.error.code}: {ev.error.message}"[:200]
 
-    reader = asyncio.create_task(read_frames())
+    async def read_audio() -> None:
+        if voice is None:
+            return
+        try:
+            async for ev in calls[1]:
+                voice.event(ev, now())
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:  # not the clients' own end
+                rec.voice_error_events += 1
+                rec.voice_error = rec.voice_error or f"stage1 {exc.code().name}: {exc.details()}"
+
+    readers = [asyncio.create_task(read_frames()), asyncio.create_task(read_audio())]
     try:
         await send_audio()
         await asyncio.sleep(max(0.0, sched.end + GRACE_S - now()))
     finally:
         up.queue.put_nowait(None)
-        call.cancel()
-        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-            await reader
+        down.queue.put_nowait(None)
+        for c in calls:
+            c.cancel()
+        for task in readers:
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await task
     for unit, sent_at in closed.items():
         if sched.window_start <= sent_at < sched.end:
             rec.units_closed += 1

@@ -1,6 +1,7 @@
 """The workers of a run, each its own process (a stage0 `moshi` and a stage1 `mimi`
-worker, or both `nemotron`, or a stage0 `minicpmo` alone), configured by one profile file
-(no Redis: each is dialled at its address)."""
+worker, or both `nemotron`, or both `minicpmo`: the thinker and its voice, the voice
+left out with `--no-voice`), configured by one profile file (no Redis: each is dialled
+at its address)."""
 
 from __future__ import annotations
 
@@ -80,13 +81,15 @@ MODELS = {
     ),
     "minicpmo": Model(
         "minicpmo",
-        None,
+        "minicpmo",
         None,
         "random:4.5",
         (
             "vllm.v1.engine.async_llm",
             "vllm.model_executor.models.minicpmo",
             "antiphon.stage0.backends.minicpmo.engines",
+            "antiphon.stage1.backends.minicpmo.talker",
+            "antiphon.stage1.backends.minicpmo.token2wav",
         ),
         moshi_settings=False,
         unit_ms=1000,
@@ -94,12 +97,17 @@ MODELS = {
 }
 
 
+def stage1_backend(args: argparse.Namespace) -> str | None:
+    """The run's stage1 backend: the model's, None under `--no-voice` (minicpmo's
+    thinker alone, as its first results were made)."""
+    return MODELS[args.model].stage1 if getattr(args, "voice", True) else None
+
+
 def worker_profile(args: argparse.Namespace, ports: dict[str, int]) -> dict[str, Any]:
     """The profile the workers read (ANTIPHON_PROFILE): a section each, no registry
-    (stage0's alone for a model with no stage1)."""
-    capacity = max(
-        [*args.levels, *getattr(args, "frames_at", []), getattr(args, "prime_sessions", 1)]
-    )
+    (stage0's alone under `--no-voice`)."""
+    levels = [*args.levels, *getattr(args, "frames_at", [])]
+    capacity = max([*levels, getattr(args, "prime_sessions", 1)])
     model = MODELS[args.model]
     stage0 = {
         "backend": model.stage0,
@@ -117,21 +125,28 @@ def worker_profile(args: argparse.Namespace, ports: dict[str, int]) -> dict[str,
         stage0["duplex_context"] = args.context
     if args.torch_compile:
         stage0["duplex_compile"] = True
+    if getattr(args, "stage0_gpu_memory", None) is not None:
+        # vLLM's share of the card (the thinker's), leaving the voice its room.
+        stage0["llm_gpu_memory_utilization"] = args.stage0_gpu_memory
     stage0 |= dict(kv.split("=", 1) for kv in args.stage0_set)
     common = {"log_level": args.log_level, "redis_url": "", "shutdown_grace_s": 3}
-    if model.stage1 is None:
+    backend = stage1_backend(args)
+    if backend is None:
         return {"common": common, "stage0": stage0}
     stage1 = {
-        "backend": model.stage1,
+        "backend": backend,
         "listen": f"127.0.0.1:{ports['stage1']}",
         "metrics_port": ports["stage1_metrics"],
         "duplex_checkpoint": args.checkpoint,
         "duplex_device": args.device,
         "duplex_threads": args.threads,
-        "output_rate": OUTPUT_RATE,
         "capacity": capacity,
-        "duplex_front_ends": args.stage1_front_ends,
     }
+    if model.unit_ms:
+        # MiniCPM-o's voice: every speaking session's unit in one batch at the largest level.
+        stage1["duplex_batch"] = max(levels)
+    else:
+        stage1 |= {"output_rate": OUTPUT_RATE, "duplex_front_ends": args.stage1_front_ends}
     if args.torch_compile:
         stage1["duplex_compile"] = True
     stage1 |= dict(kv.split("=", 1) for kv in args.stage1_set)

@@ -106,13 +106,16 @@ def test_nemotron_s_smoke_run_streams_every_session_through_its_workers_and_nemo
     assert data["ratio"][0]["worker_p99_over_reference_p99"] > 0
 
 
-def test_minicpmo_s_smoke_run_answers_every_unit_of_every_session_with_and_without_frames(
+def test_minicpmo_s_smoke_run_answers_and_voices_every_unit_of_every_session_framed_or_not(
     tmp_path: Path,
 ) -> None:
-    """`--model minicpmo`: the stage0 `minicpmo` worker alone (no stage1, no
-    reference loop), sessions of 200 ms appends, each unit's ModelFrame timed
-    from the append that closed it; `--frames-at` runs a level again with a
-    camera frame on every unit, right after the plain one."""
+    """`--model minicpmo`: the stage0 `minicpmo` worker (the thinker) and the stage1
+    `minicpmo` worker (its voice: talker and token2wav), no reference loop;
+    sessions of 200 ms appends, each unit's ModelFrame timed from the append that
+    closed it, and forwarded to stage1 as the session service does, its audio
+    timed from the frame; `--frames-at` runs a level again with a camera frame on
+    every unit, right after the plain one. The tiny random thinker speaks every
+    unit (it may end a turn and open another)."""
     out = tmp_path / "minicpmo.json"
     argv = ["--model", "minicpmo", "--checkpoint", "random:tiny", "--device", "cpu"]
     # The tiny thinker's positions stop at 4,096: a context below the backend's default.
@@ -120,12 +123,16 @@ def test_minicpmo_s_smoke_run_answers_every_unit_of_every_session_with_and_witho
     stdout = run_bench("bench.duplex", *argv, "--out", str(out), timeout=240)
     data = json.loads(out.read_text())
 
-    assert data["model"] == "minicpmo" and data["unit_ms"] == 1000
+    assert data["model"] == "minicpmo" and data["unit_ms"] == 1000 and data["voice"] is True
     assert "reference" not in data and "ratio" not in data
-    assert "stage1" not in data["worker_profile"]
+    stage0, stage1 = data["worker_profile"]["stage0"], data["worker_profile"]["stage1"]
+    assert stage1["backend"] == "minicpmo" and stage1["duplex_checkpoint"] == "random:tiny"
+    assert (stage1["duplex_batch"], stage1["capacity"]) == (2, 2)
+    assert stage0["llm_gpu_memory_utilization"] == 0.55  # vLLM's share beside the voice
     assert data["settings_unknown_to_workers"] == {}
     assert data["stage0_info"]["input_sample_rate_hz"] == 16000
     assert data["stage0_info"]["chunk_period_ms"] == 1000
+    assert data["stage1_info"] == {"backend": "minicpmo", "capacity": 2, "model_native": True}
     assert [(lv["sessions"], lv["frames"]) for lv in data["levels"]] == [
         (1, False),
         (2, False),
@@ -142,7 +149,54 @@ def test_minicpmo_s_smoke_run_answers_every_unit_of_every_session_with_and_witho
         assert lv["frames_received"] >= lv["units_answered"]
         assert lv["dropped_input_ms"] == lv["late_units"] == lv["context_restarts"] == 0
         assert lv["real_time"] is True
-    assert data["max_real_time_sessions"] == 2
+
+        voice = lv["voice"]
+        assert voice["errors"] == {}, voice["error_sample"]
+        # Every spoken unit of the window came back as one chunk, well within its second.
+        assert 0 < voice["units_spoken"] <= lv["units_closed"]
+        assert voice["units_heard"] == voice["units_spoken"] and voice["units_unheard"] == 0
+        v = voice["latency_ms"]
+        assert v["count"] == voice["units_heard"]
+        assert 0 < v["p50"] <= v["p99"] <= v["max"] < 1000
+        # A chunk a spoken unit: about a second of audio each (a turn's first 0.84 s,
+        # its last 1.12 s).
+        share = voice["spoken_share"]
+        assert share == pytest.approx(voice["units_spoken"] / lv["units_closed"], abs=1e-3)
+        assert 0.8 * share <= voice["audio_s_per_session_s"] <= 1.15 * share
+        # A response opened in the window (the model may end a turn and start
+        # another): its first audio within the thinker's second and the voice's.
+        first = voice["first_audio_ms"]
+        assert first["count"] <= voice["responses"]
+        if first["count"]:
+            assert 0 < first["p50"] <= first["max"] < 2000
+        # The worker's side: each unit in its own batch or with the other session's.
+        assert voice["worker_units"]["spoken"] >= voice["units_heard"]
+        assert voice["worker_units"]["dropped"] == 0
+        assert 1 <= voice["batch_units_mean"] <= lv["sessions"]
+        assert 0 < voice["worker_unit_ms"]["p50"] <= voice["worker_unit_ms"]["p99"]
+        assert voice["worker_alive"] is True and voice["real_time"] is True
+        assert voice["cpu_pct"] > 0
+    assert data["max_real_time_sessions"] == data["max_real_time_sessions_with_voice"] == 2
     assert "| sessions | frames | unit p50 / p99 ms |" in stdout
+    assert "| voice p50 / p99 / max ms |" in stdout
     table = run_bench("bench.duplex", "--table", str(out), timeout=60)
     assert table.count("\n| ") == 5  # the header, its rule and three levels
+    assert all(line.count("|") == 19 for line in table.splitlines() if line.startswith("|"))
+
+
+def test_minicpmo_s_no_voice_keeps_the_thinker_alone_at_the_worker_s_own_share() -> None:
+    """`--no-voice`: stage0 alone, as the first MiniCPM-o results were made (no
+    stage1 section, vLLM's share of the card left to the worker's setting)."""
+    from bench.duplex.__main__ import parse
+    from bench.duplex.workers import worker_profile
+
+    ports = dict.fromkeys(("stage0", "stage0_metrics", "stage1", "stage1_metrics"), 0)
+    argv = ["--model", "minicpmo", "--device", "cpu", "--levels", "16,32", "--frames-at", "16"]
+    alone = worker_profile(parse([*argv, "--no-voice"]), ports)
+    assert set(alone) == {"common", "stage0"}
+    assert "llm_gpu_memory_utilization" not in alone["stage0"]
+    voiced = worker_profile(parse([*argv, "--stage0-gpu-memory", "0.6"]), ports)
+    assert voiced["stage0"]["llm_gpu_memory_utilization"] == 0.6
+    assert voiced["stage1"]["duplex_batch"] == 32
+    with pytest.raises(SystemExit):
+        parse(["--model", "moshi", "--no-voice"])
