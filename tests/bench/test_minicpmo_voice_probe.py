@@ -15,10 +15,8 @@ from bench.probes.minicpmo_voice import main
 @pytest.mark.models
 def test_the_voice_probe_speaks_every_sessions_units_in_batches(tmp_path: Path) -> None:
     out = tmp_path / "voice.json"
-    main(
-        ["--checkpoint", "random:tiny", "--device", "cpu", "--levels", "1,3", "--units", "2"]
-        + ["--out", str(out)]
-    )
+    options = ["--checkpoint", "random:tiny", "--device", "cpu", "--levels", "1,3"]
+    main([*options, "--units", "2", "--out", str(out)])
     report = json.loads(out.read_text())
     assert [level["sessions"] for level in report["levels"]] == [1, 3]
     for level in report["levels"]:
