@@ -112,11 +112,16 @@ def sample_codes(
     scores = torch.where(temperature > 0, scores / temperature.clamp(min=1e-30), scores)
     windows = [list(recent[-PENALTY_WINDOW:]) for recent in recents]
     if any(windows):
-        counts = torch.zeros_like(scores)
-        for row, window in enumerate(windows):
-            if window:
-                ones = torch.ones(len(window), device=scores.device)
-                counts[row].index_add_(0, torch.tensor(window, device=scores.device), ones)
+        # Every row's window in one tensor (one copy to the device, not one a
+        # row), padded with code 0 at weight 0.
+        width = max(len(window) for window in windows)
+        padded = [[*window, *[0] * (width - len(window))] for window in windows]
+        weights = [[1.0] * len(window) + [0.0] * (width - len(window)) for window in windows]
+        counts = torch.zeros_like(scores).scatter_add_(
+            1,
+            torch.tensor(padded, device=scores.device),
+            torch.tensor(weights, device=scores.device),
+        )
         alpha = torch.pow(REPETITION_PENALTY, counts)
         # Dividing a negative logit would raise it; the official rule multiplies.
         scores = torch.where(scores < 0, scores * alpha, scores / alpha)
