@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# What `python -m bench.duplex --model minicpmo` needs on the GPU machine (no registry there),
-# as slices of one device call each: vLLM 0.26.0 and the packages its image lacks
-# (../shared/gpu/vllm-gpu-wheels.txt) and the stage0 worker's own (bench/recipes/minicpmo-wheels.txt).
-# No model files: `random:4.5` is written by the worker (config, tokenizer, processors) and
-# its weights are vLLM's dummy ones.
+# What `python -m bench.duplex --model minicpmo` (the thinker and its voice) needs on the
+# GPU machine (no registry there), as slices of one device call each: vLLM 0.26.0 and the
+# packages its image lacks (../shared/gpu/vllm-gpu-wheels.txt) and the workers' own
+# (bench/recipes/minicpmo-wheels.txt: gRPC and settings, and for the voice
+# stepaudio2-minicpmo's token2wav modules and scipy). No model files: `random:4.5` is
+# written by the workers (config, tokenizer, processors; the voice's talker and token2wav
+# weights drawn where they load) and the thinker's weights are vLLM's dummy ones.
 #
 # Usage, here in the repo root:
 #   bench/recipes/minicpmo_carry.sh [DEST]    (default .minicpmo-carry, ignored through .git/info/exclude)
