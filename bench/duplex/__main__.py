@@ -173,6 +173,8 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
             report[module] = "ok"
         except Exception as exc:
             report[module] = f"{type(exc).__name__}: {exc}"
+    if voiced and model.unit_ms:
+        report |= check_token2wav()
     with contextlib.suppress(ImportError):
         import torch
 
@@ -190,6 +192,31 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         except Exception as exc:
             report["checkpoint"] = f"{type(exc).__name__}: {exc}"
     return report
+
+
+# The stepaudio2-minicpmo modules MiniCPM-o's token2wav builds (the flow.yaml's classes
+# and HiFT), loaded as the voice loads them, without the package's `__init__`.
+TOKEN2WAV_MODULES = (
+    "cosyvoice2.flow.flow",
+    "cosyvoice2.flow.flow_matching",
+    "cosyvoice2.flow.decoder_dit",
+    "cosyvoice2.transformer.upsample_encoder_v2",
+    "flashcosyvoice.modules.hifigan",
+)
+
+
+def check_token2wav() -> dict[str, str]:
+    """The voice's token2wav modules and what they import (einops, scipy, onnxruntime)."""
+    out = {}
+    for name in TOKEN2WAV_MODULES:
+        try:
+            from antiphon.common.minicpmo import stepaudio
+
+            stepaudio.module(name)
+            out[f"stepaudio2.{name}"] = "ok"
+        except Exception as exc:
+            out[f"stepaudio2.{name}"] = f"{type(exc).__name__}: {exc}"
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
