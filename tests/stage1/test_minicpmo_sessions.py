@@ -131,8 +131,20 @@ async def test_a_session_says_what_it_says_alone_while_another_speaks_beside_it(
 ) -> None:
     alone = {name: await _speak(voice, units, name) for name, units in TEXTS.items()}
     together = await asyncio.gather(*(_speak(voice, units, name) for name, units in TEXTS.items()))
-    assert dict(zip(TEXTS, together, strict=True)) == alone
+    for name, chunks in zip(TEXTS, together, strict=True):
+        # Batched products round apart in the last bits: a sample may land
+        # one step of 16-bit audio over.
+        assert [len(c) for c in chunks] == [len(c) for c in alone[name]]
+        for ours, theirs in zip(chunks, alone[name], strict=True):
+            gap = np.abs(_samples(ours) - _samples(theirs))
+            assert gap.max() <= 1, gap.max()
     assert alone["a"] != alone["b"]
+    # Two sessions differ by more than that (the tiny flow hears codes faintly).
+    assert np.abs(_samples(alone["a"][1]) - _samples(alone["b"][1])).max() > 2
+
+
+def _samples(pcm16: bytes) -> np.ndarray:
+    return np.frombuffer(pcm16, "<i2").astype(np.int32)
 
 
 async def test_units_that_wait_together_are_spoken_in_one_batch_each_as_alone() -> None:

@@ -119,7 +119,7 @@ class Token2Wav:
                 self._embedding,
                 n_timesteps=STEPS,
             )
-            self._primed = {name: cache.clone() for name, cache in primed.items()}
+            self._primed = _Cohort.primed(primed)
 
     @classmethod
     def load(
@@ -180,51 +180,48 @@ class Token2Wav:
         audio: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(calls)
         with self._lock, torch.inference_mode():
             for rows in groups.values():
+                # Streams of one earlier batch in its order can use its caches as they are.
+                rows.sort(key=lambda row: taken[row][0].state.place)
+                streams = [taken[row][0] for row in rows]
                 last = taken[rows[0]][2]
-                mels, flows = self._flow_batch(
-                    [taken[row][1] for row in rows], [taken[row][0].state for row in rows], last
-                )
-                for row, mel, flow in zip(rows, mels, flows, strict=True):
-                    stream = taken[row][0]
-                    audio[row], stream.state = self._vocode(mel, flow, stream, last)
+                mel, flow = self._flow_batch([taken[row][1] for row in rows], streams, last)
+                for row, samples in zip(rows, self._vocode(mel, flow, streams, last), strict=True):
+                    audio[row] = samples
         return audio
 
     def _flow_batch(
-        self, codes: Sequence[Sequence[int]], states: Sequence[_State], last: bool
-    ) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
+        self, codes: Sequence[Sequence[int]], streams: Sequence[Token2WavStream], last: bool
+    ) -> tuple[torch.Tensor, _Cohort]:
         """The package's `inference_chunk` for several streams of one shape:
-        each one's mel `[1, bins, frames]` and next flow caches."""
+        their mels `[rows, bins, frames]` and next flow caches, all rows'."""
         import torch
         import torch.nn.functional as F
 
         flow = self._flow
         rows = len(codes)
+        caches = _Cohort.stack([stream.state for stream in streams])
+        # The streams' caches now live in `caches` (or in their earlier batch's).
+        for stream in streams:
+            stream.state.release()
         tokens = torch.tensor([list(c) for c in codes], dtype=torch.int32, device=self._device)
         speaker = flow.spk_embed_affine_layer(F.normalize(self._embedding, dim=1))
-        caches = [state.flow for state in states]
         hidden, conformer_cnn, conformer_att = flow.encoder.forward_chunk(
             xs=flow.input_embedding(tokens),
             last_chunk=last,
-            cnn_cache=torch.cat([c["conformer_cnn_cache"] for c in caches], dim=0),
-            att_cache=torch.cat([c["conformer_att_cache"] for c in caches], dim=1),
+            cnn_cache=caches.conformer_cnn,
+            att_cache=caches.conformer_att,
         )
         mu = flow.encoder_proj(hidden).transpose(1, 2).contiguous()
         mel, estimator_cnn, estimator_att = self._solve(
-            mu,
-            speaker.expand(rows, -1),
-            _guided_cat([c["estimator_cnn_cache"] for c in caches]),
-            _guided_cat([c["estimator_att_cache"] for c in caches]),
+            mu, speaker.expand(rows, -1), caches.estimator_cnn, caches.estimator_att
         )
-        flows = [
-            {
-                "conformer_cnn_cache": conformer_cnn[row : row + 1].clone(),
-                "conformer_att_cache": self._cut(conformer_att[:, row : row + 1], dim=3),
-                "estimator_cnn_cache": _guided_row(estimator_cnn, row),
-                "estimator_att_cache": self._cut(_guided_row(estimator_att, row), dim=4),
-            }
-            for row in range(rows)
-        ]
-        return [mel[row : row + 1] for row in range(rows)], flows
+        del caches
+        return mel, _Cohort(
+            conformer_cnn=conformer_cnn.clone(),
+            conformer_att=self._cut(conformer_att, dim=3),
+            estimator_cnn=estimator_cnn,
+            estimator_att=self._cut(estimator_att, dim=4),
+        )
 
     def _solve(
         self, mu: torch.Tensor, speaker: torch.Tensor, cnn: torch.Tensor, att: torch.Tensor
@@ -232,21 +229,22 @@ class Token2Wav:
         """The flow's Euler solver (`solve_euler_chunk`) over the cosine
         schedule with classifier-free guidance, from the noise at the
         caches' offset: the mel `[rows, bins, frames]` and each step's
-        caches, stacked. Its arithmetic is the package's, step for step."""
+        caches, stacked. Each row is a guided and a free row side by side
+        (one row alone is the package's order), and the arithmetic is the
+        package's, step for step."""
         import torch
 
         cfm = self._flow.decoder
         rate = cfm.inference_cfg_rate
+        rows, _, frames = mu.shape
         offset = att.shape[4]
-        x = cfm.rand_noise[:, :, offset : offset + mu.shape[2]].expand(mu.shape[0], -1, -1)
+        x = cfm.rand_noise[:, :, offset : offset + frames].expand(rows, -1, -1)
         schedule = torch.linspace(0, 1, STEPS + 1, device=mu.device, dtype=mu.dtype)
         schedule = 1 - torch.cos(schedule * 0.5 * torch.pi)
         t, dt = schedule[0].unsqueeze(0), schedule[1] - schedule[0]
-        # Guided rows, then free ones: the free see no encoder output and no speaker.
-        frames = mu.shape[2]
-        mu_in = torch.cat([mu, torch.zeros_like(mu)], dim=0)
-        speaker_in = torch.cat([speaker, torch.zeros_like(speaker)], dim=0)
-        speaker_in = speaker_in[:, :, None].expand(-1, -1, frames)
+        # The free rows see no encoder output and no speaker.
+        mu_in = _beside(mu, torch.zeros_like(mu))
+        speaker_in = _beside(speaker, torch.zeros_like(speaker))[:, :, None].expand(-1, -1, frames)
         cond_in = torch.zeros_like(mu_in)
         dit = cfm.estimator
         # The DiT's blocks write each step's caches where they are told: here
@@ -256,15 +254,16 @@ class Token2Wav:
         for step in range(1, STEPS + 1):
             # The DiT's `forward_chunk`: time embedded, inputs stacked on channels.
             velocity = dit.blocks_forward_chunk(
-                torch.cat([x.repeat(2, 1, 1), mu_in, speaker_in, cond_in], dim=1),
-                dit.t_embedder(t.repeat(mu_in.shape[0])).unsqueeze(1),
+                torch.cat([x.repeat_interleave(2, dim=0), mu_in, speaker_in, cond_in], dim=1),
+                dit.t_embedder(t.repeat(2 * rows)).unsqueeze(1),
                 None,
                 cnn[step - 1],
                 att[step - 1],
                 step_cnn[step - 1],
                 step_att[step - 1],
             )
-            guided, free = velocity.chunk(2, dim=0)
+            velocity = velocity.view(rows, 2, *velocity.shape[1:])
+            guided, free = velocity[:, 0], velocity[:, 1]
             x = x + dt * ((1.0 + rate) * guided - rate * free)
             t = t + dt
             if step < STEPS:
@@ -272,30 +271,45 @@ class Token2Wav:
         return x, step_cnn, step_att
 
     def _vocode(
-        self, mel: torch.Tensor, flow: dict[str, torch.Tensor], stream: Token2WavStream, last: bool
-    ) -> tuple[np.ndarray, _State]:
-        """HiFT over one stream's new mel, cross-faded into what it held
-        back, on the stream's call index's noise; its audio and next state."""
+        self, mel: torch.Tensor, flow: _Cohort, streams: Sequence[Token2WavStream], last: bool
+    ) -> list[np.ndarray]:
+        """HiFT over the streams' new mels `[rows, bins, frames]`, each
+        cross-faded into what it held back: the package's `HiFTGenerator`
+        forward, batched but for its noisy source, which each stream draws
+        alone on its call index's seed. Sets each stream's next state."""
         import torch
 
-        state = stream.state
+        hift = self._hift
+        mel = torch.cat([torch.cat([s.state.mel for s in streams]), mel], dim=2)
+        f0 = hift.f0_predictor(mel)
+        harmonics = hift.f0_upsamp(f0[:, None]).transpose(1, 2)
         device = [] if self._device.type == "cpu" else [self._device]
-        with torch.random.fork_rng(devices=device):
-            torch.manual_seed(stream.calls - 1)
-            mel = torch.cat([state.mel, mel], dim=2)
-            speech, source = self._hift(mel, state.source)
-        if state.speech.shape[-1] > 0:
-            speech = self._fade(speech, state.speech)
-        held = self.held_samples
-        after = _State(
-            flow=flow,
-            mel=mel[..., -HIFT_HELD_FRAMES:].clone(),
-            source=source[:, :, -held:].clone(),
-            speech=speech[:, -held:].clone(),
-        )
-        if not last:
-            speech = speech[:, :-held]
-        return speech[0].float().cpu().numpy(), after
+        sources = []
+        for row, stream in enumerate(streams):
+            with torch.random.fork_rng(devices=device):
+                torch.manual_seed(stream.calls - 1)
+                source = hift.m_source(harmonics[row : row + 1])[0].transpose(1, 2)
+            held = stream.state.source
+            if held.shape[2] != 0:
+                source[:, :, : held.shape[2]] = held
+            sources.append(source)
+        source = torch.cat(sources)
+        speech = hift.decode(x=mel, s=source)
+        audio: list[np.ndarray] = []
+        n = self.held_samples
+        for row, stream in enumerate(streams):
+            said = speech[row : row + 1]
+            if stream.state.speech.shape[-1] > 0:
+                said = self._fade(said, stream.state.speech)
+            stream.state = _State(
+                flow=flow,
+                place=(id(flow), row),
+                mel=mel[row : row + 1, :, -HIFT_HELD_FRAMES:].clone(),
+                source=source[row : row + 1, :, -n:].clone(),
+                speech=said[:, -n:].clone(),
+            )
+            audio.append((said if last else said[:, :-n])[0].float().cpu().numpy())
+        return audio
 
     def _start(self) -> _State:
         import torch
@@ -303,6 +317,7 @@ class Token2Wav:
         empty = torch.zeros(1, 0, device=self._device)
         return _State(
             flow=self._primed,
+            place=(id(self._primed), 0),
             mel=torch.zeros(1, int(self._flow.output_size), 0, device=self._device),
             source=empty[None],
             speech=empty,
@@ -326,37 +341,98 @@ class Token2Wav:
         return faded
 
 
-def _guided_cat(caches: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Streams' solver caches `[steps, depth, 2, ...]` (guided, free) as one
-    batch's `[steps, depth, 2 x rows, ...]`: every guided half, then every free one."""
+def _beside(guided: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+    """Rows `[rows, ...]` of each, as `[2 x rows, ...]`: each guided row, then its free one."""
     import torch
 
-    if len(caches) == 1:
-        return caches[0]
-    return torch.cat([c[:, :, :1] for c in caches] + [c[:, :, 1:] for c in caches], dim=2)
+    return torch.stack([guided, free], dim=1).flatten(0, 1)
 
 
-def _guided_row(cache: torch.Tensor, row: int) -> torch.Tensor:
-    """Row `row`'s `[steps, depth, 2, ...]` of a batch's solver cache, a copy."""
-    import torch
-
-    rows = cache.shape[2] // 2
-    return torch.cat([cache[:, :, row : row + 1], cache[:, :, rows + row : rows + row + 1]], dim=2)
-
-
-class _State:
-    """What one turn carries between flow calls: the flow's caches, HiFT's
-    held mel frames, source and speech."""
+class _Cohort:
+    """The flow caches of the streams of one batch, each stream's its row:
+    the conformer's `[rows, ...]` and `[depth, rows, ...]`, the solver's
+    `[steps, depth, 2 x rows, ...]` (a stream's guided and free rows side by
+    side), so that a stream's own are views, and the streams of one batch
+    can go on to the next as they are, with no copy."""
 
     def __init__(
         self,
         *,
-        flow: dict[str, torch.Tensor],
+        conformer_cnn: torch.Tensor,
+        conformer_att: torch.Tensor,
+        estimator_cnn: torch.Tensor,
+        estimator_att: torch.Tensor,
+    ) -> None:
+        self.conformer_cnn = conformer_cnn
+        self.conformer_att = conformer_att
+        self.estimator_cnn = estimator_cnn
+        self.estimator_att = estimator_att
+        self.rows = conformer_cnn.shape[0]
+
+    @classmethod
+    def primed(cls, caches: dict[str, torch.Tensor]) -> _Cohort:
+        """The one stream of the package's `setup_cache`."""
+        return cls(
+            conformer_cnn=caches["conformer_cnn_cache"].clone(),
+            conformer_att=caches["conformer_att_cache"].clone(),
+            estimator_cnn=caches["estimator_cnn_cache"].clone(),
+            estimator_att=caches["estimator_att_cache"].clone(),
+        )
+
+    def row(self, row: int) -> _Cohort:
+        return _Cohort(
+            conformer_cnn=self.conformer_cnn[row : row + 1],
+            conformer_att=self.conformer_att[:, row : row + 1],
+            estimator_cnn=self.estimator_cnn[:, :, 2 * row : 2 * row + 2],
+            estimator_att=self.estimator_att[:, :, 2 * row : 2 * row + 2],
+        )
+
+    @property
+    def shapes(self) -> tuple[tuple[int, ...], ...]:
+        """One row's shapes."""
+        one = self.row(0)
+        return tuple(
+            tuple(t.shape)
+            for t in (one.conformer_cnn, one.conformer_att, one.estimator_cnn, one.estimator_att)
+        )
+
+    @staticmethod
+    def stack(states: Sequence[_State]) -> _Cohort:
+        """The caches of `states`' streams as one batch's: an earlier
+        batch's as they are when these are all its streams in its order
+        (a second's batch again), else their rows copied together."""
+        import torch
+
+        first = states[0].flow
+        if first.rows == len(states) and all(
+            s.flow is first and s.place[1] == row for row, s in enumerate(states)
+        ):
+            return first
+        rows = [s.flow.row(s.place[1]) for s in states]
+        return _Cohort(
+            conformer_cnn=torch.cat([r.conformer_cnn for r in rows], dim=0),
+            conformer_att=torch.cat([r.conformer_att for r in rows], dim=1),
+            estimator_cnn=torch.cat([r.estimator_cnn for r in rows], dim=2),
+            estimator_att=torch.cat([r.estimator_att for r in rows], dim=2),
+        )
+
+
+class _State:
+    """What one turn carries between flow calls: its row of a batch's flow
+    caches (`flow`, `place`), HiFT's held mel frames, source and speech."""
+
+    def __init__(
+        self,
+        *,
+        flow: _Cohort,
+        place: tuple[int, int],
         mel: torch.Tensor,
         source: torch.Tensor,
         speech: torch.Tensor,
     ) -> None:
         self.flow = flow
+        # The batch's identity and the stream's row in it.
+        self.place = place
         self.mel = mel
         self.source = source
         self.speech = speech
@@ -364,8 +440,12 @@ class _State:
     @property
     def shape(self) -> tuple[tuple[int, ...], ...]:
         """What decides whether two streams' calls can share a batch."""
-        tensors = [self.flow[name] for name in sorted(self.flow)]
-        return tuple(tuple(t.shape) for t in [*tensors, self.mel, self.source, self.speech])
+        own = tuple(tuple(t.shape) for t in (self.mel, self.source, self.speech))
+        return self.flow.shapes + own
+
+    def release(self) -> None:
+        """Lets go of the flow caches, now a batch's input."""
+        del self.flow
 
 
 class Token2WavStream:
