@@ -8,14 +8,17 @@ the published code resets the talker's KV cache and token2wav's stream
 there. A turn cut short (a cancel, a mute, a silence without its end) is
 dropped: its few held-back samples belong to speech nobody hears any more.
 
-Sessions' units are spoken in batches: a unit waits while a batch runs,
-then goes with every other unit that waited (up to `batch`), through the
-talker in one forward a step and through token2wav's flow together
-(talker.py, token2wav.py). Nothing waits for a batch to fill: a unit that
-finds the models idle goes at once, alone.
+Sessions' units are spoken in batches: a unit waits while the talker runs
+a batch, then goes with every other unit that waited (up to `batch`),
+through the talker in one forward a step and through token2wav's flow
+together (talker.py, token2wav.py). Nothing waits for a batch to fill: a
+unit that finds the talker idle goes at once, alone.
 
-Both models run on one thread of the worker: neither is safe to step from
-two threads, and on a CPU a second thread only contends.
+The two models are a pipeline, each on a thread of its own (neither is safe
+to step from two threads): while token2wav voices one batch, the talker
+makes the next one's codes, so a worker keeps up with as many sessions as
+its slower model can serve, not as both in turn can. A session's next unit
+never overtakes its last: it is sent once the last one's audio is back.
 """
 
 from __future__ import annotations
@@ -85,7 +88,10 @@ class Voice:
         self._seed = seed
         # A random checkpoint's folder, written for this worker.
         self._random_folder = random_folder
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="minicpmo")
+        self._talking = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="talker")
+        self._voicing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="token2wav")
+        # Batches token2wav has yet to voice.
+        self._voiced: set[asyncio.Task[None]] = set()
         self._batch = batch
         self._waiting: deque[_Waiting] = deque()
         self._arrived = asyncio.Event()
@@ -125,60 +131,100 @@ class Voice:
             batch = [self._waiting.popleft() for _ in range(min(self._batch, len(self._waiting)))]
             units = [(waiting.turn, waiting.tokens) for waiting in batch]
             try:
-                results = await loop.run_in_executor(self._thread, self._speak_batch, units)
+                codes = await loop.run_in_executor(self._talking, self._talk, units)
             except Exception as exc:  # the batch as a whole failed
-                log.exception("the talker or token2wav failed a batch of %d", len(batch))
-                results = [exc] * len(batch)
-            for waiting, result in zip(batch, results, strict=True):
-                if waiting.spoken.done():  # its session went away
-                    continue
-                if isinstance(result, Exception):
-                    waiting.spoken.set_exception(result)
-                else:
-                    waiting.spoken.set_result(result)
+                log.exception("the talker failed a batch of %d", len(batch))
+                _settle(batch, [exc] * len(batch))
+                continue
+            # Its thread voices batches in the order they come.
+            voicing = loop.run_in_executor(self._voicing, self._voice, units, codes)
+            task = asyncio.create_task(self._settle_voiced(batch, voicing))
+            self._voiced.add(task)
+            task.add_done_callback(self._voiced.discard)
 
-    def _speak_batch(
-        self, units: Sequence[tuple[Turn, list[int]]]
-    ) -> list[npt.NDArray[np.float32] | Exception]:
-        """On the models' thread: each unit's samples, or the error that its
+    async def _settle_voiced(
+        self,
+        batch: list[_Waiting],
+        voicing: asyncio.Future[list[npt.NDArray[np.float32] | Exception]],
+    ) -> None:
+        try:
+            results = await voicing
+        except Exception as exc:
+            log.exception("token2wav failed a batch of %d", len(batch))
+            results = [exc] * len(batch)
+        _settle(batch, results)
+
+    def _talk(self, units: Sequence[tuple[Turn, list[int]]]) -> list[list[int] | Exception]:
+        """On the talker's thread: each unit's codes, or the error that its
         own text is (the others are spoken all the same)."""
         from antiphon.stage1.backends.minicpmo.talker import TalkerUnit
 
-        results: list[npt.NDArray[np.float32] | Exception] = []
+        results: list[list[int] | Exception] = []
         good: list[int] = []
         for row, (_, tokens) in enumerate(units):
             try:
                 self._talker.check(tokens, None)
                 good.append(row)
-                results.append(np.zeros(0, np.float32))
+                results.append([])
             except ValueError as exc:
                 results.append(exc)
         if not good:
             return results
         self._on_batch(len(good))
-        lasts = [self.turn_eos in units[row][1] for row in good]
         codes = self._talker.speak_batch(
             [
-                TalkerUnit(units[row][0].talker, units[row][1], None, last)
-                for row, last in zip(good, lasts, strict=True)
+                TalkerUnit(units[row][0].talker, units[row][1], None, self._ends(units[row][1]))
+                for row in good
             ]
         )
-        audio = self._token2wav.push_batch(
-            [
-                (units[row][0].audio, row_codes, last)
-                for row, row_codes, last in zip(good, codes, lasts, strict=True)
-            ]
-        )
-        for row, samples in zip(good, audio, strict=True):
+        for row, row_codes in zip(good, codes, strict=True):
+            results[row] = row_codes
+        return results
+
+    def _voice(
+        self, units: Sequence[tuple[Turn, list[int]]], codes: Sequence[list[int] | Exception]
+    ) -> list[npt.NDArray[np.float32] | Exception]:
+        """On token2wav's thread: each unit's samples from its codes."""
+        good = [row for row, row_codes in enumerate(codes) if not isinstance(row_codes, Exception)]
+        results: list[npt.NDArray[np.float32] | Exception] = [
+            row_codes if isinstance(row_codes, Exception) else np.zeros(0, np.float32)
+            for row_codes in codes
+        ]
+        pushes = []
+        for row in good:
+            row_codes = codes[row]
+            assert not isinstance(row_codes, Exception)
+            pushes.append((units[row][0].audio, row_codes, self._ends(units[row][1])))
+        for row, samples in zip(good, self._token2wav.push_batch(pushes), strict=True):
             results[row] = samples
         return results
+
+    def _ends(self, tokens: Sequence[int]) -> bool:
+        """Whether a unit of these tokens ends its turn."""
+        return self.turn_eos in tokens
 
     def close(self) -> None:
         if self._speaking is not None:
             self._speaking.cancel()
-        self._thread.shutdown(wait=True, cancel_futures=True)
+        for task in self._voiced:
+            task.cancel()
+        self._talking.shutdown(wait=True, cancel_futures=True)
+        self._voicing.shutdown(wait=True, cancel_futures=True)
         if self._random_folder is not None:
             shutil.rmtree(self._random_folder, ignore_errors=True)
+
+
+def _settle(
+    batch: Sequence[_Waiting], results: Sequence[npt.NDArray[np.float32] | Exception]
+) -> None:
+    """Each waiting unit's audio, or its error."""
+    for waiting, result in zip(batch, results, strict=True):
+        if waiting.spoken.done():  # its session went away
+            continue
+        if isinstance(result, Exception):
+            waiting.spoken.set_exception(result)
+        else:
+            waiting.spoken.set_result(result)
 
 
 def load(settings: Stage1Settings, on_batch: Callable[[int], None] = lambda units: None) -> Voice:
