@@ -33,8 +33,9 @@ the folder, a Kaldi fbank and resampling (stepaudio.Speaker says which).
 Many streams' calls run as one batch (`push_batch`): streams whose caches
 have the same length (all past their second unit, the caches cut back to
 the same size) and whose calls have as many codes go through the flow
-together, their caches stacked on the batch axis (the solver's halves,
-guided and free, each in stream order). HiFT then runs per stream.
+together, their caches one batch's (caches.py: a second's batch of the
+same streams takes the last one's as they are). HiFT runs batched too, but
+for its noisy source, which each stream draws alone.
 
 Departures from the package: the solver's Euler steps are run here, each
 step's caches kept as they come, since the package's solver writes them
@@ -59,6 +60,7 @@ import numpy as np
 
 from antiphon.common.assets import MissingAssetError
 from antiphon.common.minicpmo import stepaudio
+from antiphon.stage1.backends.minicpmo.caches import Cohort
 
 if TYPE_CHECKING:
     import torch
@@ -119,7 +121,7 @@ class Token2Wav:
                 self._embedding,
                 n_timesteps=STEPS,
             )
-            self._primed = _Cohort.primed(primed)
+            self._primed = Cohort.primed(primed)
 
     @classmethod
     def load(
@@ -191,7 +193,7 @@ class Token2Wav:
 
     def _flow_batch(
         self, codes: Sequence[Sequence[int]], streams: Sequence[Token2WavStream], last: bool
-    ) -> tuple[torch.Tensor, _Cohort]:
+    ) -> tuple[torch.Tensor, Cohort]:
         """The package's `inference_chunk` for several streams of one shape:
         their mels `[rows, bins, frames]` and next flow caches, all rows'."""
         import torch
@@ -199,7 +201,7 @@ class Token2Wav:
 
         flow = self._flow
         rows = len(codes)
-        caches = _Cohort.stack([stream.state for stream in streams])
+        caches = Cohort.stack([stream.state for stream in streams])
         # The streams' caches now live in `caches` (or in their earlier batch's).
         for stream in streams:
             stream.state.release()
@@ -216,7 +218,7 @@ class Token2Wav:
             mu, speaker.expand(rows, -1), caches.estimator_cnn, caches.estimator_att
         )
         del caches
-        return mel, _Cohort(
+        return mel, Cohort(
             conformer_cnn=conformer_cnn.clone(),
             conformer_att=self._cut(conformer_att, dim=3),
             estimator_cnn=estimator_cnn,
@@ -271,7 +273,7 @@ class Token2Wav:
         return x, step_cnn, step_att
 
     def _vocode(
-        self, mel: torch.Tensor, flow: _Cohort, streams: Sequence[Token2WavStream], last: bool
+        self, mel: torch.Tensor, flow: Cohort, streams: Sequence[Token2WavStream], last: bool
     ) -> list[np.ndarray]:
         """HiFT over the streams' new mels `[rows, bins, frames]`, each
         cross-faded into what it held back: the package's `HiFTGenerator`
@@ -348,75 +350,6 @@ def _beside(guided: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
     return torch.stack([guided, free], dim=1).flatten(0, 1)
 
 
-class _Cohort:
-    """The flow caches of the streams of one batch, each stream's its row:
-    the conformer's `[rows, ...]` and `[depth, rows, ...]`, the solver's
-    `[steps, depth, 2 x rows, ...]` (a stream's guided and free rows side by
-    side), so that a stream's own are views, and the streams of one batch
-    can go on to the next as they are, with no copy."""
-
-    def __init__(
-        self,
-        *,
-        conformer_cnn: torch.Tensor,
-        conformer_att: torch.Tensor,
-        estimator_cnn: torch.Tensor,
-        estimator_att: torch.Tensor,
-    ) -> None:
-        self.conformer_cnn = conformer_cnn
-        self.conformer_att = conformer_att
-        self.estimator_cnn = estimator_cnn
-        self.estimator_att = estimator_att
-        self.rows = conformer_cnn.shape[0]
-
-    @classmethod
-    def primed(cls, caches: dict[str, torch.Tensor]) -> _Cohort:
-        """The one stream of the package's `setup_cache`."""
-        return cls(
-            conformer_cnn=caches["conformer_cnn_cache"].clone(),
-            conformer_att=caches["conformer_att_cache"].clone(),
-            estimator_cnn=caches["estimator_cnn_cache"].clone(),
-            estimator_att=caches["estimator_att_cache"].clone(),
-        )
-
-    def row(self, row: int) -> _Cohort:
-        return _Cohort(
-            conformer_cnn=self.conformer_cnn[row : row + 1],
-            conformer_att=self.conformer_att[:, row : row + 1],
-            estimator_cnn=self.estimator_cnn[:, :, 2 * row : 2 * row + 2],
-            estimator_att=self.estimator_att[:, :, 2 * row : 2 * row + 2],
-        )
-
-    @property
-    def shapes(self) -> tuple[tuple[int, ...], ...]:
-        """One row's shapes."""
-        one = self.row(0)
-        return tuple(
-            tuple(t.shape)
-            for t in (one.conformer_cnn, one.conformer_att, one.estimator_cnn, one.estimator_att)
-        )
-
-    @staticmethod
-    def stack(states: Sequence[_State]) -> _Cohort:
-        """The caches of `states`' streams as one batch's: an earlier
-        batch's as they are when these are all its streams in its order
-        (a second's batch again), else their rows copied together."""
-        import torch
-
-        first = states[0].flow
-        if first.rows == len(states) and all(
-            s.flow is first and s.place[1] == row for row, s in enumerate(states)
-        ):
-            return first
-        rows = [s.flow.row(s.place[1]) for s in states]
-        return _Cohort(
-            conformer_cnn=torch.cat([r.conformer_cnn for r in rows], dim=0),
-            conformer_att=torch.cat([r.conformer_att for r in rows], dim=1),
-            estimator_cnn=torch.cat([r.estimator_cnn for r in rows], dim=2),
-            estimator_att=torch.cat([r.estimator_att for r in rows], dim=2),
-        )
-
-
 class _State:
     """What one turn carries between flow calls: its row of a batch's flow
     caches (`flow`, `place`), HiFT's held mel frames, source and speech."""
@@ -424,7 +357,7 @@ class _State:
     def __init__(
         self,
         *,
-        flow: _Cohort,
+        flow: Cohort,
         place: tuple[int, int],
         mel: torch.Tensor,
         source: torch.Tensor,
