@@ -49,6 +49,22 @@ def test_a_voice_without_word_marks_ends_its_words_with_the_chunk() -> None:
     assert ledger.heard(1000) == "Hello there."
 
 
+async def test_the_audio_a_client_counts_in_samples_can_be_truncated_to_its_end() -> None:
+    """Chunks of 24,010 samples at 24 kHz are 1,000.42 ms each: three are
+    3,001.25 ms, which a client that counts samples and rounds up truncates
+    at 3,002, not past the audio; summing whole milliseconds said 3,000."""
+    ledger = Ledger(response_id="r", item_id="i")
+    for word in ("One.", " Two.", " Three."):
+        ledger.add_chunk(word, 1000 * 24_010 / 24_000, [])
+    assert (ledger.generated_ms, ledger.sent_ms) == (3002, 3002)
+    assert ledger.marks == [(4, 1000), (9, 2001), (16, 3001)]
+    assert ledger.heard(3001) == "One. Two. Three."
+    playback = Playback(cast(Conversation, None))
+    playback.ended(ledger)
+    with pytest.raises(Rejection, match="past the item's audio"):
+        await playback.truncate("i", 3003)
+
+
 def test_acks_only_move_forward_and_never_past_what_was_sent() -> None:
     ledger = two_chunks()
     ledger.acknowledge(1000, 800)

@@ -9,6 +9,7 @@ or before it, not a share of the text proportional to time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from antiphon.session.actor.errors import invalid
@@ -29,21 +30,28 @@ class Ledger:
     marks: list[tuple[int, int]] = field(default_factory=list)
     generated_ms: int = 0
     sent_ms: int = 0
+    # The audio's exact length: chunks' whole milliseconds would drift from
+    # what a client counts in samples, a rounding a chunk.
+    audio_ms: float = 0.0
     played_ms: int = 0
     committed_ms: int = 0
     # Whether the response's item is in the conversation history.
     in_history: bool = False
 
-    def add_chunk(self, text: str, duration_ms: int, marks: list[cpb.AudioTextMark]) -> None:
-        """One chunk sent to the client (journaled before it is sent)."""
-        chars, start_ms = len(self.transcript), self.generated_ms
+    def add_chunk(self, text: str, duration_ms: float, marks: list[cpb.AudioTextMark]) -> None:
+        """One chunk of `duration_ms` (its samples', exactly) sent to the
+        client (journaled before it is sent)."""
+        chars, start_ms = len(self.transcript), self.audio_ms
         self.transcript += text
         if marks:
-            self.marks += [(chars + m.text_chars, start_ms + m.audio_end_ms) for m in marks]
+            self.marks += [(chars + m.text_chars, round(start_ms + m.audio_end_ms)) for m in marks]
         elif text.strip():
             # A voice without word timings: the chunk's words end with its audio.
-            self.marks.append((chars + len(text), start_ms + duration_ms))
-        self.generated_ms += duration_ms
+            self.marks.append((chars + len(text), round(start_ms + duration_ms)))
+        self.audio_ms += duration_ms
+        # Whole milliseconds, up: a client that counts the samples it got and
+        # rounds may truncate at the last partial millisecond.
+        self.generated_ms = math.ceil(round(self.audio_ms, 6))
         self.sent_ms = self.generated_ms
 
     def stored(self) -> None:

@@ -229,7 +229,8 @@ class ResponseState:
         the encoding and rate it is in: the session owns that format, and
         journals the bytes the client hears (the gateway only base64s them).
         """
-        self.ledger.add_chunk(text, duration_ms, marks)
+        exact_ms = 1000 * len(pcm16) / 2 / rate if pcm16 and rate else duration_ms
+        self.ledger.add_chunk(text, exact_ms, marks)
         encoded = audio_formats.encode(pcm16, rate, output_format.encoding)
         delta = spb.AudioDelta(
             ref=self.ref,
