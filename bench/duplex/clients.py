@@ -93,6 +93,17 @@ class Stream:
             yield req
 
 
+async def hang_up(streams: Sequence[Stream], calls: Sequence[Any], readers: Sequence[Any]) -> None:
+    """A session's end: its request streams closed, its calls cancelled, its readers done."""
+    for stream in streams:
+        stream.queue.put_nowait(None)
+    for call in calls:
+        call.cancel()
+    for task in readers:
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+            await task
+
+
 async def run_session(
     stubs: tuple[Any, Any | None],
     rec: SessionRecord,
@@ -170,13 +181,7 @@ async def run_session(
         await send_audio()
         await asyncio.sleep(max(0.0, sched.end - now()))
     finally:
-        up.queue.put_nowait(None)
-        down.queue.put_nowait(None)
-        for call in calls:
-            call.cancel()
-        for task in readers:
-            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                await task
+        await hang_up([up, down], calls, readers)
 
 
 # stage0's addresses, and stage1's (none: no stage1); several are a worker's

@@ -14,7 +14,6 @@ dropped-input counter say so, and such a level is not real time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import math
 from collections.abc import Sequence
@@ -24,7 +23,7 @@ import grpc
 import numpy as np
 
 from antiphon.v1 import stage_pb2 as pb
-from bench.duplex.clients import Schedule, SessionRecord, Stream
+from bench.duplex.clients import Schedule, SessionRecord, Stream, hang_up
 from bench.duplex.unit_voice import UnitVoice
 from bench.duplex.workers import OUTPUT_RATE
 from bench.lib.machine import now
@@ -141,13 +140,7 @@ async def run_unit_session(
         await send_audio()
         await asyncio.sleep(max(0.0, sched.end + GRACE_S - now()))
     finally:
-        up.queue.put_nowait(None)
-        down.queue.put_nowait(None)
-        for c in calls:
-            c.cancel()
-        for task in readers:
-            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                await task
+        await hang_up([up, down], calls, readers)
     for unit, sent_at in closed.items():
         if sched.window_start <= sent_at < sched.end:
             rec.units_closed += 1
