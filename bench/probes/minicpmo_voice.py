@@ -47,6 +47,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--units", type=int, default=6, help="mid-turn units a level")
     parser.add_argument("--text-tokens", type=int, default=12)
     parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument(
+        "--voice-cache",
+        default="auto",
+        choices=["auto", "float32", "float16"],
+        help="token2wav's solver caches (stage1's duplex_voice_cache)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
@@ -57,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
         "text_tokens": args.text_tokens,
         "levels": [],
     }
-    voice = load(args.checkpoint, args.device)
+    voice = load(args.checkpoint, args.device, args.voice_cache)
+    result["voice_cache"] = voice["token2wav"].cache_dtype
     result["load_s"] = voice.pop("load_s")
     for sessions in levels:
         try:
@@ -73,14 +80,14 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(voice["folder"], ignore_errors=True)
 
 
-def load(name: str, device: str) -> dict[str, Any]:
+def load(name: str, device: str, cache: str) -> dict[str, Any]:
     """The checkpoint's talker and token2wav, as stage1's voice.py loads them."""
     from transformers import AutoTokenizer
 
     from antiphon.common.minicpmo import checkpoint, four_five, tiny
     from antiphon.common.minicpmo import tokenizer as tok
     from antiphon.stage1.backends.minicpmo.talker import Talker
-    from antiphon.stage1.backends.minicpmo.token2wav import Token2Wav
+    from antiphon.stage1.backends.minicpmo.token2wav import Token2Wav, cache_dtype
 
     start = time.perf_counter()
     ckpt = checkpoint.resolve(name)
@@ -89,7 +96,9 @@ def load(name: str, device: str) -> dict[str, Any]:
     else:
         talker = Talker.drawn(ckpt.folder, device=device)
         four_five.write_voice(ckpt.folder)
-    token2wav = Token2Wav.load(ckpt.folder / tiny.TOKEN2WAV_FOLDER, device=device)
+    token2wav = Token2Wav.load(
+        ckpt.folder / tiny.TOKEN2WAV_FOLDER, device=device, cache_dtype=cache_dtype(cache, device)
+    )
     tokenizer = AutoTokenizer.from_pretrained(str(ckpt.folder), trust_remote_code=True)
     return {
         "talker": talker,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from antiphon.common.minicpmo import stepaudio
 from antiphon.common.minicpmo.token2wav_assets import write_tiny
@@ -62,8 +63,6 @@ def test_a_turn_is_what_the_packages_own_token2wav_stream_makes(
     MiniCPM-o's duplex loop calls it (the 3 carried codes before each
     chunk's), gives the same samples, through the caches' cut-back (past
     150 frames here) and the vocoder's cross-fades."""
-    import torch
-
     chunks = [_codes(1, 25), _codes(2, 25), _codes(3, 25), _codes(4, 10)]
     ours = _turn(token2wav, chunks)
 
@@ -175,6 +174,26 @@ def test_a_batch_of_streams_at_different_places_sounds_as_each_alone(
     stream = token2wav.stream()
     with pytest.raises(ValueError, match="two pushes of one stream"):
         token2wav.push_batch([(stream, _codes(1, 25), False), (stream, _codes(2, 25), False)])
+
+
+def test_float16_caches_take_half_the_memory_and_sound_as_float32(folder: Path) -> None:
+    """A stream's solver caches in float16 are half their float32 bytes, and
+    the attention still runs in float32 over them: the turn sounds as the
+    float32 one to rounding, in a batch as alone."""
+    half = Token2Wav.load(folder, cache_dtype="float16")
+    full = Token2Wav.load(folder)
+    chunks = [_codes(40, 25), _codes(41, 25), _codes(42, 25)]
+    heard = np.concatenate(_turn(half, chunks))
+    np.testing.assert_allclose(heard, np.concatenate(_turn(full, chunks)), atol=1e-5, rtol=0)
+    streams = [half.stream(), full.stream()]
+    for stream, token2wav in zip(streams, (half, full), strict=True):
+        token2wav.push_batch([(stream, chunks[0], False), (token2wav.stream(), chunks[1], False)])
+    caches = [stream.state.flow.row(stream.state.place[1]).estimator_att for stream in streams]
+    assert caches[0].dtype == torch.float16 and caches[1].dtype == torch.float32
+    assert caches[0].nbytes * 2 == caches[1].nbytes
+    twin = half.stream()
+    batched = half.push_batch([(twin, chunks[0], False), (half.stream(), chunks[2], False)])[0]
+    np.testing.assert_allclose(batched, heard[: len(batched)], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("bad", [6561, -1, 10_000])

@@ -90,6 +90,11 @@ class Stage1Settings(WorkerSettings):
     # `minicpmo` backend: most units (one per speaking session) spoken in one
     # batch; each holds its turn's caches on the device while it runs.
     duplex_batch: int = Field(default=32, ge=1)
+    # `minicpmo` backend: token2wav's solver caches, nearly all of a speaking
+    # session's memory (some 0.6 GB in float32). "auto": float16 on a GPU,
+    # where they bound how many sessions fit; float32 on a CPU, which is the
+    # package's own token2wav sample for sample.
+    duplex_voice_cache: Literal["auto", "float32", "float16"] = "auto"
 
     @model_validator(mode="after")
     def _graphs_need_cuda(self) -> Stage1Settings:

@@ -40,13 +40,18 @@ class Cohort:
         self.rows = conformer_cnn.shape[0]
 
     @classmethod
-    def primed(cls, caches: dict[str, torch.Tensor]) -> Cohort:
-        """The one stream of the package's `setup_cache`."""
+    def primed(cls, caches: dict[str, torch.Tensor], att_dtype: torch.dtype) -> Cohort:
+        """The one stream of the package's `setup_cache`, the solver's
+        attention caches in `att_dtype`. They are nearly all of a stream's
+        memory (ten steps' keys and values of every DiT block); kept in
+        float16, the DiT's attention still runs in float32 on them (its
+        blocks concatenate them to the new frames' float32 keys and values),
+        and the new frames' are rounded as they are written back."""
         return cls(
             conformer_cnn=caches["conformer_cnn_cache"].clone(),
             conformer_att=caches["conformer_att_cache"].clone(),
             estimator_cnn=caches["estimator_cnn_cache"].clone(),
-            estimator_att=caches["estimator_att_cache"].clone(),
+            estimator_att=caches["estimator_att_cache"].to(att_dtype, copy=True),
         )
 
     def row(self, row: int) -> Cohort:

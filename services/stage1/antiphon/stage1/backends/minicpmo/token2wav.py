@@ -46,7 +46,8 @@ by the call's index in its turn (a stream's audio is then its own codes'
 alone, the same on every run, in a batch or not); the flow's noise is drawn
 from a fixed seed at load; a push longer than the caches hold is split into
 several calls. One voice serves every stream, one batch at a time; each
-stream keeps its own copy of the caches, some 0.6 GB at the published size.
+stream keeps its own copy of the caches, some 0.6 GB at the published size
+in float32, half that in float16 (`cache_dtype`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,13 @@ CACHE_TAIL_FRAMES = 100
 CACHE_FRAMES = 1000
 
 
+def cache_dtype(setting: str, device: str) -> str:
+    """The solver caches' dtype for stage1's `duplex_voice_cache` on `device`."""
+    if setting != "auto":
+        return setting
+    return "float32" if device == "cpu" else "float16"
+
+
 class BadSpeechCode(ValueError):
     """A code outside the flow's vocabulary (the talker's EOS included)."""
 
@@ -89,13 +97,22 @@ class Token2Wav:
 
     rate: int
 
-    def __init__(self, flow: Any, hift: Any, speaker: stepaudio.Speaker, device: str) -> None:
+    def __init__(
+        self,
+        flow: Any,
+        hift: Any,
+        speaker: stepaudio.Speaker,
+        device: str,
+        *,
+        cache_dtype: str = "float32",
+    ) -> None:
         import torch
 
         self._flow = flow
         self._hift = hift
         self._device = torch.device(device)
         self._lock = threading.Lock()
+        self.cache_dtype = cache_dtype
         self.rate = int(hift.sampling_rate)
         self.vocabulary = int(flow.input_embedding.num_embeddings)
         self.lookahead = int(flow.pre_lookahead_len)
@@ -121,15 +138,23 @@ class Token2Wav:
                 self._embedding,
                 n_timesteps=STEPS,
             )
-            self._primed = Cohort.primed(primed)
+            self._primed = Cohort.primed(primed, getattr(torch, cache_dtype))
 
     @classmethod
     def load(
-        cls, folder: Path, *, device: str = "cpu", threads: int = 1, speaker: Path | None = None
+        cls,
+        folder: Path,
+        *,
+        device: str = "cpu",
+        threads: int = 1,
+        speaker: Path | None = None,
+        cache_dtype: str = "float32",
     ) -> Token2Wav:
         """The token2wav of `folder` (`<checkpoint>/assets/token2wav`), with
-        the voice of `speaker` (default: the folder's speaker.pt). Sets
-        torch's threads for the process."""
+        the voice of `speaker` (default: the folder's speaker.pt), keeping the
+        solver's attention caches in `cache_dtype` (float16 halves a stream's
+        memory; float32 is the package's, sample for sample). Sets torch's
+        threads for the process."""
         import torch
 
         torch.set_num_threads(threads)
@@ -142,7 +167,9 @@ class Token2Wav:
         flow.load_state_dict(_weights(flow_weights), strict=True)
         hift = stepaudio.build_hift(_weights(hift_weights))
         voice = stepaudio.Speaker.read(speaker or folder / stepaudio.SPEAKER)
-        return cls(flow.to(device).eval(), hift.to(device).eval(), voice, device)
+        return cls(
+            flow.to(device).eval(), hift.to(device).eval(), voice, device, cache_dtype=cache_dtype
+        )
 
     def stream(self) -> Token2WavStream:
         """A new turn."""

@@ -243,7 +243,7 @@ def load(settings: Stage1Settings, on_batch: Callable[[int], None] = lambda unit
     from antiphon.common.minicpmo import four_five, tiny
     from antiphon.common.minicpmo import tokenizer as tok
     from antiphon.stage1.backends.minicpmo.talker import Talker
-    from antiphon.stage1.backends.minicpmo.token2wav import Token2Wav
+    from antiphon.stage1.backends.minicpmo.token2wav import Token2Wav, cache_dtype
 
     torch.set_num_threads(settings.duplex_threads)
     checkpoint = minicpmo_checkpoint.resolve(settings.duplex_checkpoint)
@@ -255,13 +255,21 @@ def load(settings: Stage1Settings, on_batch: Callable[[int], None] = lambda unit
         talker = Talker.drawn(checkpoint.folder, device=device, threads=settings.duplex_threads)
         four_five.write_voice(checkpoint.folder)
     token2wav = Token2Wav.load(
-        checkpoint.folder / tiny.TOKEN2WAV_FOLDER, device=device, threads=settings.duplex_threads
+        checkpoint.folder / tiny.TOKEN2WAV_FOLDER,
+        device=device,
+        threads=settings.duplex_threads,
+        cache_dtype=cache_dtype(settings.duplex_voice_cache, device),
     )
     turn_eos = tokenizer.convert_tokens_to_ids(tok.TURN_EOS)
     assert isinstance(turn_eos, int), turn_eos
     log.info(
         "minicpmo speech loaded",
-        extra={"checkpoint": checkpoint.name, "device": device, "rate": token2wav.rate},
+        extra={
+            "checkpoint": checkpoint.name,
+            "device": device,
+            "rate": token2wav.rate,
+            "cache_dtype": token2wav.cache_dtype,
+        },
     )
     temperature = settings.duplex_temperature
     return Voice(
