@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -183,6 +184,57 @@ async def test_units_that_wait_together_are_spoken_in_one_batch_each_as_alone() 
         np.testing.assert_allclose(spoken, alone[0], atol=1e-5, rtol=0)
         assert sizes[6:] == [1]
     finally:
+        voice.close()
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+async def test_the_talker_takes_the_next_batch_while_token2wav_voices_one_only_in_a_pipeline(
+    pipeline: bool,
+) -> None:
+    """Pipelined, the talker speaks the units that came while token2wav
+    voices a batch; one batch at a time, they wait for that batch's audio."""
+    import threading
+
+    sizes: list[int] = []
+    talked = threading.Event()
+
+    def on_batch(units: int) -> None:  # on the talker's thread
+        sizes.append(units)
+        talked.set()
+
+    settings = Stage1Settings(
+        backend="minicpmo",
+        duplex_checkpoint="random:tiny",
+        duplex_seed=7,
+        duplex_temperature=0,
+        duplex_voice_pipeline=pipeline,
+    )
+    voice = await asyncio.to_thread(minicpmo_voice.load, settings, on_batch)
+    # token2wav held until the test lets it go (its thread waits on the gate).
+    gate = threading.Event()
+    token2wav = voice._token2wav
+    push_batch = token2wav.push_batch
+
+    def held(pushes: Any) -> list[np.ndarray]:
+        gate.wait(30)
+        return push_batch(pushes)
+
+    token2wav.push_batch = held  # type: ignore[method-assign]
+    try:
+        first = asyncio.ensure_future(voice.speak(voice.turn(0), TEXTS["a"][0]))
+        assert await asyncio.to_thread(talked.wait, 30)
+        later = [
+            asyncio.ensure_future(voice.speak(voice.turn(key), tokens))
+            for key, tokens in ((1, TEXTS["b"][0]), (2, TEXTS["a"][1]))
+        ]
+        await asyncio.sleep(1.0)
+        assert sizes == ([1, 2] if pipeline else [1])
+        gate.set()
+        async with asyncio.timeout(30):
+            await asyncio.gather(first, *later)
+        assert sizes == [1, 2]
+    finally:
+        gate.set()
         voice.close()
 
 

@@ -95,6 +95,9 @@ class Stage1Settings(WorkerSettings):
     # where they bound how many sessions fit; float32 on a CPU, which is the
     # package's own token2wav sample for sample.
     duplex_voice_cache: Literal["auto", "float32", "float16"] = "auto"
+    # `minicpmo` backend: the talker makes one batch's codes while token2wav
+    # voices the batch before (voice.py says when one batch at a time is faster).
+    duplex_voice_pipeline: bool = True
 
     @model_validator(mode="after")
     def _graphs_need_cuda(self) -> Stage1Settings:

@@ -19,6 +19,10 @@ to step from two threads): while token2wav voices one batch, the talker
 makes the next one's codes, so a worker keeps up with as many sessions as
 its slower model can serve, not as both in turn can. A session's next unit
 never overtakes its last: it is sent once the last one's audio is back.
+So a pipeline splits the speaking sessions into two batches, each paying
+the models' fixed cost a step; where that cost is the CPU launching small
+kernels (the threads then take turns on the interpreter, not overlap),
+`pipeline=False` speaks one batch at a time, every waiting unit in it.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ class Voice:
         temperature: float,
         seed: int | None,
         batch: int,
+        pipeline: bool = True,
         on_batch: Callable[[int], None] = lambda units: None,
         random_folder: Path | None = None,
     ) -> None:
@@ -93,6 +98,7 @@ class Voice:
         # Batches token2wav has yet to voice.
         self._voiced: set[asyncio.Task[None]] = set()
         self._batch = batch
+        self._pipeline = pipeline
         self._waiting: deque[_Waiting] = deque()
         self._arrived = asyncio.Event()
         self._speaking: asyncio.Task[None] | None = None
@@ -141,6 +147,10 @@ class Voice:
             task = asyncio.create_task(self._settle_voiced(batch, voicing))
             self._voiced.add(task)
             task.add_done_callback(self._voiced.discard)
+            if not self._pipeline:
+                # The next batch takes every unit that came meanwhile, this
+                # one's sessions' next units among them.
+                await asyncio.wait([task])
 
     async def _settle_voiced(
         self,
@@ -280,6 +290,7 @@ def load(settings: Stage1Settings, on_batch: Callable[[int], None] = lambda unit
         temperature=TEMPERATURE if temperature is None else temperature,
         seed=settings.duplex_seed,
         batch=settings.duplex_batch,
+        pipeline=settings.duplex_voice_pipeline,
         on_batch=on_batch,
         random_folder=checkpoint.folder if checkpoint.name.startswith(RANDOM_PREFIX) else None,
     )
