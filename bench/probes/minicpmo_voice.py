@@ -48,6 +48,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text-tokens", type=int, default=12)
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument(
+        "--talker-graphs",
+        default="on",
+        choices=["on", "off"],
+        help="the talker's decode steps as CUDA graphs (on) or eager",
+    )
+    parser.add_argument(
         "--voice-cache",
         default="auto",
         choices=["auto", "float32", "float16"],
@@ -65,6 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     voice = load(args.checkpoint, args.device, args.voice_cache)
     result["voice_cache"] = voice["token2wav"].cache_dtype
+    voice["talker"].cuda_graphs = args.talker_graphs == "on"
+    result["talker_graphs"] = args.talker_graphs
     result["load_s"] = voice.pop("load_s")
     for sessions in levels:
         try:

@@ -26,12 +26,11 @@ seeded by its session, so that what one session says does not depend on
 who else is speaking.
 
 Units of many turns are spoken in one batch (`speak_batch`): one forward a
-step for all of them. Turns sit at different positions, so each row's cache
-is left-padded to the longest and its condition right-padded to the
-longest, and an attention mask hides the padding (a padded query still sees
-its row's real keys, so no row is ever wholly masked). A row that stopped at
-EOS rides on masked until the batch ends. Afterwards each row keeps only its
-real positions, so a turn's cache never holds another's padding.
+step for all of them (talker_batch.py: the rows' caches side by side, the
+padding masked; on a GPU the steps replay one captured CUDA graph). A row
+that stopped at EOS rides on masked until the batch ends. Afterwards each
+row keeps only its real positions, so a turn's cache never holds another's
+padding.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from antiphon.common.assets import MissingAssetError
 from antiphon.common.minicpmo import talker_weights as tw
+from antiphon.stage1.backends.minicpmo.talker_batch import TalkerBatch
 
 if TYPE_CHECKING:
     import numpy as np
@@ -174,6 +174,9 @@ class Talker:
 
         self.config = cfg
         self.device = torch.device(device)
+        # On a GPU, each batch's decode steps replay one captured CUDA graph
+        # (talker_batch.py); False runs them eagerly, to compare.
+        self.cuda_graphs = True
         for name, shape in tw.shapes(cfg).items():
             if name not in tensors:
                 raise MissingAssetError("MiniCPM-o talker weight", name)
@@ -318,7 +321,7 @@ class Talker:
             raise ValueError("two units of one turn in a batch")
         with torch.inference_mode():
             conditions = [self.condition(unit.token_ids, unit.hidden) for unit in units]
-            batch = _Batch(self, units, conditions)
+            batch = TalkerBatch(self, units, conditions, UNIT_CODES)
             logits = batch.prefill(conditions)
             rows = range(len(units))
             fewest = [0 if unit.turn.first or unit.last else UNIT_STEPS for unit in units]
@@ -349,110 +352,6 @@ class Talker:
             if unit.last:
                 unit.turn.reset()
         return codes
-
-
-class _Batch:
-    """One batch's cache over the rows' turns: each row's past left-padded
-    to the longest, then the new positions of all rows side by side, and
-    the mask of the real ones."""
-
-    def __init__(
-        self, talker: Talker, units: Sequence[TalkerUnit], conditions: Sequence[torch.Tensor]
-    ) -> None:
-        import torch
-        from transformers import DynamicCache
-
-        self._talker = talker
-        self._units = units
-        device = talker.device
-        cfg = talker.config
-        self._past = [unit.turn.position for unit in units]
-        longest = max(self._past)
-        widest = max(condition.shape[0] for condition in conditions)
-        rows = len(units)
-        # Every column the batch can fill: the past, the conditions, a code a step.
-        columns = longest + widest + UNIT_CODES
-        self.mask = torch.zeros(rows, columns, dtype=torch.long, device=device)
-        shape = (cfg.num_hidden_layers, rows, cfg.num_key_value_heads, longest, cfg.head_dim)
-        keys = torch.zeros(shape, device=device)
-        values = torch.zeros(shape, device=device)
-        for row, unit in enumerate(units):
-            start = longest - self._past[row]
-            self.mask[row, start:longest] = 1
-            if unit.turn.cache is not None:
-                keys[:, row, :, start:] = unit.turn.cache[0]
-                values[:, row, :, start:] = unit.turn.cache[1]
-        self.cache = DynamicCache()
-        if longest:
-            for layer in range(cfg.num_hidden_layers):
-                self.cache.update(keys[layer], values[layer], layer)
-        self._columns = longest
-        # Where each row's next position is.
-        self._positions = list(self._past)
-
-    def prefill(self, conditions: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The code logits `[rows, codes]` after each row's condition."""
-        import torch
-
-        widest = max(condition.shape[0] for condition in conditions)
-        rows = len(conditions)
-        embeds = torch.zeros(rows, widest, conditions[0].shape[1], device=self._talker.device)
-        positions = torch.zeros(rows, widest, dtype=torch.long, device=self._talker.device)
-        for row, condition in enumerate(conditions):
-            n = condition.shape[0]
-            embeds[row, :n] = condition
-            self.mask[row, self._columns : self._columns + n] = 1
-            # Padding continues the row's positions: masked, it is never read.
-            positions[row] = self._positions[row] + torch.arange(widest, device=positions.device)
-        hidden = self._forward(embeds, positions, widest)
-        lengths = [condition.shape[0] for condition in conditions]
-        for row, n in enumerate(lengths):
-            self._positions[row] += n
-        index = torch.tensor([n - 1 for n in lengths], device=self._talker.device)
-        return self._talker.logits(hidden[torch.arange(rows, device=index.device), index])
-
-    def step(self, embeds: torch.Tensor, alive: Sequence[bool]) -> torch.Tensor:
-        """The code logits `[rows, codes]` after one code per row `[rows, width]`;
-        rows not `alive` are fed masked."""
-        import torch
-
-        column = self._columns
-        live = torch.tensor(alive, dtype=torch.long, device=self.mask.device)
-        self.mask[:, column] = live
-        positions = torch.tensor(self._positions, device=self.mask.device).unsqueeze(1)
-        hidden = self._forward(embeds.unsqueeze(1), positions, 1)
-        for row, is_alive in enumerate(alive):
-            self._positions[row] += int(is_alive)
-        return self._talker.logits(hidden[:, -1])
-
-    def _forward(self, embeds: torch.Tensor, positions: torch.Tensor, n: int) -> torch.Tensor:
-        self._columns += n
-        out = self._talker.backbone(
-            inputs_embeds=embeds,
-            position_ids=positions,
-            attention_mask=self.mask[:, : self._columns],
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        hidden: torch.Tensor = out.last_hidden_state
-        return hidden
-
-    def keep(self) -> None:
-        """Each row's real positions become its turn's cache."""
-        import torch
-        from transformers.cache_utils import DynamicLayer
-
-        layers = [layer for layer in self.cache.layers if isinstance(layer, DynamicLayer)]
-        assert len(layers) == len(self.cache.layers), "the Llama's cache is all dynamic layers"
-        keys = torch.stack([layer.keys for layer in layers if layer.keys is not None])
-        values = torch.stack([layer.values for layer in layers if layer.values is not None])
-        for row, unit in enumerate(self._units):
-            real = self.mask[row, : self._columns].nonzero().squeeze(1)
-            unit.turn.cache = (
-                keys[:, row].index_select(2, real),
-                values[:, row].index_select(2, real),
-            )
-            unit.turn.position = self._positions[row]
 
 
 def _table(weight: torch.Tensor) -> torch.nn.Embedding:
