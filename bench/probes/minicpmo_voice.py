@@ -54,6 +54,12 @@ def main(argv: list[str] | None = None) -> None:
         help="the talker's decode steps as CUDA graphs (on) or eager",
     )
     parser.add_argument(
+        "--solver-steps",
+        default="auto",
+        choices=["auto", "direct", "static", "graphs"],
+        help="token2wav's solver steps (Token2Wav's solver_steps; auto: graphs on a GPU)",
+    )
+    parser.add_argument(
         "--voice-cache",
         default="auto",
         choices=["auto", "float32", "float16"],
@@ -69,10 +75,11 @@ def main(argv: list[str] | None = None) -> None:
         "text_tokens": args.text_tokens,
         "levels": [],
     }
-    voice = load(args.checkpoint, args.device, args.voice_cache)
+    voice = load(args.checkpoint, args.device, args.voice_cache, args.solver_steps)
     result["voice_cache"] = voice["token2wav"].cache_dtype
     voice["talker"].cuda_graphs = args.talker_graphs == "on"
     result["talker_graphs"] = args.talker_graphs
+    result["solver_steps"] = args.solver_steps
     result["load_s"] = voice.pop("load_s")
     for sessions in levels:
         try:
@@ -88,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(voice["folder"], ignore_errors=True)
 
 
-def load(name: str, device: str, cache: str) -> dict[str, Any]:
+def load(name: str, device: str, cache: str, solver_steps: str = "auto") -> dict[str, Any]:
     """The checkpoint's talker and token2wav, as stage1's voice.py loads them."""
     from transformers import AutoTokenizer
 
@@ -105,7 +112,10 @@ def load(name: str, device: str, cache: str) -> dict[str, Any]:
         talker = Talker.drawn(ckpt.folder, device=device)
         four_five.write_voice(ckpt.folder)
     token2wav = Token2Wav.load(
-        ckpt.folder / tiny.TOKEN2WAV_FOLDER, device=device, cache_dtype=cache_dtype(cache, device)
+        ckpt.folder / tiny.TOKEN2WAV_FOLDER,
+        device=device,
+        cache_dtype=cache_dtype(cache, device),
+        solver_steps=solver_steps,
     )
     tokenizer = AutoTokenizer.from_pretrained(str(ckpt.folder), trust_remote_code=True)
     return {

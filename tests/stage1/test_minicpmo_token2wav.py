@@ -196,6 +196,29 @@ def test_float16_caches_take_half_the_memory_and_sound_as_float32(folder: Path) 
     np.testing.assert_allclose(batched, heard[: len(batched)], atol=1e-5, rtol=0)
 
 
+def test_solver_steps_through_their_own_buffers_sound_as_the_package_s_call(
+    folder: Path, token2wav: Token2Wav
+) -> None:
+    """The solver's DiT calls through buffers that outlive them (what a GPU
+    captures as CUDA graphs and replays) give the same samples as the
+    package's `blocks_forward_chunk` called directly, alone and in a batch,
+    a step kept for each shape met (first calls, steady ones, a last one)."""
+    static = Token2Wav.load(folder, solver_steps="static")
+    chunks = [_codes(50, 25), _codes(51, 25), _codes(52, 25), _codes(53, 9)]
+    np.testing.assert_array_equal(
+        np.concatenate(_turn(static, chunks)), np.concatenate(_turn(token2wav, chunks))
+    )
+    # Two streams each, batched: one speaking the chunks, one the short last one.
+    streams = {t2w: (t2w.stream(), t2w.stream()) for t2w in (static, token2wav)}
+    for chunk in chunks[:3]:
+        heard = [
+            t2w.push_batch([(a, chunk, False), (b, chunks[3], False)])
+            for t2w, (a, b) in streams.items()
+        ]
+        for ours, package in zip(*heard, strict=True):
+            np.testing.assert_array_equal(ours, package)
+
+
 @pytest.mark.parametrize("bad", [6561, -1, 10_000])
 def test_a_code_outside_the_vocabulary_is_refused_and_nothing_taken(
     token2wav: Token2Wav, bad: int

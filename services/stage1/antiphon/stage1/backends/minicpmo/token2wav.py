@@ -62,6 +62,7 @@ import numpy as np
 from antiphon.common.assets import MissingAssetError
 from antiphon.common.minicpmo import stepaudio
 from antiphon.stage1.backends.minicpmo.caches import Cohort
+from antiphon.stage1.backends.minicpmo.solver_steps import SolverSteps
 
 if TYPE_CHECKING:
     import torch
@@ -105,6 +106,7 @@ class Token2Wav:
         device: str,
         *,
         cache_dtype: str = "float32",
+        solver_steps: str = "auto",
     ) -> None:
         import torch
 
@@ -113,6 +115,15 @@ class Token2Wav:
         self._device = torch.device(device)
         self._lock = threading.Lock()
         self.cache_dtype = cache_dtype
+        # A solver step's DiT call: the package's own ("direct"), or through
+        # buffers that outlive it (solver_steps.py), "graphs" capturing it.
+        if solver_steps == "auto":
+            solver_steps = "direct" if self._device.type == "cpu" else "graphs"
+        self._steps = (
+            None
+            if solver_steps == "direct"
+            else SolverSteps(flow.decoder.estimator, capture=solver_steps == "graphs")
+        )
         self.rate = int(hift.sampling_rate)
         self.vocabulary = int(flow.input_embedding.num_embeddings)
         self.lookahead = int(flow.pre_lookahead_len)
@@ -149,11 +160,13 @@ class Token2Wav:
         threads: int = 1,
         speaker: Path | None = None,
         cache_dtype: str = "float32",
+        solver_steps: str = "auto",
     ) -> Token2Wav:
         """The token2wav of `folder` (`<checkpoint>/assets/token2wav`), with
         the voice of `speaker` (default: the folder's speaker.pt), keeping the
         solver's attention caches in `cache_dtype` (float16 halves a stream's
-        memory; float32 is the package's, sample for sample). Sets torch's
+        memory; float32 is the package's, sample for sample) and running
+        the solver's steps as `solver_steps` says (`__init__`). Sets torch's
         threads for the process."""
         import torch
 
@@ -168,7 +181,12 @@ class Token2Wav:
         hift = stepaudio.build_hift(_weights(hift_weights))
         voice = stepaudio.Speaker.read(speaker or folder / stepaudio.SPEAKER)
         return cls(
-            flow.to(device).eval(), hift.to(device).eval(), voice, device, cache_dtype=cache_dtype
+            flow.to(device).eval(),
+            hift.to(device).eval(),
+            voice,
+            device,
+            cache_dtype=cache_dtype,
+            solver_steps=solver_steps,
         )
 
     def stream(self) -> Token2WavStream:
@@ -282,15 +300,13 @@ class Token2Wav:
         step_att = att.new_empty((*att.shape[:4], att.shape[4] + frames, att.shape[5]))
         for step in range(1, STEPS + 1):
             # The DiT's `forward_chunk`: time embedded, inputs stacked on channels.
-            velocity = dit.blocks_forward_chunk(
-                torch.cat([x.repeat_interleave(2, dim=0), mu_in, speaker_in, cond_in], dim=1),
-                dit.t_embedder(t.repeat(2 * rows)).unsqueeze(1),
-                None,
-                cnn[step - 1],
-                att[step - 1],
-                step_cnn[step - 1],
-                step_att[step - 1],
-            )
+            inputs = torch.cat([x.repeat_interleave(2, dim=0), mu_in, speaker_in, cond_in], dim=1)
+            embedded = dit.t_embedder(t.repeat(2 * rows)).unsqueeze(1)
+            caches = (cnn[step - 1], att[step - 1], step_cnn[step - 1], step_att[step - 1])
+            if self._steps is None:
+                velocity = dit.blocks_forward_chunk(inputs, embedded, None, *caches)
+            else:
+                velocity = self._steps(inputs, embedded, *caches)
             velocity = velocity.view(rows, 2, *velocity.shape[1:])
             guided, free = velocity[:, 0], velocity[:, 1]
             x = x + dt * ((1.0 + rate) * guided - rate * free)
