@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from antiphon.stage1.backends.minicpmo.cuda_graphs import capture
+
 if TYPE_CHECKING:
     import torch
 
@@ -90,7 +92,6 @@ class _Step:
         cnn_out: torch.Tensor,
         att_out: torch.Tensor,
     ) -> torch.Tensor:
-        import torch
 
         self._x.copy_(x)
         self._t.copy_(t)
@@ -99,19 +100,7 @@ class _Step:
         if not self._capture:
             velocity = self._run()
         elif self._graph is None:
-            # Once eagerly on a side stream (what a capture needs warmed up),
-            # then captured: the capture runs nothing, so this call's result
-            # is the eager one.
-            stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                velocity = self._run()
-            torch.cuda.current_stream().wait_stream(stream)
-            self._graph = torch.cuda.CUDAGraph()
-            # The talker's thread goes on launching meanwhile: only this
-            # thread's calls may break the capture.
-            with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
-                self._velocity = self._run()
+            velocity, self._graph, self._velocity = capture(self._run)
         else:
             self._graph.replay()
             assert self._velocity is not None

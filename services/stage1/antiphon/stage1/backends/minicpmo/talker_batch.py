@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from antiphon.stage1.backends.minicpmo.cuda_graphs import capture
+
 if TYPE_CHECKING:
     import torch
 
@@ -135,7 +137,6 @@ class _Step:
         self._hidden: torch.Tensor | None = None
 
     def __call__(self, embeds: torch.Tensor, positions: torch.Tensor, column: int) -> torch.Tensor:
-        import torch
 
         self._embeds.copy_(embeds[:, None])
         self._positions.copy_(positions)
@@ -143,17 +144,7 @@ class _Step:
         if not self._cuda:
             return self._run()
         if self._graph is None:
-            stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                hidden = self._run()
-            torch.cuda.current_stream().wait_stream(stream)
-            self._graph = torch.cuda.CUDAGraph()
-            # token2wav's thread goes on launching and syncing meanwhile:
-            # only this thread's calls may break the capture.
-            with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
-                self._hidden = self._run()
-            # The capture ran nothing: this step's result is the eager one.
+            hidden, self._graph, self._hidden = capture(self._run)
             return hidden
         self._graph.replay()
         assert self._hidden is not None
