@@ -65,6 +65,13 @@ def main(argv: list[str] | None = None) -> None:
         choices=["auto", "float32", "float16"],
         help="token2wav's solver caches (stage1's duplex_voice_cache)",
     )
+    parser.add_argument(
+        "--together-s",
+        type=float,
+        default=0.0,
+        help="then the talker and token2wav on two threads at once for this long, "
+        "as the worker's pipeline runs them (each capturing its CUDA graphs)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
@@ -91,6 +98,9 @@ def main(argv: list[str] | None = None) -> None:
         result["levels"].append(level)
         print(line(level), flush=True)
         write_json(args.out, result)
+    if args.together_s > 0:
+        result["together"] = run_together(voice, 8, args.together_s)
+        print(f"together: {result['together']}", flush=True)
     write_json(args.out, result)
     shutil.rmtree(voice["folder"], ignore_errors=True)
 
@@ -190,6 +200,55 @@ def run_level(voice: dict[str, Any], sessions: int, args: argparse.Namespace) ->
         "gpu_peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
         "batches": batches,
     }
+
+
+def run_together(voice: dict[str, Any], sessions: int, seconds: float) -> dict[str, Any]:
+    """The talker speaking batches of `sessions` units while token2wav
+    voices turns of as many streams (a first call, two mid-turn ones, a
+    last), each on its own thread for `seconds`: the batches each made and
+    the first error of each, if any."""
+    import threading
+
+    from antiphon.stage1.backends.minicpmo.talker import TalkerUnit
+
+    talker, token2wav = voice["talker"], voice["token2wav"]
+    deadline = time.perf_counter() + seconds
+    done = {"talker": 0, "token2wav": 0}
+    errors: dict[str, str] = {}
+
+    def talk() -> None:
+        turns = [talker.turn(seed=s) for s in range(sessions)]
+        text = list(range(100, 112))
+        while time.perf_counter() < deadline:
+            talker.speak_batch([TalkerUnit(turn, text, None, False) for turn in turns])
+            done["talker"] += 1
+
+    def speak() -> None:
+        rng = np.random.default_rng(0)
+        while time.perf_counter() < deadline:
+            streams = [token2wav.stream() for _ in range(sessions)]
+            for call in range(4):
+                codes = [[int(c) for c in rng.integers(0, 6561, 25)] for _ in streams]
+                token2wav.push_batch(
+                    [(s, c, call == 3) for s, c in zip(streams, codes, strict=True)]
+                )
+                done["token2wav"] += 1
+
+    def guarded(name: str, run: Any) -> None:
+        try:
+            run()
+        except Exception as exc:  # reported, not raised: the other thread's count still tells
+            errors[name] = repr(exc)[:300]
+
+    threads = [
+        threading.Thread(target=guarded, args=("talker", talk)),
+        threading.Thread(target=guarded, args=("token2wav", speak)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"sessions": sessions, "seconds": seconds, "batches": done, "errors": errors}
 
 
 def sync(cuda: bool) -> None:

@@ -16,7 +16,7 @@ from bench.probes.minicpmo_voice import main
 def test_the_voice_probe_speaks_every_sessions_units_in_batches(tmp_path: Path) -> None:
     out = tmp_path / "voice.json"
     options = ["--checkpoint", "random:tiny", "--device", "cpu", "--levels", "1,3"]
-    main([*options, "--units", "2", "--out", str(out)])
+    main([*options, "--units", "2", "--together-s", "1", "--out", str(out)])
     report = json.loads(out.read_text())
     assert [level["sessions"] for level in report["levels"]] == [1, 3]
     for level in report["levels"]:
@@ -29,3 +29,6 @@ def test_the_voice_probe_speaks_every_sessions_units_in_batches(tmp_path: Path) 
         assert [b["audio_s"] for b in mid] == [pytest.approx(1.0 * sessions)] * 2
         assert last["audio_s"] >= 0.28 * sessions
         assert 0 < level["mid_turn"]["batch_s_p50"] <= level["mid_turn"]["batch_s_max"]
+    together = report["together"]
+    assert together["errors"] == {}
+    assert together["batches"]["talker"] >= 1 and together["batches"]["token2wav"] >= 1
