@@ -92,7 +92,6 @@ class _Step:
         cnn_out: torch.Tensor,
         att_out: torch.Tensor,
     ) -> torch.Tensor:
-
         self._x.copy_(x)
         self._t.copy_(t)
         self._cnn.copy_(cnn)

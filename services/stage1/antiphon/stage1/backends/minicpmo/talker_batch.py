@@ -100,7 +100,9 @@ class TalkerBatch:
         self.mask[:, 0, 0, self._column] = torch.tensor(alive, device=device)
         positions = torch.tensor(self._positions, device=device)[:, None]
         if self._step is None:
-            self._step = _Step(self, embeds)
+            talker = self._talker
+            graphs = talker.cuda_graphs and device.type == "cuda"
+            self._step = _Step(talker.backbone, self, embeds, graphs=graphs)
         hidden = self._step(embeds, positions, self._column)
         self._column += 1
         for row, is_alive in enumerate(alive):
@@ -123,12 +125,14 @@ class _Step:
     once (which also warms up what a capture needs), then captured as a
     CUDA graph over static inputs and replayed."""
 
-    def __init__(self, batch: TalkerBatch, embeds: torch.Tensor) -> None:
+    def __init__(
+        self, backbone: Any, batch: TalkerBatch, embeds: torch.Tensor, *, graphs: bool
+    ) -> None:
         import torch
 
         self._batch = batch
-        self._backbone = batch._talker.backbone
-        self._cuda = embeds.device.type == "cuda" and batch._talker.cuda_graphs
+        self._backbone = backbone
+        self._graphs = graphs
         self._graph: Any = None
         # The step's inputs where the graph reads them.
         self._embeds = torch.zeros_like(embeds)[:, None]
@@ -137,11 +141,10 @@ class _Step:
         self._hidden: torch.Tensor | None = None
 
     def __call__(self, embeds: torch.Tensor, positions: torch.Tensor, column: int) -> torch.Tensor:
-
         self._embeds.copy_(embeds[:, None])
         self._positions.copy_(positions)
         self._columns.fill_(column)
-        if not self._cuda:
+        if not self._graphs:
             return self._run()
         if self._graph is None:
             hidden, self._graph, self._hidden = capture(self._run)
