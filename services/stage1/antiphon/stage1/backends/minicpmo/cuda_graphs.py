@@ -20,21 +20,38 @@ if TYPE_CHECKING:
 _CAPTURING = threading.Lock()
 
 
-def capture(run: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, Any, torch.Tensor]:
-    """`run()` once eagerly on a side stream (what a capture needs warmed
-    up), then captured: the eager result, the graph, and the tensor each
-    replay writes. The capture itself runs nothing."""
-    import torch
+class Graphed:
+    """`run`, which reads and writes only tensors that outlive it: called as
+    it is unless `capture`; else run once eagerly on a side stream (what a
+    capture needs warmed up, and this call's result), then captured, and
+    replayed on every later call."""
 
-    with _CAPTURING:
-        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            eager = run()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        # The other model's thread goes on launching meanwhile: only this
-        # thread's calls may break the capture.
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            out = run()
-    return eager, graph, out
+    def __init__(self, run: Callable[[], torch.Tensor], *, capture: bool) -> None:
+        self._run = run
+        self._capture = capture
+        self._graph: Any = None
+        self._out: torch.Tensor | None = None
+
+    def __call__(self) -> torch.Tensor:
+        import torch
+
+        if not self._capture:
+            return self._run()
+        if self._graph is not None:
+            self._graph.replay()
+            assert self._out is not None
+            return self._out.clone()
+        with _CAPTURING:
+            stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                eager = self._run()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            # The other model's thread goes on launching meanwhile: only
+            # this thread's calls may break the capture.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                self._out = self._run()
+        # The capture ran nothing: this call's result is the eager one.
+        self._graph = graph
+        return eager

@@ -19,9 +19,10 @@ hold it to the package's `blocks_forward_chunk` called directly).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from antiphon.stage1.backends.minicpmo.cuda_graphs import capture
+from antiphon.stage1.backends.minicpmo.cuda_graphs import Graphed
 
 if TYPE_CHECKING:
     import torch
@@ -48,68 +49,50 @@ class SolverSteps:
         att_out: torch.Tensor,
     ) -> torch.Tensor:
         """`blocks_forward_chunk(x, t, None, cnn, att, cnn_out, att_out)`."""
-        key = (*(tuple(a.shape) for a in (x, t, cnn, att, att_out)), att.dtype)
+        inputs, outputs = (x, t, cnn, att), (cnn_out, att_out)
+        key = (*(tuple(a.shape) for a in (*inputs, *outputs)), att.dtype)
         step = self._steps.pop(key, None)
         if step is None:
-            step = _Step(self._dit, x, t, cnn, att, att_out, capture=self._capture)
+            step = _Step(self._dit, inputs, outputs, capture=self._capture)
             while len(self._steps) >= KEPT:
                 self._steps.popitem(last=False)
         self._steps[key] = step
-        return step(x, t, cnn, att, cnn_out, att_out)
+        return step(inputs, outputs)
 
 
 class _Step:
+    """One shape's step: its inputs copied in, the DiT run (or its graph
+    replayed), the caches it wrote copied out."""
+
     def __init__(
         self,
         dit: Any,
-        x: torch.Tensor,
-        t: torch.Tensor,
-        cnn: torch.Tensor,
-        att: torch.Tensor,
-        att_out: torch.Tensor,
+        inputs: Sequence[torch.Tensor],
+        outputs: Sequence[torch.Tensor],
         *,
         capture: bool,
     ) -> None:
         import torch
 
         self._dit = dit
-        self._x = torch.empty_like(x)
-        self._t = torch.empty_like(t)
-        self._cnn = torch.empty_like(cnn)
-        self._att = torch.empty_like(att)
-        self._cnn_out = torch.empty_like(cnn)
-        self._att_out = torch.empty_like(att_out)
-        self._capture = capture
-        self._graph: Any = None
-        self._velocity: torch.Tensor | None = None
+        self._inputs = [torch.empty_like(a) for a in inputs]
+        self._outputs = [torch.empty_like(a) for a in outputs]
+        self._run = Graphed(self._blocks, capture=capture)
 
     def __call__(
-        self,
-        x: torch.Tensor,
-        t: torch.Tensor,
-        cnn: torch.Tensor,
-        att: torch.Tensor,
-        cnn_out: torch.Tensor,
-        att_out: torch.Tensor,
+        self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]
     ) -> torch.Tensor:
-        self._x.copy_(x)
-        self._t.copy_(t)
-        self._cnn.copy_(cnn)
-        self._att.copy_(att)
-        if not self._capture:
-            velocity = self._run()
-        elif self._graph is None:
-            velocity, self._graph, self._velocity = capture(self._run)
-        else:
-            self._graph.replay()
-            assert self._velocity is not None
-            velocity = self._velocity.clone()
-        cnn_out.copy_(self._cnn_out)
-        att_out.copy_(self._att_out)
+        for mine, given in zip(self._inputs, inputs, strict=True):
+            mine.copy_(given)
+        velocity = self._run()
+        for given, mine in zip(outputs, self._outputs, strict=True):
+            given.copy_(mine)
         return velocity
 
-    def _run(self) -> torch.Tensor:
+    def _blocks(self) -> torch.Tensor:
+        x, t, cnn, att = self._inputs
+        cnn_out, att_out = self._outputs
         velocity: torch.Tensor = self._dit.blocks_forward_chunk(
-            self._x, self._t, None, self._cnn, self._att, self._cnn_out, self._att_out
+            x, t, None, cnn, att, cnn_out, att_out
         )
         return velocity

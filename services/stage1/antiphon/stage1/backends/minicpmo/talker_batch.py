@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from antiphon.stage1.backends.minicpmo.cuda_graphs import capture
+from antiphon.stage1.backends.minicpmo.cuda_graphs import Graphed
 
 if TYPE_CHECKING:
     import torch
@@ -45,8 +45,8 @@ class TalkerBatch:
         self._units = units
         device = talker.device
         cfg = talker.config
-        self._past = [unit.turn.position for unit in units]
-        longest = max(self._past)
+        past = [unit.turn.position for unit in units]
+        longest = max(past)
         self._widest = max(condition.shape[0] for condition in conditions)
         rows = len(units)
         capacity = longest + self._widest + steps
@@ -56,14 +56,14 @@ class TalkerBatch:
         # Which columns each row attends to, as SDPA reads it: `[rows, 1, 1, columns]`.
         self.mask = torch.zeros(rows, 1, 1, capacity, dtype=torch.bool, device=device)
         for row, unit in enumerate(units):
-            start = longest - self._past[row]
+            start = longest - past[row]
             self.mask[row, ..., start:longest] = True
             if unit.turn.cache is not None:
                 self.keys[:, row, :, start:longest] = unit.turn.cache[0]
                 self.values[:, row, :, start:longest] = unit.turn.cache[1]
         # The next column to fill, and each row's next position.
         self._column = longest
-        self._positions = list(self._past)
+        self._positions = past
         self._step: _Step | None = None
 
     def prefill(self, conditions: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -121,9 +121,8 @@ class TalkerBatch:
 
 
 class _Step:
-    """One decode step of a batch: eager on a CPU; on a GPU, run eagerly
-    once (which also warms up what a capture needs), then captured as a
-    CUDA graph over static inputs and replayed."""
+    """One decode step of a batch, over inputs where a CUDA graph of it
+    reads them (cuda_graphs.py): eager on a CPU, replayed on a GPU."""
 
     def __init__(
         self, backbone: Any, batch: TalkerBatch, embeds: torch.Tensor, *, graphs: bool
@@ -132,28 +131,18 @@ class _Step:
 
         self._batch = batch
         self._backbone = backbone
-        self._graphs = graphs
-        self._graph: Any = None
-        # The step's inputs where the graph reads them.
         self._embeds = torch.zeros_like(embeds)[:, None]
         self._positions = torch.zeros(embeds.shape[0], 1, dtype=torch.long, device=embeds.device)
         self._columns = torch.zeros(1, dtype=torch.long, device=embeds.device)
-        self._hidden: torch.Tensor | None = None
+        self._run = Graphed(self._layers, capture=graphs)
 
     def __call__(self, embeds: torch.Tensor, positions: torch.Tensor, column: int) -> torch.Tensor:
         self._embeds.copy_(embeds[:, None])
         self._positions.copy_(positions)
         self._columns.fill_(column)
-        if not self._graphs:
-            return self._run()
-        if self._graph is None:
-            hidden, self._graph, self._hidden = capture(self._run)
-            return hidden
-        self._graph.replay()
-        assert self._hidden is not None
-        return self._hidden.clone()
+        return self._run()
 
-    def _run(self) -> torch.Tensor:
+    def _layers(self) -> torch.Tensor:
         batch = self._batch
         hidden = layers(
             self._backbone, self._embeds, self._positions, self._columns, batch, batch.mask
