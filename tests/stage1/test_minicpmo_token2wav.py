@@ -18,6 +18,7 @@ import torch
 
 from antiphon.common.minicpmo import stepaudio
 from antiphon.common.minicpmo.token2wav_assets import write_tiny
+from antiphon.stage1.backends.minicpmo.solver_steps import KEPT, SolverSteps
 from antiphon.stage1.backends.minicpmo.token2wav import (
     SILENCE,
     STEPS,
@@ -217,6 +218,42 @@ def test_solver_steps_through_their_own_buffers_sound_as_the_package_s_call(
         ]
         for ours, package in zip(*heard, strict=True):
             np.testing.assert_array_equal(ours, package)
+
+
+def test_the_solver_s_kept_steps_share_one_arena_the_size_of_the_largest(folder: Path) -> None:
+    """Steps of shapes met in any order (more shapes than are kept, old ones
+    coming back) each give the DiT's own call's velocity and caches, while
+    their buffers, together, take no more than half again the largest
+    shape's and less than a buffer per shape would."""
+    dit = stepaudio.build_flow(
+        (folder / stepaudio.FLOW_CONFIG).read_text(), steps=STEPS, frames=200
+    ).decoder.estimator.eval()
+    steps = SolverSteps(dit, capture=False)
+    rng = torch.Generator().manual_seed(5)
+
+    def call(rows: int, frames: int, offset: int) -> tuple[torch.Tensor, ...]:
+        def noise(*shape: int) -> torch.Tensor:
+            return torch.randn(*shape, generator=rng)
+
+        depth, width = len(dit.blocks), dit.t_embedder.mlp[-1].out_features
+        x, t = noise(2 * rows, 320, frames), noise(2 * rows, 1, width)
+        cnn, att = noise(depth, 2 * rows, 64, 2), noise(depth, 2 * rows, 2, offset, 32)
+        return x, t, cnn, att, torch.zeros_like(cnn), noise(depth, 2 * rows, 2, offset + frames, 32)
+
+    shapes = [(1, 50, 0), (1, 50, 50), (2, 50, 100), (3, 18, 150), (1, 50, 0), (2, 50, 100)]
+    needs = []
+    with torch.inference_mode():
+        for shape in shapes:
+            tensors = x, t, cnn, att, cnn_out, att_out = call(*shape)
+            mine = steps(x, t, cnn, att, cnn_out, att_out)
+            cnn_dit, att_dit = torch.zeros_like(cnn_out), torch.zeros_like(att_out)
+            theirs = dit.blocks_forward_chunk(x, t, None, cnn, att, cnn_dit, att_dit)
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+            torch.testing.assert_close(cnn_out, cnn_dit, rtol=0, atol=0)
+            torch.testing.assert_close(att_out, att_dit, rtol=0, atol=0)
+            needs.append(sum(a.numel() * a.element_size() for a in tensors))
+    assert max(needs) <= steps.arena_bytes <= 1.5 * max(needs) + 4096
+    assert steps.arena_bytes < sum(sorted(set(needs))[-KEPT:])
 
 
 @pytest.mark.parametrize("bad", [6561, -1, 10_000])

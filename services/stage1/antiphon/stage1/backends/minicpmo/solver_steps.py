@@ -12,6 +12,15 @@ same ones too, so one graph a shape serves them all. Copying a step's
 caches in and out costs a few hundred megabytes of device bandwidth, well
 under a millisecond on a GPU.
 
+A step's buffers hold a tenth of its batch's solver caches twice (in and
+out), a gigabyte at 32 sessions: kept for each of the last KEPT shapes,
+they were most of what the graphs cost (33.1 against 25.4 GiB on an H100
+at 32 sessions, bench/results/minicpmo-h100.json `voice_probe_graphs`).
+Steps run one at a time, each copying its inputs in and its caches out
+around its run, so every kept shape's buffers are views of one arena, as
+large as the largest shape's (grown by half at least when a shape
+outgrows it, dropping the steps whose graphs read the old one).
+
 On a CPU the same step runs as it is, through the same buffers (the tests
 hold it to the package's `blocks_forward_chunk` called directly).
 """
@@ -27,17 +36,23 @@ from antiphon.stage1.backends.minicpmo.cuda_graphs import Graphed
 if TYPE_CHECKING:
     import torch
 
-# Shapes whose step is kept (each holds one step's caches for its rows).
+# Shapes whose step (and, on a GPU, its graph) is kept.
 KEPT = 4
 
 
 class SolverSteps:
-    """The steps of one DiT, one per shape of its inputs, the last KEPT used."""
+    """The steps of one DiT, one per shape of its inputs, the last KEPT used,
+    their buffers views of one arena (the module's docstring says why)."""
 
     def __init__(self, dit: Any, *, capture: bool) -> None:
         self._dit = dit
         self._capture = capture
         self._steps: OrderedDict[tuple[Any, ...], _Step] = OrderedDict()
+        self._arena: torch.Tensor | None = None
+
+    @property
+    def arena_bytes(self) -> int:
+        return 0 if self._arena is None else self._arena.numel()
 
     def __call__(
         self,
@@ -53,30 +68,62 @@ class SolverSteps:
         key = (*(tuple(a.shape) for a in (*inputs, *outputs)), att.dtype)
         step = self._steps.pop(key, None)
         if step is None:
-            step = _Step(self._dit, inputs, outputs, capture=self._capture)
+            arena = self._room(_layout(*inputs, *outputs)[-1], x.device)
+            step = _Step(self._dit, arena, inputs, outputs, capture=self._capture)
             while len(self._steps) >= KEPT:
                 self._steps.popitem(last=False)
         self._steps[key] = step
         return step(inputs, outputs)
 
+    def _room(self, size: int, device: torch.device) -> torch.Tensor:
+        """The arena, grown to hold `size` bytes where it does not."""
+        import torch
+
+        if self._arena is None or self._arena.numel() < size:
+            grown = max(size, self.arena_bytes * 3 // 2)
+            # Their graphs read the old arena, which is freed before the new one is taken.
+            self._steps.clear()
+            self._arena = None
+            self._arena = torch.empty(grown, dtype=torch.uint8, device=device)
+        return self._arena
+
+
+# Where each of a step's buffers starts in the arena: CUDA's widest alignment.
+_ALIGN = 256
+
+
+def _layout(*tensors: torch.Tensor) -> list[int]:
+    """The byte offsets of `tensors` laid one after another in an arena,
+    each aligned, then the bytes they take together."""
+    offsets, end = [], 0
+    for tensor in tensors:
+        offsets.append(end)
+        end += -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
+    return [*offsets, end]
+
+
+def _view(arena: torch.Tensor, offset: int, like: torch.Tensor) -> torch.Tensor:
+    nbytes = like.numel() * like.element_size()
+    return arena[offset : offset + nbytes].view(like.dtype).view(like.shape)
+
 
 class _Step:
     """One shape's step: its inputs copied in, the DiT run (or its graph
-    replayed), the caches it wrote copied out."""
+    replayed), the caches it wrote copied out, through views of the arena."""
 
     def __init__(
         self,
         dit: Any,
+        arena: torch.Tensor,
         inputs: Sequence[torch.Tensor],
         outputs: Sequence[torch.Tensor],
         *,
         capture: bool,
     ) -> None:
-        import torch
-
         self._dit = dit
-        self._inputs = [torch.empty_like(a) for a in inputs]
-        self._outputs = [torch.empty_like(a) for a in outputs]
+        given = (*inputs, *outputs)
+        views = [_view(arena, o, a) for o, a in zip(_layout(*given)[:-1], given, strict=True)]
+        self._inputs, self._outputs = views[: len(inputs)], views[len(inputs) :]
         self._run = Graphed(self._blocks, capture=capture)
 
     def __call__(
