@@ -60,13 +60,15 @@ class SessionRecord:
     # A unit model's voice (bench/duplex/unit_voice.py), of the units closed in
     # the window: those spoken (sent to stage1 in a response), those whose audio
     # came, each one's latency from its frame to its audio, and each response's
-    # first audio from the append that closed its first unit; the audio those
-    # units brought (ms), stage1's errors.
+    # first audio from the append that closed its first unit (and of responses
+    # opened in the warm-up, apart); the audio those units brought (ms),
+    # stage1's errors.
     voice_units: int = 0
     voice_units_heard: int = 0
     voice_latency_ms: list[float] = field(default_factory=list)
     voice_responses: int = 0
     first_audio_ms: list[float] = field(default_factory=list)
+    first_audio_warmup_ms: list[float] = field(default_factory=list)
     voice_audio_ms: float = 0.0
     voice_error: str = ""
     voice_error_events: int = 0

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.duplex.reference import ratios
+from bench.duplex.unit_voice import first_audio
 from bench.lib.results import write_json
 
 
@@ -102,11 +103,13 @@ def unit_table(data: dict[str, Any]) -> str:
 def _voice_cells(v: dict[str, Any] | None) -> str:
     if v is None:
         return " - |" * 8
-    lat, first, w = v["latency_ms"], v["first_audio_ms"], v["worker_unit_ms"]
+    lat, w = v["latency_ms"], v["worker_unit_ms"]
+    first, when = first_audio(v)
     return (
         f" {_n(lat['p50'])} / {_n(lat['p99'])} / {_n(lat['max'])}"
         f" | {_n(w['p50'])} / {_n(w['p99'])} | {_n(v['batch_units_mean'])}"
-        f" | {_n(first['p50'])} / {_n(first['p99'])} | {v['units_heard']} / {v['units_spoken']}"
+        f" | {_n(first['p50'])} / {_n(first['p99'])}{when}"
+        f" | {v['units_heard']} / {v['units_spoken']}"
         f" | {_n(v['audio_s_per_session_s'], 2)} ({_n(v['spoken_share'], 2)})"
         f" | {_n(v['gpu_memory_mib'], 0)} | {'yes' if v['real_time'] else 'no'} |"
     )

@@ -16,7 +16,13 @@ import psutil
 
 from bench.duplex.clients import Schedule, run_clients
 from bench.duplex.report import finish
-from bench.duplex.unit_voice import VOICE_MAX_MS, summarize_voice, voice_real_time, worker_voice
+from bench.duplex.unit_voice import (
+    VOICE_MAX_MS,
+    first_audio,
+    summarize_voice,
+    voice_real_time,
+    worker_voice,
+)
 from bench.duplex.units import APPEND_S, GRACE_S, camera_frame, run_unit_session, summarize_units
 from bench.duplex.workers import (
     MODELS,
@@ -248,12 +254,12 @@ def level_line(lv: dict[str, Any]) -> str:
     )
     if (v := lv.get("voice")) is None:
         return line
-    lat, first = v["latency_ms"], v["first_audio_ms"]
+    lat, (first, when) = v["latency_ms"], first_audio(v)
     return line + (
         f"; voice p50/p99/max {lat['p50']}/{lat['p99']}/{lat['max']} ms"
         f" (worker {v['worker_unit_ms']['p50']}/{v['worker_unit_ms']['p99']},"
-        f" batch {v['batch_units_mean']}), first audio p50/p99 {first['p50']}/{first['p99']}"
-        f" ms, heard {v['units_heard']}/{v['units_spoken']},"
+        f" batch {v['batch_units_mean']}), first audio{when} p50/p99"
+        f" {first['p50']}/{first['p99']} ms, heard {v['units_heard']}/{v['units_spoken']},"
         f" audio {v['audio_s_per_session_s']} s/s of {v['spoken_share']} spoken,"
         f" real time {v['real_time']} errors {v['errors'] or '-'}"
     )

@@ -15,11 +15,16 @@ Per session, of the units closed in the window: `voice_latency_ms`, a spoken
 unit's ModelFrame received -> its AudioChunk received (the voice's own
 delay); `first_audio_ms`, the append that closed a response's first unit ->
 that response's first chunk (what a user waits after the model decides to
-speak: thinker and voice); the spoken units that got no chunk (dropped by
-the worker, or later than the clients waited); and the seconds of audio those
-units brought, per session-second of the window, which keep pace when about
-equal to the share of units spoken (a second each; a turn's first chunk is
-160 ms short, its last 120 ms long). Counted by unit, not by arrival: a
+speak: thinker and voice), and `first_audio_warmup_ms`, the same of
+responses opened in the warm-up (a thinker with random weights speaks every
+unit from a session's first, so its one response opens there and the
+window has none: this is then the only first audio a run shows, each
+session's, its voice's start under the level's load included); the spoken
+units that got no chunk (dropped by the worker, or later than the clients
+waited); and the seconds of audio those units brought, per session-second
+of the window, which keep pace when about equal to the share of units
+spoken (a second each; a turn's first chunk is 160 ms short, its last
+120 ms long). Counted by unit, not by arrival: a
 session's chunks arrive once a second at its own phase, and a window a few
 seconds long would hold one more or less of them at its edges.
 """
@@ -72,8 +77,9 @@ class UnitVoice:
         self._responses = 0
         self._response = ""
         self._waiting: deque[_Spoken] = deque()
-        # Responses whose first unit closed in the window, their first audio not yet heard.
-        self._first: dict[str, float] = {}
+        # Responses whose first unit closed in the level (warm-up or window),
+        # their first audio not yet heard: when it closed, and whether in the window.
+        self._first: dict[str, tuple[float, bool]] = {}
 
     def _in_window(self, t: float) -> bool:
         return self._sched.window_start <= t < self._sched.end
@@ -89,11 +95,13 @@ class UnitVoice:
             self._responses += 1
             self._response = f"{self._sid}-r{self._responses}"
         closed_at = self._closed.get(f.index, t)
-        if self._in_window(closed_at):
+        in_window = self._in_window(closed_at)
+        if in_window:
             self._rec.voice_units += 1
             if first:
                 self._rec.voice_responses += 1
-                self._first[self._response] = closed_at
+        if first and self._sched.start <= closed_at < self._sched.end:
+            self._first[self._response] = (closed_at, in_window)
         self._waiting.append(_Spoken(self._response, t, closed_at))
         self._send(
             pb.DecodeFrame(
@@ -136,9 +144,11 @@ class UnitVoice:
         if not self._waiting:
             return
         unit = self._waiting.popleft()
-        first_closed = self._first.pop(chunk.response_id, None)
-        if first_closed is not None:
-            rec.first_audio_ms.append(round((t - first_closed) * 1000, 2))
+        first = self._first.pop(chunk.response_id, None)
+        if first is not None:
+            first_closed, in_window = first
+            waited = round((t - first_closed) * 1000, 2)
+            (rec.first_audio_ms if in_window else rec.first_audio_warmup_ms).append(waited)
         if self._in_window(unit.closed_at):
             rec.voice_units_heard += 1
             rec.voice_audio_ms += chunk.duration_ms
@@ -151,6 +161,7 @@ def summarize_voice(
     """The sessions' side of a level's voice."""
     lat = [x for r in records for x in r["voice_latency_ms"]]
     first = [x for r in records for x in r["first_audio_ms"]]
+    first_warmup = [x for r in records for x in r["first_audio_warmup_ms"]]
     spoken = sum(r["voice_units"] for r in records)
     heard = sum(r["voice_units_heard"] for r in records)
     closed = sum(r["units_closed"] for r in records)
@@ -163,6 +174,7 @@ def summarize_voice(
     return {
         "latency_ms": _spread(lat),
         "first_audio_ms": _spread(first),
+        "first_audio_warmup_ms": _spread(first_warmup),
         "units_spoken": spoken,
         "units_heard": heard,
         # Spoken units whose audio never came (dropped, or past the clients' wait).
@@ -176,6 +188,16 @@ def summarize_voice(
         "errors": errors,
         "error_sample": next((r["voice_error"] for r in records if r["voice_error"]), None),
     }
+
+
+def first_audio(voice: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A level's first audio to show: the window's responses', or where the
+    window opened none, the warm-up's (marked)."""
+    window = voice["first_audio_ms"]
+    warmup = voice.get("first_audio_warmup_ms")
+    if window["count"] or not warmup or not warmup["count"]:
+        return window, ""
+    return warmup, " (warm-up)"
 
 
 def _spread(values: list[float]) -> dict[str, Any]:

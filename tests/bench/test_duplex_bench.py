@@ -169,6 +169,11 @@ def test_minicpmo_s_smoke_run_answers_and_voices_every_unit_of_every_session_fra
         assert first["count"] <= voice["responses"]
         if first["count"]:
             assert 0 < first["p50"] <= first["max"] < 2000
+        # Every session spoke, so some response opened in the warm-up or the
+        # window, and its first audio was timed there.
+        warm = voice["first_audio_warmup_ms"]
+        assert first["count"] + warm["count"] >= 1
+        assert warm["count"] == 0 or 0 < warm["p50"] <= warm["max"]
         # The worker's side: each unit in its own batch or with the other session's.
         assert voice["worker_units"]["spoken"] >= voice["units_heard"]
         assert voice["worker_units"]["dropped"] == 0

@@ -11,7 +11,13 @@ import pytest
 
 from antiphon.v1 import stage_pb2 as pb
 from bench.duplex.clients import Schedule, SessionRecord
-from bench.duplex.unit_voice import UnitVoice, summarize_voice, voice_real_time, worker_voice
+from bench.duplex.unit_voice import (
+    UnitVoice,
+    first_audio,
+    summarize_voice,
+    voice_real_time,
+    worker_voice,
+)
 
 # The window is [10, 20); unit i closed at 10 + i (frames come 0.1 s later).
 SCHED = Schedule(start=0.0, window_start=10.0, end=20.0)
@@ -117,6 +123,27 @@ def test_units_closed_outside_the_window_are_forwarded_but_not_counted() -> None
     early.event(chunk("s-r1"), 20.9)
     assert len(s.sent()) == 2
     assert (s.rec.voice_units, s.rec.voice_units_heard, s.rec.voice_latency_ms) == (0, 0, [])
+
+
+def test_a_response_opened_in_the_warm_up_times_its_first_audio_apart() -> None:
+    """A thinker that speaks from a session's first unit opens its one
+    response in the warm-up: its first audio is kept apart from the
+    window's and shown where the window has none."""
+    s = Session()
+    voice = UnitVoice("s", s.queue, s.rec, SCHED, {0: 9.5, 1: 10.5, 2: 11.5, 3: 21.0})
+    voice.frame(speak(0, [5], ended=True), 9.6)
+    voice.frame(speak(1, [6], ended=True), 10.6)
+    voice.frame(speak(3, [8]), 21.1)  # closed past the window: not timed
+    voice.event(chunk("s-r1"), 10.0)
+    voice.event(chunk("s-r2"), 10.9)
+    voice.event(chunk("s-r3"), 21.5)
+    assert s.rec.first_audio_warmup_ms == pytest.approx([500])
+    assert s.rec.first_audio_ms == pytest.approx([400])
+    summary = summarize_voice([asdict(s.rec) | {"units_closed": 10}], sessions=1, window_s=10)
+    assert summary["first_audio_warmup_ms"]["p50"] == pytest.approx(500)
+    assert first_audio(summary) == (summary["first_audio_ms"], "")
+    warm_only = summary | {"first_audio_ms": {"count": 0, "p50": None, "p99": None, "max": None}}
+    assert first_audio(warm_only) == (summary["first_audio_warmup_ms"], " (warm-up)")
 
 
 def test_the_worker_s_metrics_and_the_voice_s_real_time() -> None:
