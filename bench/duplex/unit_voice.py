@@ -24,9 +24,9 @@ units that got no chunk (dropped by the worker, or later than the clients
 waited); and the seconds of audio those units brought, per session-second
 of the window, which keep pace when about equal to the share of units
 spoken (a second each; a turn's first chunk is 160 ms short, its last
-120 ms long). Counted by unit, not by arrival: a
-session's chunks arrive once a second at its own phase, and a window a few
-seconds long would hold one more or less of them at its edges.
+120 ms long). Counted by unit, not by arrival: a session's chunks arrive
+once a second at its own phase, and a window a few seconds long would hold
+one more or less of them at its edges.
 """
 
 from __future__ import annotations

@@ -68,62 +68,54 @@ class SolverSteps:
         key = (*(tuple(a.shape) for a in (*inputs, *outputs)), att.dtype)
         step = self._steps.pop(key, None)
         if step is None:
-            arena = self._room(_layout(*inputs, *outputs)[-1], x.device)
-            step = _Step(self._dit, arena, inputs, outputs, capture=self._capture)
+            step = _Step(self._dit, *self._buffers(inputs, outputs), capture=self._capture)
             while len(self._steps) >= KEPT:
                 self._steps.popitem(last=False)
         self._steps[key] = step
         return step(inputs, outputs)
 
-    def _room(self, size: int, device: torch.device) -> torch.Tensor:
-        """The arena, grown to hold `size` bytes where it does not."""
+    def _buffers(
+        self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Tensors like `inputs` and `outputs`, laid one after another in
+        the arena (grown where they do not fit), each aligned."""
         import torch
 
-        if self._arena is None or self._arena.numel() < size:
-            grown = max(size, self.arena_bytes * 3 // 2)
+        offsets, end = [], 0
+        for tensor in (*inputs, *outputs):
+            offsets.append(end)
+            end += -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
+        if self._arena is None or self._arena.numel() < end:
+            grown = max(end, self.arena_bytes * 3 // 2)
             # Their graphs read the old arena, which is freed before the new one is taken.
             self._steps.clear()
             self._arena = None
-            self._arena = torch.empty(grown, dtype=torch.uint8, device=device)
-        return self._arena
+            self._arena = torch.empty(grown, dtype=torch.uint8, device=inputs[0].device)
+        views = [
+            self._arena[o : o + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+            for o, t in zip(offsets, (*inputs, *outputs), strict=True)
+        ]
+        return views[: len(inputs)], views[len(inputs) :]
 
 
 # Where each of a step's buffers starts in the arena: CUDA's widest alignment.
 _ALIGN = 256
 
 
-def _layout(*tensors: torch.Tensor) -> list[int]:
-    """The byte offsets of `tensors` laid one after another in an arena,
-    each aligned, then the bytes they take together."""
-    offsets, end = [], 0
-    for tensor in tensors:
-        offsets.append(end)
-        end += -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
-    return [*offsets, end]
-
-
-def _view(arena: torch.Tensor, offset: int, like: torch.Tensor) -> torch.Tensor:
-    nbytes = like.numel() * like.element_size()
-    return arena[offset : offset + nbytes].view(like.dtype).view(like.shape)
-
-
 class _Step:
-    """One shape's step: its inputs copied in, the DiT run (or its graph
-    replayed), the caches it wrote copied out, through views of the arena."""
+    """One shape's step: its inputs copied into its buffers, the DiT run
+    (or its graph replayed), the caches it wrote copied out."""
 
     def __init__(
         self,
         dit: Any,
-        arena: torch.Tensor,
-        inputs: Sequence[torch.Tensor],
-        outputs: Sequence[torch.Tensor],
+        inputs: list[torch.Tensor],
+        outputs: list[torch.Tensor],
         *,
         capture: bool,
     ) -> None:
         self._dit = dit
-        given = (*inputs, *outputs)
-        views = [_view(arena, o, a) for o, a in zip(_layout(*given)[:-1], given, strict=True)]
-        self._inputs, self._outputs = views[: len(inputs)], views[len(inputs) :]
+        self._inputs, self._outputs = inputs, outputs
         self._run = Graphed(self._blocks, capture=capture)
 
     def __call__(
