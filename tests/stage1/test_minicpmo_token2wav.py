@@ -225,9 +225,10 @@ def test_the_solver_s_kept_steps_share_one_arena_the_size_of_the_largest(folder:
     coming back) each give the DiT's own call's velocity and caches, while
     their buffers, together, take no more than half again the largest
     shape's and less than a buffer per shape would."""
-    dit: Any = stepaudio.build_flow(
+    flow: Any = stepaudio.build_flow(
         (folder / stepaudio.FLOW_CONFIG).read_text(), steps=STEPS, frames=200
-    ).decoder.estimator.eval()
+    )
+    dit = flow.decoder.estimator.eval()
     steps = SolverSteps(dit, capture=False)
     rng = torch.Generator().manual_seed(5)
 
