@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ import torch
 
 from antiphon.common.minicpmo import stepaudio
 from antiphon.common.minicpmo.token2wav_assets import write_tiny
+from antiphon.stage1.backends.minicpmo.cuda_graphs import outside_captures
 from antiphon.stage1.backends.minicpmo.solver_steps import KEPT, SolverSteps
 from antiphon.stage1.backends.minicpmo.token2wav import (
     SILENCE,
@@ -255,6 +257,22 @@ def test_the_solver_s_kept_steps_share_one_arena_the_size_of_the_largest(folder:
             needs.append(sum(a.numel() * a.element_size() for a in tensors))
     assert max(needs) <= steps.arena_bytes <= 1.5 * max(needs) + 4096
     assert steps.arena_bytes < sum(sorted(set(needs))[-KEPT:])
+
+
+def test_hift_s_noise_waits_while_a_graph_is_captured(token2wav: Token2Wav) -> None:
+    """HiFT reseeds and draws from the default generator, which a CUDA
+    graph capture on the talker's thread holds: its draws wait for the
+    capture (cuda_graphs.py), and then sound as they would have."""
+    chunk = _codes(60, 25)
+    alone = token2wav.stream().push(chunk)
+    heard: list[np.ndarray] = []
+    with outside_captures():
+        voicing = threading.Thread(target=lambda: heard.append(token2wav.stream().push(chunk)))
+        voicing.start()
+        voicing.join(timeout=2.0)
+        assert voicing.is_alive() and not heard
+    voicing.join(timeout=60)
+    np.testing.assert_array_equal(heard[0], alone)
 
 
 @pytest.mark.parametrize("bad", [6561, -1, 10_000])

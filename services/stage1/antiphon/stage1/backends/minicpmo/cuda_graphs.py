@@ -20,6 +20,15 @@ if TYPE_CHECKING:
 _CAPTURING = threading.Lock()
 
 
+def outside_captures() -> threading.Lock:
+    """Held around any use of the default CUDA generator on another thread
+    (token2wav's HiFT seeds and draws its noise there): a capture holds
+    that generator, and a draw or a reseed meanwhile fails with "Offset
+    increment outside graph capture" and leaves it unusable, as the
+    combined run on a lent H100 showed (2026-12-07 21:40)."""
+    return _CAPTURING
+
+
 class Graphed:
     """`run`, which reads and writes only tensors that outlive it: called as
     it is unless `capture`; else run once eagerly on a side stream (what a

@@ -62,6 +62,7 @@ import numpy as np
 from antiphon.common.assets import MissingAssetError
 from antiphon.common.minicpmo import stepaudio
 from antiphon.stage1.backends.minicpmo.caches import Cohort
+from antiphon.stage1.backends.minicpmo.cuda_graphs import outside_captures
 from antiphon.stage1.backends.minicpmo.solver_steps import SolverSteps
 
 if TYPE_CHECKING:
@@ -331,7 +332,7 @@ class Token2Wav:
         device = [] if self._device.type == "cpu" else [self._device]
         sources = []
         for row, stream in enumerate(streams):
-            with torch.random.fork_rng(devices=device):
+            with outside_captures(), torch.random.fork_rng(devices=device):
                 torch.manual_seed(stream.calls - 1)
                 source = hift.m_source(harmonics[row : row + 1])[0].transpose(1, 2)
             held = stream.state.source
